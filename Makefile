@@ -1,0 +1,14 @@
+# Every command a user runs; each calls a script of scripts/.
+.PHONY: run test bench-ingest bench-report migrations
+
+run:            ## set up everything and serve on 127.0.0.1:8080
+	scripts/run.sh
+
+test:           ## the whole test suite against a PostgreSQL it starts itself
+	scripts/test.sh
+
+bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
+	scripts/bench-ingest.sh
+
+migrations:     ## re-embed sql/*.sql into the binary after editing a migration
+	scripts/embed-migrations.sh

@@ -1,0 +1,63 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+/// One settings list for every target: Swift 6 mode, explicit existentials,
+/// and imports that say where each member comes from.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "tracker",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "tracker", targets: ["TrackerServer"]),
+        .library(name: "Tracker", targets: ["Tracker"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
+        .target(
+            name: "Tracker",
+            dependencies: [
+                "CLibPQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "TrackerServer",
+            dependencies: [
+                "Tracker",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "CompressNIO", package: "compress-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "TrackerTests",
+            dependencies: ["Tracker"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "TrackerIntegrationTests",
+            dependencies: ["Tracker"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,194 @@
+import CLibPQ
+
+/// One libpq connection, used synchronously by exactly one thread at a time.
+///
+/// Instances never leave the pool: they are lent to closures that the pool runs on the
+/// connection's own serial queue, which is what makes the raw handle safe to share.
+public final class Connection {
+    private let handle: OpaquePointer
+    private var closed = false
+
+    /// Opens a connection. `conninfo` is a `key=value` string or a `postgresql://` URL.
+    public static func open(_ conninfo: String, connectTimeoutSeconds: Int = 3, applicationName: String = "tracker") throws(DatabaseError) -> Connection {
+        // Earlier keywords are defaults: whatever the URL itself says overrides them.
+        let keys = ["connect_timeout", "application_name", "dbname"]
+        let values = [String(connectTimeoutSeconds), applicationName, conninfo]
+        let raw: OpaquePointer? = withCStrings(keys) { k in
+            withCStrings(values) { v in PQconnectdbParams(k, v, 1) }
+        }
+        guard let raw else {
+            throw DatabaseError(.unavailable, serverMessage: "out of memory allocating a PostgreSQL connection")
+        }
+        guard PQstatus(raw) == CONNECTION_OK else {
+            let message = String(cString: PQerrorMessage(raw))
+            PQfinish(raw)
+            let code: DatabaseError.Code = message.contains("invalid") || message.contains("missing") ? .invalidConfiguration : .unavailable
+            throw DatabaseError(code, serverMessage: message)
+        }
+        return Connection(handle: raw)
+    }
+
+    private init(handle: OpaquePointer) {
+        self.handle = handle
+    }
+
+    deinit {
+        if !closed { PQfinish(handle) }
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        PQfinish(handle)
+    }
+
+    /// False once the server went away; such a connection is discarded by the pool.
+    public var isHealthy: Bool {
+        !closed && PQstatus(handle) == CONNECTION_OK
+    }
+
+    /// Ends a transaction a failed borrower left open, so the next one starts clean.
+    public func rollbackIfInTransaction() {
+        guard !closed, PQtransactionStatus(handle) != PQTRANS_IDLE else { return }
+        PQclear(PQexec(handle, "ROLLBACK"))
+    }
+
+    /// Runs SQL without parameters; may hold several statements (migrations).
+    public func execute(_ sql: String) throws(DatabaseError) {
+        let result = PQexec(handle, sql)
+        _ = try check(result, sql: sql)
+    }
+
+    /// Runs one statement with text parameters and returns its rows.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [String?] = []) throws(DatabaseError) -> QueryResult {
+        try query(sql, parameters.map { $0.map(Parameter.text) ?? .null })
+    }
+
+    /// Runs one statement with typed parameters (text or binary) and returns its rows.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [Parameter]) throws(DatabaseError) -> QueryResult {
+        let count = Int32(parameters.count)
+        var types = [Oid](repeating: 0, count: parameters.count)
+        var lengths = [Int32](repeating: 0, count: parameters.count)
+        var formats = [Int32](repeating: 0, count: parameters.count)
+        var buffers: [[UInt8]?] = []
+        buffers.reserveCapacity(parameters.count)
+        for (i, p) in parameters.enumerated() {
+            switch p {
+            case .null:
+                buffers.append(nil)
+            case .text(let s):
+                var bytes = Array(s.utf8)
+                bytes.append(0)
+                buffers.append(bytes)
+            case .binary(let oid, let bytes):
+                types[i] = oid
+                lengths[i] = Int32(bytes.count)
+                formats[i] = 1
+                buffers.append(bytes)
+            }
+        }
+        let result: OpaquePointer? = withPointers(buffers) { values in
+            PQexecParams(handle, sql, count, types, values, lengths, formats, 0)
+        }
+        return try check(result, sql: sql)
+    }
+
+    /// Streams rows into `COPY … FROM STDIN` in chunks; returns the number of rows copied.
+    @discardableResult
+    public func copyIn(_ sql: String, chunks: some Sequence<[UInt8]>) throws(DatabaseError) -> Int {
+        guard let start = PQexec(handle, sql) else {
+            throw DatabaseError(.unavailable, serverMessage: String(cString: PQerrorMessage(handle)))
+        }
+        guard PQresultStatus(start) == PGRES_COPY_IN else {
+            _ = try check(start, sql: sql)  // throws the server's error, or clears the result
+            throw DatabaseError(.unexpectedResult, serverMessage: "COPY did not enter COPY IN state")
+        }
+        PQclear(start)
+        for chunk in chunks where !chunk.isEmpty {
+            let sent = chunk.withUnsafeBufferPointer { buf in
+                buf.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buf.count) {
+                    PQputCopyData(handle, $0, Int32(buf.count))
+                }
+            }
+            guard sent == 1 else { break }
+        }
+        _ = PQputCopyEnd(handle, nil)
+        let end = try check(PQgetResult(handle), sql: sql)
+        // Drain: libpq wants a NULL result before the connection is idle again.
+        while let extra = PQgetResult(handle) { PQclear(extra) }
+        return Int(end.affectedRows)
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            if isHealthy { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    private func check(_ result: OpaquePointer?, sql: String) throws(DatabaseError) -> QueryResult {
+        guard let result else {
+            throw DatabaseError(.unavailable, serverMessage: String(cString: PQerrorMessage(handle)))
+        }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY, PGRES_COPY_IN:
+            return QueryResult(result)
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            var message = String(cString: PQresultErrorMessage(result))
+            if message.isEmpty { message = String(cString: PQerrorMessage(handle)) }
+            PQclear(result)
+            let broken = PQstatus(handle) != CONNECTION_OK
+            throw DatabaseError(broken && state == nil ? .unavailable : .queryFailed, sqlState: state, serverMessage: message)
+        }
+    }
+}
+
+/// A statement parameter: SQL NULL, text, or binary with its type OID.
+public enum Parameter: Sendable {
+    case null
+    case text(String)
+    case binary(oid: UInt32, bytes: [UInt8])
+}
+
+private func withCStrings<R>(_ strings: [String], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    var storage: [[CChar]] = strings.map { Array($0.utf8CString) }
+    var pointers: [UnsafePointer<CChar>?] = []
+    pointers.reserveCapacity(storage.count + 1)
+    return storage.withUnsafeMutableBufferPointer { all in
+        for i in all.indices {
+            all[i].withUnsafeBufferPointer { pointers.append($0.baseAddress) }
+        }
+        pointers.append(nil)
+        return body(pointers)
+    }
+}
+
+private func withPointers<R>(_ buffers: [[UInt8]?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    // The arrays stay alive for the call because `buffers` is held by the caller's frame;
+    // we take their base addresses inside nested scopes to keep that guarantee explicit.
+    func recurse(_ index: Int, _ acc: inout [UnsafePointer<CChar>?]) -> R {
+        if index == buffers.count { return body(acc) }
+        guard let buffer = buffers[index] else {
+            acc.append(nil)
+            return recurse(index + 1, &acc)
+        }
+        return buffer.withUnsafeBufferPointer { buf in
+            buf.baseAddress!.withMemoryRebound(to: CChar.self, capacity: max(buf.count, 1)) { p in
+                acc.append(p)
+                return recurse(index + 1, &acc)
+            }
+        }
+    }
+    var acc: [UnsafePointer<CChar>?] = []
+    acc.reserveCapacity(buffers.count)
+    return recurse(0, &acc)
+}

@@ -1,0 +1,163 @@
+import Dispatch
+import Logging
+import Synchronization
+
+/// A bounded pool of PostgreSQL connections that lends one only inside a closure.
+///
+/// libpq calls block, so each pooled connection owns a serial `DispatchQueue` and the
+/// closure runs there, never on Swift's cooperative threads. A connection that broke is
+/// dropped and the next borrower of its slot reconnects, so the pool heals itself after
+/// PostgreSQL restarts.
+public final class ConnectionPool: Sendable {
+    public let conninfo: String
+    public let maxConnections: Int
+    public let acquireTimeout: Duration
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    private struct State {
+        var idle: [Slot] = []
+        var slotCount = 0
+        var waiters: [(id: Int, continuation: CheckedContinuation<Slot, any Error>)] = []
+        var nextWaiterID = 0
+        var closed = false
+    }
+
+    public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(5), logger: Logger) {
+        precondition(maxConnections > 0)
+        self.conninfo = conninfo
+        self.maxConnections = maxConnections
+        self.acquireTimeout = acquireTimeout
+        self.logger = logger
+    }
+
+    /// Runs `body` with a connection of its own; the connection goes back to the pool afterwards.
+    public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        let slot = try await acquire()
+        defer { release(slot) }
+        return try await slot.run(conninfo: conninfo, logger: logger, body)
+    }
+
+    /// Runs `body` in one transaction on one connection.
+    public func withTransaction<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await withConnection { connection in
+            try connection.transaction { try body(connection) }
+        }
+    }
+
+    /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.
+    public func close() {
+        let (idle, waiters) = state.withLock { s -> ([Slot], [CheckedContinuation<Slot, any Error>]) in
+            s.closed = true
+            defer { s.idle = []; s.waiters = [] }
+            return (s.idle, s.waiters.map(\.continuation))
+        }
+        for slot in idle { slot.close() }
+        for w in waiters { w.resume(throwing: DatabaseError(.poolClosed, serverMessage: "pool closed")) }
+    }
+
+    private func acquire() async throws -> Slot {
+        enum Next { case slot(Slot), wait }
+        let next: Next = try state.withLock { s in
+            if s.closed { throw DatabaseError(.poolClosed, serverMessage: "pool closed") }
+            if let slot = s.idle.popLast() { return .slot(slot) }
+            if s.slotCount < maxConnections {
+                s.slotCount += 1
+                return .slot(Slot())
+            }
+            return .wait
+        }
+        if case .slot(let slot) = next { return slot }
+
+        let timeout = acquireTimeout
+        return try await withCheckedThrowingContinuation { continuation in
+            let id: Int? = state.withLock { s in
+                if s.closed { return nil }
+                if let slot = s.idle.popLast() {
+                    continuation.resume(returning: slot)
+                    return -1
+                }
+                let id = s.nextWaiterID
+                s.nextWaiterID += 1
+                s.waiters.append((id, continuation))
+                return id
+            }
+            guard let id else {
+                continuation.resume(throwing: DatabaseError(.poolClosed, serverMessage: "pool closed"))
+                return
+            }
+            guard id >= 0 else { return }
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                self?.expireWaiter(id)
+            }
+        }
+    }
+
+    private func expireWaiter(_ id: Int) {
+        let waiter = state.withLock { s -> CheckedContinuation<Slot, any Error>? in
+            guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return s.waiters.remove(at: i).continuation
+        }
+        waiter?.resume(throwing: DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(acquireTimeout)"))
+    }
+
+    private func release(_ slot: Slot) {
+        let waiter = state.withLock { s -> CheckedContinuation<Slot, any Error>? in
+            if s.closed { return nil }
+            if !s.waiters.isEmpty { return s.waiters.removeFirst().continuation }
+            s.idle.append(slot)
+            return nil
+        }
+        if let waiter {
+            waiter.resume(returning: slot)
+        } else if state.withLock({ $0.closed }) {
+            slot.close()
+        }
+    }
+}
+
+/// One place in the pool: a serial queue and, once opened, the connection it guards.
+///
+/// `@unchecked Sendable` is sound because `connection` is read and written only by
+/// blocks running on `queue`, which is serial, and a slot is lent to one borrower at a time.
+private final class Slot: @unchecked Sendable {
+    private let queue = DispatchQueue(label: "tracker.postgres.connection")
+    private var connection: Connection?
+
+    func run<T: Sendable>(conninfo: String, logger: Logger, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                do {
+                    let connection: Connection
+                    if let existing = self.connection, existing.isHealthy {
+                        connection = existing
+                    } else {
+                        self.connection?.close()
+                        self.connection = nil
+                        connection = try Connection.open(conninfo)
+                        self.connection = connection
+                    }
+                    let value = try body(connection)
+                    connection.rollbackIfInTransaction()
+                    continuation.resume(returning: value)
+                } catch {
+                    self.connection?.rollbackIfInTransaction()
+                    if let c = self.connection, !c.isHealthy {
+                        c.close()
+                        self.connection = nil
+                        logger.debug("dropped broken database connection")
+                    }
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    func close() {
+        queue.async {
+            self.connection?.close()
+            self.connection = nil
+        }
+    }
+}

@@ -1,0 +1,53 @@
+/// A failure talking to PostgreSQL.
+///
+/// `description` is safe to show a client: it never contains SQL or server text.
+/// The server's message and SQLSTATE are kept for logs in `debugDescription`.
+public struct DatabaseError: Error, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+    /// A stable classification callers can switch over.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        /// The server could not be reached or the connection broke.
+        public static let unavailable = Code(name: "unavailable")
+        /// A statement failed on the server (see `sqlState`).
+        public static let queryFailed = Code(name: "queryFailed")
+        /// No connection became free in time.
+        public static let poolExhausted = Code(name: "poolExhausted")
+        /// The pool is shutting down.
+        public static let poolClosed = Code(name: "poolClosed")
+        /// The connection string could not be understood.
+        public static let invalidConfiguration = Code(name: "invalidConfiguration")
+        /// A result did not have the shape the caller expected.
+        public static let unexpectedResult = Code(name: "unexpectedResult")
+        public var description: String { name }
+    }
+
+    public var code: Code
+    /// The five-character SQLSTATE, when the server sent one.
+    public var sqlState: String?
+    /// The server's or libpq's message; for logs only.
+    public var serverMessage: String
+
+    public init(_ code: Code, sqlState: String? = nil, serverMessage: String) {
+        self.code = code
+        self.sqlState = sqlState
+        self.serverMessage = serverMessage
+    }
+
+    /// True when retrying on a fresh connection may succeed (server down, restarting, overloaded).
+    public var isTransient: Bool {
+        if code == .unavailable || code == .poolExhausted { return true }
+        guard let state = sqlState else { return false }
+        // 08: connection exception; 57P01..57P03: admin shutdown, crash shutdown, cannot connect now;
+        // 53: insufficient resources; 40001/40P01: serialization failure / deadlock.
+        return state.hasPrefix("08") || state.hasPrefix("57P") || state.hasPrefix("53")
+            || state == "40001" || state == "40P01"
+    }
+
+    public var description: String {
+        "database error: \(code)" + (sqlState.map { " (SQLSTATE \($0))" } ?? "")
+    }
+
+    public var debugDescription: String {
+        description + ": " + serverMessage
+    }
+}

@@ -1,0 +1,220 @@
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// What one request's events became: newly stored, or already stored (a duplicate id).
+public struct AppendOutcome: Sendable, Hashable {
+    public var stored: Int
+    public var duplicates: Int
+}
+
+/// Why events could not be appended. Nothing of the request was acknowledged.
+public enum AppendError: Error, Sendable, Equatable {
+    /// Too many events are waiting for the database: the client should retry shortly.
+    case overloaded
+    /// PostgreSQL is unreachable or restarting.
+    case databaseUnavailable
+    /// The server is shutting down and takes no new work.
+    case shuttingDown
+    /// The database refused the write for a reason retrying will not fix.
+    case failed
+}
+
+/// The append-only event log: durable, idempotent appends grouped into few large writes.
+///
+/// Requests enqueue their validated events; `writers` tasks each take everything that is
+/// waiting (up to `maxGroupEvents`) and store it with one statement and one commit. No
+/// request waits for a timer: a group is simply what arrived while the previous write ran,
+/// so under light load a request is written at once and under heavy load commits are shared.
+public final class EventLog: Service, Sendable {
+    public struct Configuration: Sendable {
+        public var writers = 3
+        public var maxGroupEvents = 5_000
+        /// Beyond this many waiting events, appends fail fast with `.overloaded` (bounded memory).
+        public var maxQueuedEvents = 100_000
+        public init() {}
+    }
+
+    private struct Submission {
+        var events: [TrackingEvent]
+        var keyName: String
+        var continuation: CheckedContinuation<AppendOutcome, any Error>
+    }
+
+    private struct State {
+        var queue: [Submission] = []
+        var queuedEvents = 0
+        var idleWriters: [CheckedContinuation<Void, Never>] = []
+        var stopping = false
+    }
+
+    private let pool: ConnectionPool
+    private let configuration: Configuration
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    public init(pool: ConnectionPool, configuration: Configuration = Configuration(), logger: Logger) {
+        self.pool = pool
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// Stores `events` durably; returns only after their commit.
+    public func append(_ events: [TrackingEvent], keyName: String) async throws(AppendError) -> AppendOutcome {
+        if events.isEmpty { return AppendOutcome(stored: 0, duplicates: 0) }
+        do {
+            return try await withCheckedThrowingContinuation { continuation in
+                let result: Result<CheckedContinuation<Void, Never>?, AppendError> = state.withLock { s in
+                    if s.stopping { return .failure(.shuttingDown) }
+                    if s.queuedEvents + events.count > configuration.maxQueuedEvents { return .failure(.overloaded) }
+                    s.queue.append(Submission(events: events, keyName: keyName, continuation: continuation))
+                    s.queuedEvents += events.count
+                    return .success(s.idleWriters.popLast())
+                }
+                switch result {
+                case .failure(let error): continuation.resume(throwing: error)
+                case .success(let writer): writer?.resume()
+                }
+            }
+        } catch let error as AppendError {
+            throw error
+        } catch {
+            throw .failed
+        }
+    }
+
+    /// Runs the writers until graceful shutdown, then drains what was already accepted.
+    public func run() async throws {
+        try? await pool.withConnection { connection in
+            try connection.query(EventLogSQL.ensurePartitions, [])
+        }
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { background in
+                background.addTask { await self.maintainPartitions() }
+                await withDiscardingTaskGroup { writers in
+                    for _ in 0..<configuration.writers {
+                        writers.addTask { await self.writerLoop() }
+                    }
+                }
+                background.cancelAll()
+            }
+        } onGracefulShutdown: {
+            self.stop()
+        }
+    }
+
+    /// Stops taking new events; writers finish the queue and return.
+    public func stop() {
+        let writers = state.withLock { s in
+            s.stopping = true
+            defer { s.idleWriters = [] }
+            return s.idleWriters
+        }
+        for w in writers { w.resume() }
+    }
+
+    private func writerLoop() async {
+        while let group = await takeGroup() {
+            await write(group)
+        }
+    }
+
+    /// Waits for work; `nil` once stopping and the queue is empty.
+    private func takeGroup() async -> [Submission]? {
+        while true {
+            enum Step { case group([Submission]), done, wait }
+            let step: Step = state.withLock { s in
+                if s.queue.isEmpty { return s.stopping ? .done : .wait }
+                var count = 0
+                var n = 0
+                while n < s.queue.count, n == 0 || count + s.queue[n].events.count <= configuration.maxGroupEvents {
+                    count += s.queue[n].events.count
+                    n += 1
+                }
+                let group = Array(s.queue.prefix(n))
+                s.queue.removeFirst(n)
+                s.queuedEvents -= count
+                return .group(group)
+            }
+            switch step {
+            case .group(let g): return g
+            case .done: return nil
+            case .wait:
+                await withCheckedContinuation { (wake: CheckedContinuation<Void, Never>) in
+                    let resumeNow = state.withLock { s in
+                        if !s.queue.isEmpty || s.stopping { return true }
+                        s.idleWriters.append(wake)
+                        return false
+                    }
+                    if resumeNow { wake.resume() }
+                }
+            }
+        }
+    }
+
+    private func write(_ group: [Submission]) async {
+        let batch = AppendBatch(group.map { ($0.events, $0.keyName) })
+        do {
+            let stored = try await store(batch)
+            for (i, submission) in group.enumerated() {
+                submission.continuation.resume(returning: batch.outcome(of: i, stored: stored))
+            }
+        } catch {
+            let appendError = Self.classify(error)
+            if appendError == .failed, group.count > 1 {
+                // Something in the group was refused: write the submissions one by one so
+                // only the one at fault fails, and the others are still acknowledged.
+                logger.warning("group write failed; retrying its submissions one by one", metadata: ["error": "\(String(reflecting: error))"])
+                for submission in group { await write([submission]) }
+                return
+            }
+            logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
+            for submission in group { submission.continuation.resume(throwing: appendError) }
+        }
+    }
+
+    private func store(_ batch: AppendBatch) async throws -> Set<UUIDText> {
+        let parameters = batch.parameters
+        do {
+            return try await pool.withConnection { connection in
+                try Self.insert(parameters, on: connection)
+            }
+        } catch let error as DatabaseError where error.sqlState == "23514" {
+            // No partition for this received_at yet (a clock jump, or the server ran for days
+            // without its maintenance task): create them and write again.
+            return try await pool.withConnection { connection in
+                try connection.query(EventLogSQL.ensurePartitions, [])
+                return try Self.insert(parameters, on: connection)
+            }
+        }
+    }
+
+    private static func insert(_ parameters: [Parameter], on connection: Connection) throws -> Set<UUIDText> {
+        let result = try connection.query(EventLogSQL.append, parameters)
+        var stored = Set<UUIDText>(minimumCapacity: result.rowCount)
+        for row in 0..<result.rowCount {
+            if let text = result.string(row, 0), let id = UUIDText(text) { stored.insert(id) }
+        }
+        return stored
+    }
+
+    private static func classify(_ error: any Error) -> AppendError {
+        if let db = error as? DatabaseError {
+            if db.code == .poolClosed { return .shuttingDown }
+            return db.isTransient ? .databaseUnavailable : .failed
+        }
+        return .failed
+    }
+
+    /// Keeps a week of partitions ahead of the clock.
+    private func maintainPartitions() async {
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: .seconds(60)) } catch { return }
+            do {
+                try await pool.withConnection { try $0.query(EventLogSQL.ensurePartitions, []) }
+            } catch {
+                logger.debug("partition maintenance failed", metadata: ["error": "\(String(reflecting: error))"])
+            }
+        }
+    }
+}

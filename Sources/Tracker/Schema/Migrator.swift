@@ -1,0 +1,91 @@
+import Logging
+
+/// One numbered SQL file of `sql/`, embedded in the binary.
+public struct Migration: Sendable, Hashable {
+    public var version: Int
+    public var name: String
+    public var sql: String
+
+    public init(version: Int, name: String, sql: String) {
+        self.version = version
+        self.name = name
+        self.sql = sql
+    }
+}
+
+/// Applies the migrations a database lacks, once, even when several processes start together.
+public struct Migrator: Sendable {
+    public let migrations: [Migration]
+    private let logger: Logger
+
+    public init(migrations: [Migration] = Migration.all, logger: Logger) {
+        self.migrations = migrations.sorted { $0.version < $1.version }
+        self.logger = logger
+    }
+
+    /// A session-level advisory lock serialises migrators; each migration commits with its record.
+    public func migrate(_ pool: ConnectionPool) async throws -> [Migration] {
+        let migrations = self.migrations
+        let logger = self.logger
+        return try await pool.withConnection { connection in
+            try connection.query("SELECT pg_advisory_lock(hashtext('tracker.migrations'))")
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock(hashtext('tracker.migrations'))") }
+            try connection.execute(Self.createTable)
+            let applied = try Self.appliedChecksums(connection)
+            var done: [Migration] = []
+            for migration in migrations {
+                if let checksum = applied[migration.version] {
+                    let current = try connection.query("SELECT md5($1)", [migration.sql]).string(0, 0)
+                    if checksum != current {
+                        logger.warning("migration was edited after it was applied", metadata: [
+                            "tracker.migration.version": "\(migration.version)",
+                            "tracker.migration.name": "\(migration.name)",
+                        ])
+                    }
+                    continue
+                }
+                try connection.transaction {
+                    try connection.execute(migration.sql)
+                    try connection.query(
+                        "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1::int, $2, md5($3))",
+                        [String(migration.version), migration.name, migration.sql])
+                }
+                logger.info("applied migration", metadata: [
+                    "tracker.migration.version": "\(migration.version)",
+                    "tracker.migration.name": "\(migration.name)",
+                ])
+                done.append(migration)
+            }
+            return done
+        }
+    }
+
+    /// Versions not yet applied; empty means the schema is current.
+    public func pending(_ pool: ConnectionPool) async throws -> [Int] {
+        let versions = migrations.map(\.version)
+        return try await pool.withConnection { connection in
+            let exists = try connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL").bool(0, 0) ?? false
+            guard exists else { return versions }
+            let applied = try Self.appliedChecksums(connection)
+            return versions.filter { applied[$0] == nil }
+        }
+    }
+
+    private static let createTable = """
+        CREATE TABLE IF NOT EXISTS schema_migrations (
+            version    integer     PRIMARY KEY,
+            name       text        NOT NULL,
+            checksum   text        NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        )
+        """
+
+    private static func appliedChecksums(_ connection: Connection) throws -> [Int: String] {
+        let result = try connection.query("SELECT version, checksum FROM schema_migrations")
+        var out: [Int: String] = [:]
+        for row in 0..<result.rowCount {
+            if let v = result.int64(row, 0) { out[Int(v)] = result.string(row, 1) }
+        }
+        return out
+    }
+}

@@ -1,0 +1,39 @@
+import Hummingbird
+import Logging
+import Tracker
+
+/// Everything the HTTP server needs, built once at startup.
+struct ServerDependencies: Sendable {
+    var pool: ConnectionPool
+    var keys: APIKeys
+    var log: EventLog
+    var migrator: Migrator
+    var rateLimiter: RateLimiter?
+}
+
+func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
+    let router = Router()
+    router.add(middleware: ErrorBodyMiddleware())
+    HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
+    IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), limits: IngestLimits(), rateLimiter: deps.rateLimiter)
+        .register(on: router)
+    return router
+}
+
+func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> some ApplicationProtocol {
+    let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize, logger: logger)
+    var logConfiguration = EventLog.Configuration()
+    logConfiguration.writers = configuration.writers
+    let log = EventLog(pool: pool, configuration: logConfiguration, logger: logger)
+    let deps = ServerDependencies(
+        pool: pool,
+        keys: APIKeys(pool: pool),
+        log: log,
+        migrator: Migrator(logger: logger),
+        rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)))
+    return Application(
+        router: buildRouter(deps),
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),
+        services: [log],
+        logger: logger)
+}

@@ -1,0 +1,73 @@
+import ArgumentParser
+import Tracker
+
+struct KeysCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keys",
+        abstract: "Create, list and revoke API keys (stored only as SHA-256 hashes).",
+        subcommands: [Create.self, List.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a key; the key alone is printed as the last line of stdout, and only this once.")
+
+        @Option(help: "A unique name: 1 to 64 letters, digits, '.', '_' or '-'. Stored with every event sent with the key.")
+        var name: String
+
+        @Option(help: "ingest (POST /v1/events) or report (GET /v1/reports/…).")
+        var scope: KeyScope
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() async throws {
+            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            defer { pool.close() }
+            do {
+                let key = try await APIKeys(pool: pool).create(name: name, scope: scope)
+                print("created \(scope.rawValue) key '\(name)'")
+                print(key)
+            } catch APIKeyError.nameTaken(let name) {
+                throw ValidationError("a key named '\(name)' already exists; pick another name or revoke it")
+            } catch APIKeyError.invalidName(let rule) {
+                throw ValidationError("invalid --name: \(rule)")
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List keys: name, scope, prefix, created, revoked.")
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() async throws {
+            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            defer { pool.close() }
+            let keys = try await APIKeys(pool: pool).list()
+            let rows = [["NAME", "SCOPE", "PREFIX", "CREATED", "REVOKED"]]
+                + keys.map { [$0.name, $0.scope.rawValue, $0.prefix + "…", $0.createdAt, $0.revokedAt ?? "-"] }
+            print(TextTable.render(rows), terminator: "")
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a key by name; it stops working within seconds.")
+
+        @Option(help: "The name of the key to revoke.")
+        var name: String
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() async throws {
+            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            defer { pool.close() }
+            do {
+                try await APIKeys(pool: pool).revoke(name: name)
+                print("revoked key '\(name)'")
+            } catch APIKeyError.notFound(let name) {
+                throw ValidationError("no active key named '\(name)'")
+            }
+        }
+    }
+}
+
+extension KeyScope: ExpressibleByArgument {}

@@ -1,0 +1,30 @@
+import ArgumentParser
+import Tracker
+
+struct MigrateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate",
+        abstract: "Apply the schema migrations the database lacks (safe to run twice, and concurrently).",
+        discussion: "The migrations are the numbered files of sql/, built into the binary.")
+
+    @OptionGroup var database: DatabaseOptions
+
+    func run() async throws {
+        let logger = makeLogger()
+        let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: logger)
+        defer { pool.close() }
+        let applied = try await Migrator(logger: logger).migrate(pool)
+        if applied.isEmpty {
+            print("schema is current (\(Migration.all.count) migrations)")
+        } else {
+            for m in applied { print("applied \(String(format3: m.version))_\(m.name)") }
+        }
+    }
+}
+
+extension String {
+    init(format3 value: Int) {
+        let s = String(value)
+        self = String(repeating: "0", count: max(0, 3 - s.count)) + s
+    }
+}

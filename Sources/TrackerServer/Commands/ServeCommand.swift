@@ -1,0 +1,61 @@
+import ArgumentParser
+import Hummingbird
+import Logging
+import Tracker
+
+/// Resolved settings of `tracker serve`.
+struct ServeConfiguration: Sendable {
+    var host: String
+    var port: Int
+    var databaseURL: String
+    var poolSize: Int
+    var writers: Int
+    var rateLimit: Int?
+}
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the HTTP server: ingestion, reports, /healthz and /readyz.",
+        discussion: """
+            Environment: DATABASE_URL (required unless --database-url), TRACKER_HOST (127.0.0.1), \
+            TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
+            TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_LOG_LEVEL (info). \
+            SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
+            """)
+
+    @Option(help: "Address to listen on (default: $TRACKER_HOST or 127.0.0.1).")
+    var host: String?
+
+    @Option(help: "Port to listen on (default: $TRACKER_PORT or 8080).")
+    var port: Int?
+
+    @OptionGroup var database: DatabaseOptions
+
+    func resolve() throws -> ServeConfiguration {
+        let port = try port ?? environment("TRACKER_PORT").map { value in
+            guard let p = Int(value), (0...65535).contains(p) else { throw ValidationError("TRACKER_PORT must be a port number, got '\(value)'") }
+            return p
+        } ?? 8080
+        return ServeConfiguration(
+            host: host ?? environment("TRACKER_HOST") ?? "127.0.0.1",
+            port: port,
+            databaseURL: try database.resolved(),
+            poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
+            writers: try positiveInt("TRACKER_WRITERS") ?? 3,
+            rateLimit: try positiveInt("TRACKER_RATE_LIMIT"))
+    }
+
+    func run() async throws {
+        let configuration = try resolve()
+        let logger = makeLogger()
+        let app = buildApplication(configuration, logger: logger)
+        try await app.runService()
+    }
+}
+
+func positiveInt(_ name: String) throws -> Int? {
+    guard let value = environment(name) else { return nil }
+    guard let n = Int(value), n > 0 else { throw ValidationError("\(name) must be a positive integer, got '\(value)'") }
+    return n
+}

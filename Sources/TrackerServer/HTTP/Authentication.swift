@@ -1,0 +1,33 @@
+import HTTPTypes
+import Hummingbird
+import Tracker
+
+extension APIKeys {
+    /// The principal behind the request's bearer key, checked against the scope the route needs.
+    func principal(for request: Request, requiring scope: KeyScope) async throws -> Principal {
+        guard let header = request.headers[.authorization] else {
+            throw APIError(.unauthorized, "unauthorized", "send your key as 'Authorization: Bearer <key>'")
+        }
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+            throw APIError(.unauthorized, "unauthorized", "the Authorization header must be 'Bearer <key>'")
+        }
+        let key = String(parts[1]).trimmingSpaces
+        guard !key.isEmpty, key.utf8.count <= 256, let principal = try await authenticate(key) else {
+            throw APIError(.unauthorized, "unauthorized", "unknown or revoked key")
+        }
+        guard principal.scope == scope else {
+            throw APIError(.forbidden, "forbidden", "key '\(principal.name)' has the \(principal.scope.rawValue) scope; this endpoint needs a key with the \(scope.rawValue) scope")
+        }
+        return principal
+    }
+}
+
+extension String {
+    var trimmingSpaces: String {
+        var s = Substring(self)
+        while s.first == " " || s.first == "\t" { s.removeFirst() }
+        while s.last == " " || s.last == "\t" { s.removeLast() }
+        return String(s)
+    }
+}

@@ -1,0 +1,37 @@
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Tracker
+
+/// `GET /healthz` (the process answers) and `GET /readyz` (database reachable, schema current).
+struct HealthRoutes: Sendable {
+    let pool: ConnectionPool
+    let migrator: Migrator
+
+    func register(on router: Router<some RequestContext>) {
+        router.get("/healthz") { _, _ in
+            Self.json(.ok, "{\"status\":\"ok\"}")
+        }
+        router.get("/readyz") { _, _ in
+            await readiness()
+        }
+    }
+
+    func readiness() async -> Response {
+        do {
+            let pending = try await migrator.pending(pool)
+            if !pending.isEmpty {
+                return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
+            }
+            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\"}")
+        } catch {
+            return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
+        }
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ body: String, retryAfter: Bool = false) -> Response {
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if retryAfter { headers[.retryAfter] = "2" }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}

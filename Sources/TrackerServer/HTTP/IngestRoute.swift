@@ -1,0 +1,103 @@
+import CompressNIO
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Tracker
+
+/// `POST /v1/events` (SPEC sections 1 to 4).
+struct IngestRoute: Sendable {
+    let keys: APIKeys
+    let log: EventLog
+    let decoder: BatchDecoder
+    let limits: IngestLimits
+    let rateLimiter: RateLimiter?
+
+    /// A gzip body larger than this cannot be a valid batch (it would decompress past the limit
+    /// or be incompressible noise); refusing it early bounds memory.
+    var maxCompressedBytes: Int { limits.maxBodyBytes * 2 }
+
+    func register(on router: Router<some RequestContext>) {
+        router.post("/v1/events") { request, context in
+            try await handle(request, context: context)
+        }
+    }
+
+    func handle(_ request: Request, context: some RequestContext) async throws -> Response {
+        let principal = try await keys.principal(for: request, requiring: .ingest)
+
+        guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
+            throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the batch with 'Content-Type: application/json'")
+        }
+        let gzip: Bool
+        switch request.headers[.contentEncoding]?.lowercased().trimmingSpaces {
+        case nil, "", "identity": gzip = false
+        case "gzip", "x-gzip": gzip = true
+        case let other?:
+            throw APIError(.unsupportedMediaType, "unsupported_media_type", "Content-Encoding '\(other)' is not supported; send identity or gzip")
+        }
+
+        let wireLimit = gzip ? maxCompressedBytes : limits.maxBodyBytes
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > wireLimit {
+            throw tooLarge()
+        }
+        var body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: wireLimit)
+        } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw tooLarge()
+        }
+        if gzip {
+            do {
+                body = try body.decompress(with: .gzip(), maxSize: limits.maxBodyBytes)
+            } catch let error as CompressNIOError where error == .bufferOverflow {
+                throw tooLarge()
+            } catch {
+                throw APIError(.badRequest, "invalid_gzip", "the body is not valid gzip data")
+            }
+        }
+
+        let receivedAt = Timestamp.now()
+        let batch: DecodedBatch
+        do {
+            batch = try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt)
+        } catch {
+            throw APIError.from(error)
+        }
+
+        if let rateLimiter, !rateLimiter.allow(key: principal.name, events: batch.accepted.count) {
+            throw APIError(.tooManyRequests, "rate_limited", "key '\(principal.name)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; retry after the delay", retryAfterSeconds: 1)
+        }
+
+        let outcome: AppendOutcome
+        do {
+            outcome = try await log.append(batch.accepted.map(\.event), keyName: principal.name)
+        } catch {
+            throw APIError.from(error)
+        }
+        return Self.receipt(outcome: outcome, rejected: batch.rejected)
+    }
+
+    private func tooLarge() -> APIError {
+        APIError(.contentTooLarge, "payload_too_large", "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
+    }
+
+    static func isJSON(_ contentType: String) -> Bool {
+        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { String($0).trimmingSpaces.lowercased() }
+        return mediaType == "application/json"
+    }
+
+    /// `{"accepted": n, "duplicates": n, "rejected": [{"index": i, "id": "…", "error": "…"}]}`
+    static func receipt(outcome: AppendOutcome, rejected: [Rejection]) -> Response {
+        var body = "{\"accepted\":\(outcome.stored),\"duplicates\":\(outcome.duplicates),\"rejected\":["
+        for (n, r) in rejected.enumerated() {
+            if n > 0 { body += "," }
+            body += "{\"index\":\(r.index),\"id\":"
+            if let id = r.id { JSONText.appendQuoted(id, to: &body) } else { body += "null" }
+            body += ",\"error\":"
+            JSONText.appendQuoted(r.error, to: &body)
+            body += "}"
+        }
+        body += "]}"
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}

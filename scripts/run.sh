@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Usage: scripts/run.sh
+# Sets everything up and serves the tracker on 127.0.0.1:8080 (TRACKER_PORT to change):
+# installs missing packages, builds the release binary, starts a PostgreSQL cluster in
+# .local/pg (unless DATABASE_URL is set), applies migrations, creates a development
+# ingest key and report key (once; kept in .local/dev-keys.env), prints them with a curl
+# example, then serves until Ctrl-C. Running it again reuses all of that.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+swift build -c release --product tracker
+bin="$(swift build -c release --show-bin-path)/tracker"
+mkdir -p .local
+if [ -z "${DATABASE_URL:-}" ]; then
+  port=${TRACKER_PG_PORT:-54329}
+  scripts/pg.sh start "$PWD/.local/pg" "$port"
+  admin="postgresql://postgres@127.0.0.1:$port/postgres"
+  psql "$admin" -qAtc "SELECT 1 FROM pg_database WHERE datname = 'tracker'" | grep -q 1 \
+    || psql "$admin" -qc "CREATE DATABASE tracker"
+  export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/tracker"
+fi
+"$bin" migrate
+keys=.local/dev-keys.env
+if [ -f "$keys" ]; then
+  # shellcheck disable=SC1090
+  . "$keys"
+  "$bin" keys list | grep -q "^dev-ingest-" || rm -f "$keys"
+fi
+if [ ! -f "$keys" ]; then
+  suffix=$(date +%s)
+  ingest=$("$bin" keys create --name "dev-ingest-$suffix" --scope ingest | tail -n 1)
+  report=$("$bin" keys create --name "dev-report-$suffix" --scope report | tail -n 1)
+  printf 'TRACKER_INGEST_KEY=%s\nTRACKER_REPORT_KEY=%s\n' "$ingest" "$report" >"$keys"
+fi
+# shellcheck disable=SC1090
+. "$keys"
+host=${TRACKER_HOST:-127.0.0.1}
+port=${TRACKER_PORT:-8080}
+now=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)
+cat <<MSG
+
+Tracker on http://$host:$port  (database: $DATABASE_URL)
+  ingest key: $TRACKER_INGEST_KEY
+  report key: $TRACKER_REPORT_KEY
+  (both kept in $keys)
+
+Try:
+  curl -s http://$host:$port/v1/events \\
+    -H "Authorization: Bearer $TRACKER_INGEST_KEY" -H 'Content-Type: application/json' \\
+    -d '{"events":[{"id":"$(cat /proc/sys/kernel/random/uuid)","type":"impression","requestId":"req-1","adUnit":"/1234/home/native","formatId":"10063170","occurredAt":"$now"}]}'
+  curl -s "http://$host:$port/v1/reports/summary?from=$(date -u +%Y-%m-%d)&to=$(date -u +%Y-%m-%d)" \\
+    -H "Authorization: Bearer $TRACKER_REPORT_KEY"
+
+MSG
+exec "$bin" serve --host "$host" --port "$port"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Usage: scripts/test.sh [swift test arguments…]
+# Runs the whole test suite: unit tests, and integration tests against a real PostgreSQL
+# 15 cluster that this script starts in a temporary folder and removes afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+tmp=$(mktemp -d /tmp/tracker-test-pg.XXXXXX)
+chmod 755 "$tmp"
+port=${TRACKER_TEST_PG_PORT:-$((20000 + RANDOM % 20000))}
+cleanup() { scripts/pg.sh stop "$tmp" "$port" || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+scripts/pg.sh start "$tmp" "$port"
+swift build --build-tests
+export TRACKER_TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:$port/postgres"
+export TRACKER_TEST_PG_DIR="$tmp"
+export TRACKER_TEST_PG_PORT="$port"
+export TRACKER_TEST_PG_SCRIPT="$PWD/scripts/pg.sh"
+export TRACKER_BINARY="$(swift build --show-bin-path)/tracker"
+swift test --skip-build "$@"
