@@ -25,6 +25,8 @@ public final class Connection {
             let code: DatabaseError.Code = message.contains("invalid") || message.contains("missing") ? .invalidConfiguration : .unavailable
             throw DatabaseError(code, serverMessage: message)
         }
+        // Server notices ("relation already exists, skipping") are not errors; keep them off stderr.
+        PQsetNoticeProcessor(raw, { _, _ in }, nil)
         return Connection(handle: raw)
     }
 

@@ -53,7 +53,7 @@ public final class APIKeys: Sendable {
         let prefix = String(key.prefix(10))
         do {
             try await pool.withConnection { connection in
-                try connection.query(
+                _ = try connection.query(
                     "INSERT INTO api_keys (name, scope, key_hash, key_prefix) VALUES ($1, $2, sha256(convert_to($3, 'UTF8')), $4)",
                     [name, scope.rawValue, key, prefix])
             }

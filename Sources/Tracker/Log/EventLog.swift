@@ -86,7 +86,7 @@ public final class EventLog: Service, Sendable {
     /// Runs the writers until graceful shutdown, then drains what was already accepted.
     public func run() async throws {
         try? await pool.withConnection { connection in
-            try connection.query(EventLogSQL.ensurePartitions, [])
+            _ = try connection.query(EventLogSQL.ensurePartitions)
         }
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { background in
@@ -183,7 +183,7 @@ public final class EventLog: Service, Sendable {
             // No partition for this received_at yet (a clock jump, or the server ran for days
             // without its maintenance task): create them and write again.
             return try await pool.withConnection { connection in
-                try connection.query(EventLogSQL.ensurePartitions, [])
+                _ = try connection.query(EventLogSQL.ensurePartitions)
                 return try Self.insert(parameters, on: connection)
             }
         }
@@ -211,7 +211,7 @@ public final class EventLog: Service, Sendable {
         while !Task.isCancelled {
             do { try await Task.sleep(for: .seconds(60)) } catch { return }
             do {
-                try await pool.withConnection { try $0.query(EventLogSQL.ensurePartitions, []) }
+                try await pool.withConnection { _ = try $0.query(EventLogSQL.ensurePartitions) }
             } catch {
                 logger.debug("partition maintenance failed", metadata: ["error": "\(String(reflecting: error))"])
             }

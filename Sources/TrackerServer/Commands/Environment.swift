@@ -33,3 +33,9 @@ func makeLogger(label: String = "tracker") -> Logger {
 func bootstrapLogging() {
     LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
 }
+
+/// A command that could not do its work; printed as "Error: <message>" without the usage text.
+struct CommandFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ message: String) { description = message }
+}

@@ -27,7 +27,7 @@ struct KeysCommand: AsyncParsableCommand {
                 print("created \(scope.rawValue) key '\(name)'")
                 print(key)
             } catch APIKeyError.nameTaken(let name) {
-                throw ValidationError("a key named '\(name)' already exists; pick another name or revoke it")
+                throw CommandFailure("a key named '\(name)' already exists; pick another name")
             } catch APIKeyError.invalidName(let rule) {
                 throw ValidationError("invalid --name: \(rule)")
             }
@@ -64,7 +64,7 @@ struct KeysCommand: AsyncParsableCommand {
                 try await APIKeys(pool: pool).revoke(name: name)
                 print("revoked key '\(name)'")
             } catch APIKeyError.notFound(let name) {
-                throw ValidationError("no active key named '\(name)'")
+                throw CommandFailure("no active key named '\(name)'")
             }
         }
     }

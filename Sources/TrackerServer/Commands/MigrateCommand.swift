@@ -17,14 +17,12 @@ struct MigrateCommand: AsyncParsableCommand {
         if applied.isEmpty {
             print("schema is current (\(Migration.all.count) migrations)")
         } else {
-            for m in applied { print("applied \(String(format3: m.version))_\(m.name)") }
+            for m in applied { print("applied \(paddedVersion(m.version))_\(m.name)") }
         }
     }
 }
 
-extension String {
-    init(format3 value: Int) {
-        let s = String(value)
-        self = String(repeating: "0", count: max(0, 3 - s.count)) + s
-    }
+func paddedVersion(_ value: Int) -> String {
+    let s = String(value)
+    return String(repeating: "0", count: max(0, 3 - s.count)) + s
 }

@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+import Tracker
+
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct LogTests {
+    @Test func loggedEventsCannotBeUpdatedDeletedOrTruncated() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db) { tracker in
+                _ = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+            }
+            let partition = try #require(try await db.scalar("SELECT tableoid::regclass::text FROM events LIMIT 1"))
+            for statement in ["UPDATE events SET request_id = 'x'", "DELETE FROM events", "TRUNCATE events",
+                              "TRUNCATE \(partition)", "DELETE FROM event_ids", "TRUNCATE event_ids"] {
+                await #expect(throws: DatabaseError.self, "\(statement)") { try await db.pool.withConnection { try $0.execute(statement) } }
+            }
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "1")
+            #expect(try await db.scalar("SELECT count(*) FROM event_ids") == "1")
+        }
+    }
+
+    @Test func acknowledgedEventsSurviveKillNineOfTheServer() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            let tracker = try await TrackerProcess(databaseURL: db.url)
+            var acknowledged = 0
+            for _ in 0..<20 {
+                let r = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
+                if r.status == 200 { acknowledged += r.json["accepted"] as? Int ?? 0 }
+            }
+            tracker.kill9()
+            #expect(acknowledged == 200)
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "\(acknowledged)")
+        }
+    }
+
+    @Test func migrationsRunTwiceAndConcurrentlyApplyOnce() async throws {
+        try await withTestDatabase { db in
+            let binary = try #require(TestEnvironment.binary)
+            let runs = (0..<3).map { _ in
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: binary)
+                p.arguments = ["migrate", "--database-url", db.url]
+                p.standardOutput = FileHandle.nullDevice
+                p.standardError = FileHandle.nullDevice
+                return p
+            }
+            for p in runs { try p.run() }
+            for p in runs { p.waitUntilExit() }
+            #expect(runs.allSatisfy { $0.terminationStatus == 0 })
+            #expect(try await db.scalar("SELECT count(*) FROM schema_migrations") == String(Migration.all.count))
+        }
+    }
+
+    @Test func sigtermDrainsAndExitsCleanly() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            let tracker = try await TrackerProcess(databaseURL: db.url)
+            #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            #expect(tracker.terminate() == 0)
+        }
+    }
+
+    @Test func readyzReportsDatabaseAndMigrations() async throws {
+        try await withTestDatabase { db in
+            try await withTracker(db) { tracker in
+                let r = try tracker.client.request("GET", "/readyz")
+                #expect(r.status == 200)
+                #expect(r.json["migrations"] as? String == "current")
+            }
+        }
+    }
+}
+
+/// A cluster of its own, so stopping it disturbs no other test.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"))
+struct DatabaseOutageTests {
+    @Test func databaseDownGives503WithRetryAfterAndIngestionResumesWhenItIsBack() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-outage-\(UUID().uuidString)").path
+        let port = Int.random(in: 20_000..<30_000)
+        try TestEnvironment.postgres("start", dir: dir, port: port)
+        defer {
+            try? TestEnvironment.postgres("stop", dir: dir, port: port)
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+        let db = try await TestDatabase(adminURL: "postgresql://postgres@127.0.0.1:\(port)/postgres")
+        let key = try await db.createKey("app", scope: .ingest)
+        try await withTracker(db) { tracker in
+            // Warm the key cache, then take the database away.
+            #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            try TestEnvironment.postgres("stop", dir: dir, port: port)
+            let down = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+            #expect(down.status == 503)
+            #expect(Int(down.headers["retry-after"] ?? "") != nil)
+            #expect(try tracker.client.request("GET", "/readyz").status == 503)
+            try TestEnvironment.postgres("start", dir: dir, port: port)
+            var recovered = false
+            for _ in 0..<100 {
+                if try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200 { recovered = true; break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(recovered)
+        }
+        #expect(try await db.scalar("SELECT count(*) FROM events") == "2")
+        await db.drop()
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+
+/// A minimal blocking HTTP/1.1 client over a loopback socket.
+///
+/// Tests need exact control of headers and bytes (gzip, wrong content types, oversize
+/// bodies), and nothing here should depend on a second HTTP stack.
+struct HTTPClient: Sendable {
+    struct Response: Sendable {
+        var status: Int
+        var headers: [String: String]
+        var body: Data
+
+        var text: String { String(decoding: body, as: UTF8.self) }
+        var json: [String: Any] { (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] ?? [:] }
+    }
+
+    let port: Int
+
+    func request(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) throws -> Response {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
+        for (k, v) in headers { head += "\(k): \(v)\r\n" }
+        if let body, headers["Content-Length"] == nil { head += "Content-Length: \(body.count)\r\n" }
+        head += "\r\n"
+        var out = Data(head.utf8)
+        if let body { out.append(body) }
+        try out.withUnsafeBytes { buf in
+            var sent = 0
+            while sent < buf.count {
+                let n = send(fd, buf.baseAddress! + sent, buf.count - sent, Int32(MSG_NOSIGNAL))
+                if n <= 0 { throw POSIXError(.EPIPE) }
+                sent += n
+            }
+        }
+        var received = Data()
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = recv(fd, &chunk, chunk.count, 0)
+            if n <= 0 { break }
+            received.append(contentsOf: chunk[0..<n])
+        }
+        return try Self.parse(received)
+    }
+
+    static func parse(_ data: Data) throws -> Response {
+        guard let end = data.range(of: Data("\r\n\r\n".utf8)) else { throw POSIXError(.EBADMSG) }
+        let head = String(decoding: data[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+        let statusParts = head[0].split(separator: " ")
+        guard statusParts.count >= 2, let status = Int(statusParts[1]) else { throw POSIXError(.EBADMSG) }
+        var headers: [String: String] = [:]
+        for line in head.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        var body = Data(data[end.upperBound...])
+        if headers["transfer-encoding"]?.lowercased() == "chunked" {
+            body = dechunk(body)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    static func dechunk(_ data: Data) -> Data {
+        var out = Data()
+        var rest = data[...]
+        while let lineEnd = rest.range(of: Data("\r\n".utf8)) {
+            let sizeText = String(decoding: rest[..<lineEnd.lowerBound], as: UTF8.self)
+            guard let size = Int(sizeText.split(separator: ";")[0], radix: 16), size > 0 else { break }
+            let start = lineEnd.upperBound
+            out.append(rest[start..<(start + size)])
+            rest = rest[(start + size + 2)...]
+        }
+        return out
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import Logging
+import Testing
+import Tracker
+
+/// The PostgreSQL cluster and binary that `scripts/test.sh` prepared.
+enum TestEnvironment {
+    static var adminURL: String? { ProcessInfo.processInfo.environment["TRACKER_TEST_DATABASE_URL"] }
+    static var binary: String? { ProcessInfo.processInfo.environment["TRACKER_BINARY"] }
+    static var pgDir: String? { ProcessInfo.processInfo.environment["TRACKER_TEST_PG_DIR"] }
+    static var pgPort: String? { ProcessInfo.processInfo.environment["TRACKER_TEST_PG_PORT"] }
+    static var pgScript: String? { ProcessInfo.processInfo.environment["TRACKER_TEST_PG_SCRIPT"] }
+
+    static var isAvailable: Bool { adminURL != nil && binary != nil }
+
+    static let logger: Logger = {
+        var l = Logger(label: "tracker.tests")
+        l.logLevel = .critical
+        return l
+    }()
+
+    /// Runs `scripts/pg.sh COMMAND DIR PORT` (start/stop a private cluster).
+    static func postgres(_ command: String, dir: String, port: Int) throws {
+        let script = try #require(pgScript)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: script)
+        p.arguments = [command, dir, String(port)]
+        try p.run()
+        p.waitUntilExit()
+        try #require(p.terminationStatus == 0, "pg.sh \(command) failed")
+    }
+}
+
+/// A fresh database with the schema applied, dropped when the test ends.
+final class TestDatabase: Sendable {
+    let name: String
+    let url: String
+    let pool: ConnectionPool
+    private let admin: ConnectionPool
+
+    init(adminURL: String? = TestEnvironment.adminURL) async throws {
+        let adminURL = try #require(adminURL, "run the integration tests through scripts/test.sh")
+        name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
+        admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
+        let name = self.name
+        try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") }
+        url = adminURL.replacingOccurrences(of: "/postgres", with: "/\(name)")
+        pool = ConnectionPool(conninfo: url, maxConnections: 4, logger: TestEnvironment.logger)
+        _ = try await Migrator(logger: TestEnvironment.logger).migrate(pool)
+    }
+
+    func drop() async {
+        pool.close()
+        let name = self.name
+        _ = try? await admin.withConnection { try $0.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        admin.close()
+    }
+
+    /// Runs a query and returns all its values as text.
+    func rows(_ sql: String, _ parameters: [String?] = []) async throws -> [[String?]] {
+        try await pool.withConnection { try $0.query(sql, parameters).rows }
+    }
+
+    func scalar(_ sql: String, _ parameters: [String?] = []) async throws -> String? {
+        try await rows(sql, parameters).first?.first ?? nil
+    }
+
+    func createKey(_ name: String, scope: KeyScope) async throws -> String {
+        try await APIKeys(pool: pool).create(name: name, scope: scope)
+    }
+}
+
+/// Runs `body` with a fresh database, dropping it afterwards even when the test fails.
+func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async throws {
+    let db = try await TestDatabase()
+    do {
+        try await body(db)
+    } catch {
+        await db.drop()
+        throw error
+    }
+    await db.drop()
+}

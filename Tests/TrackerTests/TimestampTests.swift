@@ -1,0 +1,47 @@
+import Testing
+@testable import Tracker
+
+struct TimestampTests {
+    @Test func dayOfAnInstantIsItsUTCCalendarDay() {
+        let justBeforeMidnight = Timestamp(microseconds: Day(year: 2026, month: 11, day: 20)!.start.microseconds - 1)
+        #expect(justBeforeMidnight.day.description == "2026-11-19")
+        #expect(Day(year: 2026, month: 11, day: 20)!.start.day.description == "2026-11-20")
+    }
+
+    @Test func instantsBeforeTheEpochFallOnTheRightDay() {
+        #expect(Timestamp(microseconds: -1).day.description == "1969-12-31")
+    }
+
+    @Test func formatsWithMicrosecondsInUTC() {
+        let t = Timestamp(microseconds: Day(year: 2024, month: 2, day: 29)!.start.microseconds + 3_723_000_450)
+        #expect(t.rfc3339 == "2024-02-29T01:02:03.000450Z")
+        #expect(t.postgresText == "2024-02-29 01:02:03.000450+00")
+    }
+
+    @Test func parsesOnlyRealDates() {
+        #expect(Day(iso: "2026-02-29") == nil)
+        #expect(Day(iso: "2024-02-29") != nil)
+        #expect(Day(iso: "2026-13-01") == nil)
+        #expect(Day(iso: "2026-1-01") == nil)
+        #expect(Day(iso: "2026-11-20")?.description == "2026-11-20")
+    }
+
+    @Test func civilConversionRoundTripsOverCenturies() {
+        for days in stride(from: -800_000, through: 2_900_000, by: 997) {
+            let (y, m, d) = Day.civilFromDays(days)
+            #expect(Day.daysFromCivil(year: y, month: m, day: d) == days)
+        }
+    }
+}
+
+struct UUIDTextTests {
+    @Test func upperCaseUUIDIsStoredLowerCase() {
+        #expect(UUIDText("0192F3A4-7B1C-7C3E-9A10-5F2D8E0C4B11")?.text == "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11")
+    }
+
+    @Test func malformedUUIDsAreRefused() {
+        #expect(UUIDText("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b1") == nil)
+        #expect(UUIDText("0192f3a47b1c-7c3e-9a10-5f2d8e0c4b11a") == nil)
+        #expect(UUIDText("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b1g") == nil)
+    }
+}
