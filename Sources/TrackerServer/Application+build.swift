@@ -8,6 +8,7 @@ struct ServerDependencies: Sendable {
     var keys: APIKeys
     var log: EventLog
     var migrator: Migrator
+    var reports: Reports
     var rateLimiter: RateLimiter?
 }
 
@@ -15,6 +16,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     let router = Router()
     router.add(middleware: ErrorBodyMiddleware())
     HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
+    ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), limits: IngestLimits(), rateLimiter: deps.rateLimiter)
         .register(on: router)
     return router
@@ -30,10 +32,15 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         keys: APIKeys(pool: pool),
         log: log,
         migrator: Migrator(logger: logger),
+        reports: Reports(pool: configuration.reportDatabaseURL.map {
+            ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
+        } ?? pool),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)))
     return Application(
         router: buildRouter(deps),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),
-        services: [log],
+        services: configuration.runProjector
+            ? [log, Projector(pool: pool, attributionWindow: configuration.attributionWindow, logger: logger)]
+            : [log],
         logger: logger)
 }

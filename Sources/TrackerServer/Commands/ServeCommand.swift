@@ -11,6 +11,9 @@ struct ServeConfiguration: Sendable {
     var poolSize: Int
     var writers: Int
     var rateLimit: Int?
+    var attributionWindow: Duration
+    var runProjector: Bool
+    var reportDatabaseURL: String?
 }
 
 struct ServeCommand: AsyncParsableCommand {
@@ -20,7 +23,9 @@ struct ServeCommand: AsyncParsableCommand {
         discussion: """
             Environment: DATABASE_URL (required unless --database-url), TRACKER_HOST (127.0.0.1), \
             TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
-            TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_LOG_LEVEL (info). \
+            TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_ATTRIBUTION_WINDOW (seconds, \
+            3600), TRACKER_PROJECTOR (on; 'off' when 'tracker project' runs elsewhere), \
+            REPORT_DATABASE_URL (a read replica for reports), TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -43,7 +48,10 @@ struct ServeCommand: AsyncParsableCommand {
             databaseURL: try database.resolved(),
             poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
             writers: try positiveInt("TRACKER_WRITERS") ?? 3,
-            rateLimit: try positiveInt("TRACKER_RATE_LIMIT"))
+            rateLimit: try positiveInt("TRACKER_RATE_LIMIT"),
+            attributionWindow: try attributionWindow(),
+            runProjector: environment("TRACKER_PROJECTOR") != "off",
+            reportDatabaseURL: environment("REPORT_DATABASE_URL"))
     }
 
     func run() async throws {
@@ -58,4 +66,9 @@ func positiveInt(_ name: String) throws -> Int? {
     guard let value = environment(name) else { return nil }
     guard let n = Int(value), n > 0 else { throw ValidationError("\(name) must be a positive integer, got '\(value)'") }
     return n
+}
+
+/// `TRACKER_ATTRIBUTION_WINDOW` in seconds (SPEC: default 1 hour). Changing it needs `tracker rebuild`.
+func attributionWindow() throws -> Duration {
+    .seconds(try positiveInt("TRACKER_ATTRIBUTION_WINDOW") ?? 3600)
 }

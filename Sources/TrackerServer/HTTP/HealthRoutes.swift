@@ -23,7 +23,8 @@ struct HealthRoutes: Sendable {
             if !pending.isEmpty {
                 return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
             }
-            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\"}")
+            let lag = try await Projector.lag(pool)
+            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}")
         } catch {
             return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
         }

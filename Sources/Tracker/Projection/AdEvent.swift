@@ -1,0 +1,56 @@
+/// The part of a logged event that reports depend on, as the projections keep it per ad.
+public struct AdEvent: Sendable, Hashable {
+    public var id: UUIDText
+    public var type: EventType
+    public var correctedAt: Timestamp
+    public var adUnit: String
+    public var formatId: String
+    public var assetKey: String?
+    public var source: EventSource
+    public var adapter: String?
+    public var eea: Bool
+    public var reservation: Bool
+    /// Test traffic: `test: true` or one of the SDK's test ad units (SPEC section 5).
+    public var isTest: Bool
+
+    public init(id: UUIDText, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String,
+                assetKey: String? = nil, source: EventSource = .app, adapter: String? = nil,
+                eea: Bool = false, reservation: Bool = false, test: Bool = false) {
+        self.id = id
+        self.type = type
+        self.correctedAt = correctedAt
+        self.adUnit = adUnit
+        self.formatId = formatId
+        self.assetKey = assetKey
+        self.source = source
+        self.adapter = adapter
+        self.eea = eea
+        self.reservation = reservation
+        self.isTest = test || AdEvent.testAdUnits.contains(adUnit)
+    }
+
+    public init(_ event: TrackingEvent) {
+        self.init(id: event.id, type: event.type, correctedAt: event.correctedAt, adUnit: event.adUnit,
+                  formatId: event.formatId, assetKey: event.assetKey, source: event.source, adapter: event.adapter,
+                  eea: event.eea, reservation: event.reservation, test: event.test)
+    }
+
+    /// The SDK's sample ad units, which serve only test ads.
+    public static let testAdUnits: Set<String> = [
+        "/6499/example/native", "/6499/example/native-backfill",
+        "/21775744923/example/native", "/21775744923/example/native-backfill",
+    ]
+
+    /// Video pause, mute and unmute change no report, so the projections do not keep them.
+    public static func isProjected(_ type: EventType) -> Bool {
+        switch type {
+        case .videoPause, .videoMute, .videoUnmute: false
+        default: true
+        }
+    }
+
+    /// SPEC's order for "earliest": corrected time, then the smaller id as a string.
+    static func earlier(_ a: AdEvent, _ b: AdEvent) -> Bool {
+        a.correctedAt != b.correctedAt ? a.correctedAt < b.correctedAt : a.id < b.id
+    }
+}

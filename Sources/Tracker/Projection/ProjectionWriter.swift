@@ -1,0 +1,96 @@
+/// Adds signed row changes to the projection tables, one statement per table.
+enum ProjectionWriter {
+    static func apply(_ delta: Contribution, on connection: Connection) throws {
+        for table in ProjectionTable.allCases {
+            let rows = delta.rows.filter { $0.key.table == table }
+            guard !rows.isEmpty else { continue }
+            let width = table.measureCount
+            var trafficClass = BinaryArray(.int8, capacity: rows.count)
+            var day = BinaryArray(.int8, capacity: rows.count)
+            var adUnit = BinaryArray(.text, capacity: rows.count)
+            var formatId = BinaryArray(.text, capacity: rows.count)
+            var second = BinaryArray(.text, capacity: rows.count)
+            var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count) }
+            for (key, values) in rows {
+                trafficClass.append(Int64(key.trafficClass.rawValue))
+                day.append(Int64(key.day.daysSinceEpoch))
+                adUnit.append(key.adUnit)
+                formatId.append(key.formatId)
+                switch table {
+                case .format: break
+                case .asset: second.append(key.assetKey)
+                case .source: second.append(key.adapter)
+                }
+                for m in 0..<width { measures[m].append(values[m]) }
+            }
+            var parameters = [trafficClass, day, adUnit, formatId]
+            if table != .format { parameters.append(second) }
+            parameters += measures
+            try connection.query(table.upsertSQL, parameters.map(\.parameter))
+        }
+    }
+}
+
+extension ProjectionTable {
+    var measureCount: Int {
+        switch self {
+        case .format: Measure.Format.count
+        case .asset: Measure.Asset.count
+        case .source: Measure.Source.count
+        }
+    }
+
+    /// Measure columns in the order of `Measure.*` indices.
+    var measureColumns: [String] {
+        switch self {
+        case .format:
+            ["impressions", "duplicate_impressions", "stale_impressions", "clicks", "duplicate_clicks",
+             "attributed_clicks", "adchoices_impressions", "adchoices_clicks", "video_plays", "video_ends",
+             "eea_reservation_impressions", "with_adchoices"]
+        case .asset:
+            ["clicks", "duplicate_clicks", "attributed_clicks", "no_impression", "before_impression", "outside_window"]
+        case .source:
+            ["app_impressions", "sdk_impressions", "mediation_impressions", "double_tracked_impression_ads",
+             "double_tracked_click_ads"]
+        }
+    }
+
+    var tableName: String {
+        switch self {
+        case .format: "format_day"
+        case .asset: "asset_day"
+        case .source: "source_day"
+        }
+    }
+
+    var dimensionColumns: [String] {
+        switch self {
+        case .format: ["ad_unit", "format_id"]
+        case .asset: ["ad_unit", "format_id", "asset_key"]
+        case .source: ["ad_unit", "format_id", "adapter"]
+        }
+    }
+
+    /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays.
+    ///
+    /// Built once per table from the fixed column lists above (identifiers, never values).
+    var upsertSQL: String {
+        let dims = dimensionColumns
+        let measures = measureColumns
+        let columns = ["traffic_class", "day"] + dims + measures
+        var arrays = ["$1::int8[]", "$2::int8[]"]
+        for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
+        for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::int8[]") }
+        let aliases = (0..<columns.count).map { "c\($0)" }
+        var select = ["c0::smallint", "date '1970-01-01' + c1::int"]
+        select += aliases[2...].map { $0 }
+        let key = ["day"] + dims + ["traffic_class"]
+        return """
+            INSERT INTO \(tableName) AS t (\(columns.joined(separator: ", ")))
+            SELECT \(select.joined(separator: ", "))
+            FROM unnest(\(arrays.joined(separator: ", "))) AS u(\(aliases.joined(separator: ", ")))
+            ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
+            \(measures.map { "\($0) = t.\($0) + excluded.\($0)" }.joined(separator: ", "))
+            """
+    }
+}

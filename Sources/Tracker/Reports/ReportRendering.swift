@@ -1,0 +1,84 @@
+extension ReportValue {
+    /// The value as JSON: strings quoted, counts as integers, ratios as numbers.
+    func appendJSON(to out: inout String) {
+        switch self {
+        case .text(let s): JSONText.appendQuoted(s, to: &out)
+        case .count(let n): out += String(n)
+        case .ratio(let r): out += r.isFinite ? String(r) : "0"
+        }
+    }
+
+    /// The value as it reads in CSV and in a terminal table.
+    var plain: String {
+        switch self {
+        case .text(let s): s
+        case .count(let n): String(n)
+        case .ratio(let r): r.isFinite ? String(r) : "0"
+        }
+    }
+}
+
+extension ReportResult {
+    /// `{"from": …, "to": …, "rows": [{…}], "meta": {…}}` (SPEC section 6, plus projection lag).
+    public var json: String {
+        var out = "{\"report\":\"\(query.kind.rawValue)\",\"from\":\"\(query.from)\",\"to\":\"\(query.to)\",\"rows\":["
+        for (i, row) in rows.enumerated() {
+            if i > 0 { out += "," }
+            out += "{"
+            for (j, value) in row.enumerated() {
+                if j > 0 { out += "," }
+                JSONText.appendQuoted(columns[j], to: &out)
+                out += ":"
+                value.appendJSON(to: &out)
+            }
+            out += "}"
+        }
+        out += "],\"meta\":{\"includeTest\":\(query.includeTest),\"adUnit\":"
+        if let adUnit = query.adUnit { JSONText.appendQuoted(adUnit, to: &out) } else { out += "null" }
+        out += ",\"formatId\":"
+        if let formatId = query.formatId { JSONText.appendQuoted(formatId, to: &out) } else { out += "null" }
+        out += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}}"
+        return out
+    }
+
+    /// RFC 4180 CSV with a header row, lines ended by "\n".
+    public var csv: String {
+        var out = columns.joined(separator: ",") + "\n"
+        for row in rows {
+            out += row.map { Self.csvField($0.plain) }.joined(separator: ",") + "\n"
+        }
+        return out
+    }
+
+    static func csvField(_ s: String) -> String {
+        guard s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return s }
+        var quoted = "\""
+        for ch in s { quoted += ch == "\"" ? "\"\"" : String(ch) }
+        return quoted + "\""
+    }
+
+    /// Aligned columns for a terminal: dimensions left, numbers right.
+    public var table: String {
+        let cells = [columns] + rows.map { $0.map(\.plain) }
+        var widths = columns.map(\.count)
+        for row in cells { for (i, c) in row.enumerated() { widths[i] = max(widths[i], c.count) } }
+        let numeric: [Bool] = columns.indices.map { i in
+            guard let first = rows.first else { return false }
+            if case .text = first[i] { return false }
+            return true
+        }
+        var out = ""
+        for row in cells {
+            var line = ""
+            for (i, cell) in row.enumerated() {
+                let pad = String(repeating: " ", count: widths[i] - cell.count)
+                if i > 0 { line += "  " }
+                line += numeric[i] ? pad + cell : cell + pad
+            }
+            while line.last == " " { line.removeLast() }
+            out += line + "\n"
+        }
+        if rows.isEmpty { out += "(no rows)\n" }
+        return out
+    }
+}

@@ -1,0 +1,153 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import ArgumentParser
+import Logging
+import ServiceLifecycle
+import Tracker
+import UnixSignals
+
+struct ProjectCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "project",
+        abstract: "Run the projector alone (e.g. on another machine; then serve with TRACKER_PROJECTOR=off).",
+        discussion: "Several projectors on one database take turns; none corrupts another. SIGTERM stops it between steps.")
+
+    @Flag(help: "Catch up with the log once, then exit.")
+    var once = false
+
+    @OptionGroup var database: DatabaseOptions
+
+    func run() async throws {
+        let logger = makeLogger()
+        let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 2, logger: logger)
+        defer { pool.close() }
+        let projector = Projector(pool: pool, attributionWindow: try attributionWindow(), logger: logger)
+        if once {
+            let n = try await projector.catchUp()
+            print("projected \(n) events")
+            return
+        }
+        let group = ServiceGroup(configuration: .init(services: [projector], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}
+
+struct RebuildCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rebuild",
+        abstract: "Replay the whole log into fresh projections and swap them in atomically.",
+        discussion: """
+            The server keeps serving reports from the current projections meanwhile. Needed after \
+            changing TRACKER_ATTRIBUTION_WINDOW. Shows a progress bar when stderr is a terminal.
+            """)
+
+    @OptionGroup var database: DatabaseOptions
+
+    func run() async throws {
+        let logger = makeLogger()
+        let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: logger)
+        defer { pool.close() }
+        let terminal = isatty(2) == 1
+        let started = ContinuousClock.now
+        let total = try await Rebuild(pool: pool, attributionWindow: try attributionWindow(), logger: logger).run { p in
+            if terminal { ProgressBar.draw(p) }
+        }
+        if terminal { writeToStandardError("\n") }
+        let seconds = Double((ContinuousClock.now - started).components.seconds) + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
+        print("rebuilt projections from \(total) events in \(String(format1: seconds)) s (\(Int(Double(total) / max(seconds, 0.001))) events/s)")
+    }
+}
+
+enum ProgressBar {
+    static func draw(_ p: RebuildProgress) {
+        let seconds = Double(p.elapsed.components.seconds) + Double(p.elapsed.components.attoseconds) / 1e18
+        let fraction = p.total > 0 ? min(1, Double(p.done) / Double(p.total)) : 1
+        let width = 30
+        let filled = Int(fraction * Double(width))
+        let rate = seconds > 0 ? Double(p.done) / seconds : 0
+        let eta = rate > 0 ? Double(p.total - p.done) / rate : 0
+        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+        let line = "\r\(p.phase.padding(10)) [\(bar)] \(Int(fraction * 100))% \(p.done)/\(p.total) events  \(Int(rate)) ev/s  ETA \(Int(eta)) s   "
+        writeToStandardError(line)
+    }
+}
+
+extension String {
+    func padding(_ width: Int) -> String {
+        count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+
+    init(format1 value: Double) {
+        let tenths = Int((value * 10).rounded())
+        self = "\(tenths / 10).\(tenths % 10)"
+    }
+}
+
+struct ReportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "report",
+        abstract: "Print a report (summary, assets, sources or adchoices) as a table, CSV or JSON.")
+
+    enum Output: String, ExpressibleByArgument, CaseIterable {
+        case table, csv, json
+    }
+
+    @Argument(help: "summary, assets, sources or adchoices.")
+    var report: String
+
+    @Option(help: "First UTC day, YYYY-MM-DD (inclusive).")
+    var from: String
+
+    @Option(help: "Last UTC day, YYYY-MM-DD (inclusive).")
+    var to: String
+
+    @Option(name: .customLong("ad-unit"), help: "Only this ad unit.")
+    var adUnit: String?
+
+    @Option(name: .customLong("format-id"), help: "Only this format.")
+    var formatId: String?
+
+    @Flag(name: .customLong("include-test"), help: "Include test traffic.")
+    var includeTest = false
+
+    @Option(help: "table, csv or json.")
+    var output: Output = .table
+
+    @OptionGroup var database: DatabaseOptions
+
+    func run() async throws {
+        let url = try environment("REPORT_DATABASE_URL") ?? database.resolved()
+        let pool = ConnectionPool(conninfo: url, maxConnections: 1, logger: makeLogger())
+        defer { pool.close() }
+        let query: ReportQuery
+        do {
+            query = try ReportRoutes.query(report: report, parameter: { name in
+                switch name {
+                case "from": from
+                case "to": to
+                case "adUnit": adUnit
+                case "formatId": formatId
+                case "includeTest": includeTest ? "true" : "false"
+                default: nil
+                }
+            })
+        } catch let error as APIError {
+            throw ValidationError(error.message)
+        }
+        let result = try await Reports(pool: pool).run(query)
+        switch output {
+        case .table: print(result.table, terminator: "")
+        case .csv: print(result.csv, terminator: "")
+        case .json: print(result.json)
+        }
+    }
+}
+
+/// Writes to file descriptor 2 without touching C's global `stderr`.
+func writeToStandardError(_ text: String) {
+    var text = text
+    text.withUTF8 { buffer in _ = write(2, buffer.baseAddress, buffer.count) }
+}
