@@ -40,7 +40,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         router: buildRouter(deps),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),
         services: configuration.runProjector
-            ? [log, Projector(pool: pool, attributionWindow: configuration.attributionWindow, logger: logger)]
+            ? [log, Projector(pool: pool, attributionWindow: configuration.attributionWindow,
+                                batchSize: configuration.projectorBatchSize, logger: logger)]
             : [log],
         logger: logger)
 }

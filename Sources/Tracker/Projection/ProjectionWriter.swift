@@ -1,4 +1,7 @@
 /// Adds signed row changes to the projection tables, one statement per table.
+///
+/// A row whose measures all return to zero is deleted, so the incrementally maintained
+/// tables hold exactly the rows a rebuild writes (it writes only non-zero rows).
 enum ProjectionWriter {
     static func apply(_ delta: Contribution, on connection: Connection) throws {
         for table in ProjectionTable.allCases {
@@ -27,6 +30,10 @@ enum ProjectionWriter {
             if table != .format { parameters.append(second) }
             parameters += measures
             try connection.query(table.upsertSQL, parameters.map(\.parameter))
+            // Only a subtraction can empty a row.
+            if rows.contains(where: { $0.value.min() < 0 }) {
+                try connection.query(table.deleteEmptySQL, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
+            }
         }
     }
 }
@@ -69,6 +76,21 @@ extension ProjectionTable {
         case .asset: ["ad_unit", "format_id", "asset_key"]
         case .source: ["ad_unit", "format_id", "adapter"]
         }
+    }
+
+    /// Deletes the rows named by the key arrays (`$1…` as in `upsertSQL`) whose measures are all zero.
+    var deleteEmptySQL: String {
+        let dims = dimensionColumns
+        var arrays = ["$1::int8[]", "$2::int8[]"]
+        for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
+        var match = ["t.traffic_class = u.c0", "t.day = date '1970-01-01' + u.c1::int"]
+        for (i, d) in dims.enumerated() { match.append("t.\(d) = u.c\(2 + i)") }
+        match += measureColumns.map { "t.\($0) = 0" }
+        return """
+            DELETE FROM \(tableName) AS t
+            USING unnest(\(arrays.joined(separator: ", "))) AS u(\((0..<arrays.count).map { "c\($0)" }.joined(separator: ", ")))
+            WHERE \(match.joined(separator: " AND "))
+            """
     }
 
     /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays.

@@ -52,21 +52,9 @@ public final class Projector: Service, Sendable {
 
     /// Refuses to mix two attribution windows in one set of projections.
     func checkWindow() async throws {
-        let stored = try await pool.withConnection { c in
-            try c.query("SELECT (extract(epoch FROM attribution_window) * 1000000)::bigint FROM projection_state").int64(0, 0)
-        }
-        let wanted = attributionWindow.microseconds
-        if let stored, stored != wanted {
-            let eventsProjected = try await pool.withConnection { c in
-                try c.query("SELECT events_projected FROM projection_state").int64(0, 0) ?? 0
-            }
-            if eventsProjected == 0 {
-                try await pool.withConnection { c in
-                    _ = try c.query("UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)", [String(wanted)])
-                }
-            } else {
-                throw ProjectorError.windowMismatch(projected: .microseconds(stored), configured: attributionWindow)
-            }
+        let window = attributionWindow
+        _ = try await pool.withConnection { c in
+            try c.transaction { try Self.lockState(on: c, window: window) }
         }
     }
 
@@ -82,13 +70,29 @@ public final class Projector: Service, Sendable {
         }
     }
 
-    /// Projects until the log head (as of the call) is reached.
+    /// Projects until every event committed before the call is projected; returns the events consumed.
+    ///
+    /// An event becomes readable only once every older transaction in the cluster has ended
+    /// (see `ProjectorSQL.nextEvents`), so this may wait for a transaction that is still open.
+    @discardableResult
     public func catchUp() async throws -> Int {
+        try await checkWindow()
+        let head = try await pool.withConnection { c -> (tx: String, seq: String)? in
+            let r = try c.query(ProjectorSQL.head)
+            guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
+            return (tx, seq)
+        }
+        guard let head else { return 0 }
         var total = 0
         while true {
             let n = try await step()
             total += n
-            if n < batchSize { return total }
+            if n == batchSize { continue }
+            let reached = try await pool.withConnection { c in
+                try c.query(ProjectorSQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
+            }
+            if reached { return total }
+            if n == 0 { try await Task.sleep(for: pollInterval) }
         }
     }
 
@@ -97,10 +101,7 @@ public final class Projector: Service, Sendable {
         // so a lost commit is only work to redo: no need to wait for the WAL flush.
         try connection.execute("SET LOCAL synchronous_commit = off")
         try connection.query("SELECT pg_advisory_xact_lock(hashtext('tracker.projector'))")
-        let state = try connection.query("SELECT checkpoint_tx::text, checkpoint_seq FROM projection_state FOR UPDATE")
-        guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1) else {
-            throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
-        }
+        let (tx, seq) = try lockState(on: connection, window: window)
         let rows = try connection.query(ProjectorSQL.nextEvents, [tx, String(seq), String(limit)])
         guard rows.rowCount > 0 else { return 0 }
 
@@ -130,6 +131,23 @@ public final class Projector: Service, Sendable {
             "UPDATE projection_state SET checkpoint_tx = $1::xid8, checkpoint_seq = $2::bigint, events_projected = events_projected + $3::bigint, updated_at = now()",
             [lastTx, String(lastSeq), String(rows.rowCount)])
         return rows.rowCount
+    }
+
+    /// Locks the state row and returns the checkpoint, after making sure the projections were
+    /// computed with `window` (set it when nothing is projected yet, refuse otherwise).
+    static func lockState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64) {
+        let state = try connection.query(ProjectorSQL.state)
+        guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
+              let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3) else {
+            throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
+        }
+        if storedWindow != window.microseconds {
+            guard projected == 0 else {
+                throw ProjectorError.windowMismatch(projected: .microseconds(storedWindow), configured: window)
+            }
+            try connection.query(ProjectorSQL.setWindow, [String(window.microseconds)])
+        }
+        return (tx, seq)
     }
 
     static func loadAdEvents(_ requestIds: [String], on connection: Connection) throws -> [String: [AdEvent]] {
@@ -213,6 +231,22 @@ enum ProjectorSQL {
           AND tx < pg_snapshot_xmin(pg_current_snapshot())
         ORDER BY tx, seq
         LIMIT $3::int
+        """
+
+    /// Columns: 0 checkpoint tx, 1 checkpoint seq, 2 attribution window (µs), 3 events projected.
+    static let state = """
+        SELECT checkpoint_tx::text, checkpoint_seq, (extract(epoch FROM attribution_window) * 1000000)::bigint,
+               events_projected
+        FROM projection_state FOR UPDATE
+        """
+
+    static let setWindow = "UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)"
+
+    /// The newest committed event: where `catchUp` stops.
+    static let head = "SELECT tx::text, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1"
+
+    static let reached = """
+        SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint) FROM projection_state
         """
 
     static let adEventsOfAds = """

@@ -24,7 +24,8 @@ struct ProjectCommand: AsyncParsableCommand {
         let logger = makeLogger()
         let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 2, logger: logger)
         defer { pool.close() }
-        let projector = Projector(pool: pool, attributionWindow: try attributionWindow(), logger: logger)
+        let projector = Projector(pool: pool, attributionWindow: try attributionWindow(),
+                                  batchSize: try projectorBatchSize(), logger: logger)
         if once {
             let n = try await projector.catchUp()
             print("projected \(n) events")

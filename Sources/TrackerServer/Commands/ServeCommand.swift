@@ -13,6 +13,7 @@ struct ServeConfiguration: Sendable {
     var rateLimit: Int?
     var attributionWindow: Duration
     var runProjector: Bool
+    var projectorBatchSize: Int
     var reportDatabaseURL: String?
 }
 
@@ -25,6 +26,7 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
             TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_ATTRIBUTION_WINDOW (seconds, \
             3600), TRACKER_PROJECTOR (on; 'off' when 'tracker project' runs elsewhere), \
+            TRACKER_PROJECTOR_BATCH_SIZE (log events per projector transaction, 20000), \
             REPORT_DATABASE_URL (a read replica for reports), TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
@@ -51,6 +53,7 @@ struct ServeCommand: AsyncParsableCommand {
             rateLimit: try positiveInt("TRACKER_RATE_LIMIT"),
             attributionWindow: try attributionWindow(),
             runProjector: environment("TRACKER_PROJECTOR") != "off",
+            projectorBatchSize: try projectorBatchSize(),
             reportDatabaseURL: environment("REPORT_DATABASE_URL"))
     }
 
@@ -66,6 +69,11 @@ func positiveInt(_ name: String) throws -> Int? {
     guard let value = environment(name) else { return nil }
     guard let n = Int(value), n > 0 else { throw ValidationError("\(name) must be a positive integer, got '\(value)'") }
     return n
+}
+
+/// `TRACKER_PROJECTOR_BATCH_SIZE`: log events per projector transaction (default 20000).
+func projectorBatchSize() throws -> Int {
+    try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? 20_000
 }
 
 /// `TRACKER_ATTRIBUTION_WINDOW` in seconds (SPEC: default 1 hour). Changing it needs `tracker rebuild`.

@@ -44,7 +44,9 @@ final class TestDatabase: Sendable {
         admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
         let name = self.name
         try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") }
-        url = adminURL.replacingOccurrences(of: "/postgres", with: "/\(name)")
+        // Only the database, the URL's last path segment: the user may be called postgres too.
+        let base = try #require(adminURL.range(of: "/", options: .backwards), "the admin URL names a database")
+        url = adminURL[..<base.upperBound] + name
         pool = ConnectionPool(conninfo: url, maxConnections: 4, logger: TestEnvironment.logger)
         _ = try await Migrator(logger: TestEnvironment.logger).migrate(pool)
     }

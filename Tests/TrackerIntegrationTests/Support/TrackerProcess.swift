@@ -20,7 +20,7 @@ final class TrackerProcess: @unchecked Sendable {
         for (k, v) in extra { env[k] = v }
         process.environment = env
         output = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-\(port).log")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let handle = try FileHandle(forWritingTo: output)
         process.standardOutput = handle
         process.standardError = handle

@@ -1,0 +1,246 @@
+import Foundation
+import Testing
+import Tracker
+
+/// The projections against the log: any delivery gives the reports a plain reading of SPEC 5
+/// gives, incrementally and after a rebuild, through crashes and concurrent projectors.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct ProjectionTests {
+    /// Delivers random traffic in shuffled chunks with retries, projecting a little between
+    /// chunks; the incremental projections, a rebuild and the reference must all agree.
+    @Test(arguments: [(UInt64(1), 3600), (UInt64(2), 3600), (UInt64(3), 600)])
+    func randomDeliveriesGiveTheReferenceReportsIncrementallyAndAfterRebuild(seed: UInt64, windowSeconds: Int) async throws {
+        let window = Duration.seconds(windowSeconds)
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: seed)
+            let events = RandomTraffic.events(ads: 120, using: &g)
+            let projector = db.projector(batchSize: Int.random(in: 7...60, using: &g), window: window)
+            for chunk in RandomTraffic.deliveries(of: events, chunks: 5, using: &g) {
+                try await db.append(chunk)
+                for _ in 0..<Int.random(in: 0...3, using: &g) { try await projector.step() }
+            }
+            try await projector.catchUp()
+            let expected = ReferenceReports.csv(events, window: window)
+            let incremental = try await db.reportsAsCSV()
+            for (name, csv) in expected {
+                #expect(incremental[name] == csv, "seed \(seed): \(name), incremental")
+            }
+            #expect(expected["summary includeTest=false"]!.split(separator: "\n").count > 3, "the stream produced rows")
+
+            try await expectRebuildReproducesTheProjections(db, window: window)
+            #expect(try await db.reportsAsCSV() == expected)
+        }
+    }
+
+    @Test func retriedDeliveryChangesNoReport() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 11)
+            let events = RandomTraffic.events(ads: 40, using: &g)
+            try await db.append(events)
+            try await db.projector().catchUp()
+            let once = try await db.reportsAsCSV()
+            try await db.append(events.shuffled(using: &g))
+            try await db.projector().catchUp()
+            #expect(try await db.reportsAsCSV() == once)
+            #expect(try await db.scalar("SELECT count(*) FROM events") == String(events.count))
+        }
+    }
+
+    @Test func lateImpressionCorrectsTheClickAndItsDay() async throws {
+        try await withTestDatabase { db in
+            try await db.append([Events.make(.click, ad: "late", at: Events.at(1, 0, 5))])
+            try await db.projector().catchUp()
+            let day = Events.day0.description
+            let before = try await summaryRow(db, day: day)
+            #expect(before?["clicks"] == "1")
+            #expect(before?["unattributedClicks"] == "1")
+            try await db.append([Events.make(.impression, ad: "late", at: Events.at(1, 0, 1))])
+            try await db.projector().catchUp()
+            let after = try await summaryRow(db, day: day)
+            #expect(after?["impressions"] == "1")
+            #expect(after?["attributedClicks"] == "1")
+            #expect(after?["unattributedClicks"] == "0")
+            let assets = try await Reports(pool: db.pool).run(try ReportQuery(kind: .assets, from: Events.day0, to: Events.day0))
+            #expect(assets.csv == "day,adUnit,formatId,assetKey,clicks,duplicateClicks,attributedClicks,noImpression,beforeImpression,outsideWindow\n\(day),/1234/home/native,10063170,MainImage,1,0,1,0,0,0\n")
+        }
+    }
+
+    /// `tracker project` killed with SIGKILL in the middle of the log, then restarted: the
+    /// projections equal a rebuild, and nothing was projected twice.
+    @Test func projectorKilledMidStreamResumesExactlyOnce() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 21)
+            let events = RandomTraffic.events(ads: 3000, using: &g)
+            try await db.append(events)
+            let total = try await db.scalar("SELECT count(*) FROM events").flatMap { Int($0) } ?? 0
+            let project = try runTracker(["project", "--database-url", db.url], environment: ["TRACKER_PROJECTOR_BATCH_SIZE": "200"])
+            var projectedAtKill = 0
+            for _ in 0..<400 {
+                projectedAtKill = Int(try await db.scalar("SELECT events_projected FROM projection_state") ?? "0") ?? 0
+                if projectedAtKill > 0 { break }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            kill(project.processIdentifier, SIGKILL)
+            project.waitUntilExit()
+            #expect(projectedAtKill > 0)
+            #expect(projectedAtKill < total, "killed before the end of the log")
+
+            let resumed = try runTracker(["project", "--once", "--database-url", db.url])
+            resumed.waitUntilExit()
+            #expect(resumed.terminationStatus == 0)
+            #expect(try await db.scalar("SELECT events_projected FROM projection_state") == String(total))
+            #expect(try await db.reportsAsCSV() == ReferenceReports.csv(events))
+            try await expectRebuildReproducesTheProjections(db)
+        }
+    }
+
+    /// Two projectors racing over one database while events keep arriving.
+    @Test func twoConcurrentProjectorsDoNotCorruptEachOther() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 31)
+            let events = RandomTraffic.events(ads: 400, using: &g)
+            let chunks = RandomTraffic.deliveries(of: events, chunks: 8, using: &g)
+            let a = db.projector(batchSize: 50), b = db.projector(batchSize: 80)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { for chunk in chunks { try await db.append(chunk) } }
+                for p in [a, b] {
+                    group.addTask { for _ in 0..<60 { try await p.step(); try await Task.sleep(for: .milliseconds(3)) } }
+                }
+                try await group.waitForAll()
+            }
+            async let caughtUpA = a.catchUp()
+            async let caughtUpB = b.catchUp()
+            _ = try await (caughtUpA, caughtUpB)
+            #expect(try await db.scalar("SELECT events_projected FROM projection_state") == String(events.count))
+            #expect(try await db.reportsAsCSV() == ReferenceReports.csv(events))
+            try await expectRebuildReproducesTheProjections(db)
+        }
+    }
+
+    /// `tracker rebuild` while the server serves reports and projects new events.
+    @Test func rebuildSwapsInWhileTheServerKeepsServing() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 41)
+            let first = RandomTraffic.events(ads: 1500, using: &g)
+            try await db.append(first)
+            let key = try await db.createKey("analyst", scope: .report)
+            try await withTracker(db) { tracker in
+                try await waitUntilCaughtUp(tracker)
+                let rebuild = try runTracker(["rebuild", "--database-url", db.url])
+                let late = RandomTraffic.events(ads: 200, using: &g)
+                try await db.append(late)
+                var statuses: [Int] = []
+                while rebuild.isRunning {
+                    statuses.append(try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-09&to=2026-11-12",
+                                                               headers: ["Authorization": "Bearer \(key)"]).status)
+                }
+                rebuild.waitUntilExit()
+                #expect(rebuild.terminationStatus == 0)
+                #expect(statuses.allSatisfy { $0 == 200 }, "\(statuses)")
+                try await waitUntilCaughtUp(tracker)
+                #expect(try await db.reportsAsCSV() == ReferenceReports.csv(first + late))
+            }
+        }
+    }
+
+    @Test func rebuildPrintsItsThroughputAndCoversTheWholeLog() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 51)
+            try await db.append(RandomTraffic.events(ads: 50, using: &g))
+            let total = try await db.scalar("SELECT count(*) FROM events") ?? "?"
+            let (status, output) = try runTrackerToEnd(["rebuild", "--database-url", db.url])
+            #expect(status == 0)
+            #expect(output.contains("rebuilt projections from \(total) events"), "\(output)")
+            #expect(try await db.scalar("SELECT events_projected FROM projection_state") == total)
+        }
+    }
+
+    /// Projections computed with one attribution window are never extended with another.
+    @Test func aChangedAttributionWindowNeedsARebuild() async throws {
+        try await withTestDatabase { db in
+            try await db.append([Events.make(.impression, ad: "w", at: Events.at(1, 0)),
+                                 Events.make(.click, ad: "w", at: Events.at(1, 0, 45 * 60))])
+            try await db.projector().catchUp()
+            var (status, output) = try runTrackerToEnd(["project", "--once", "--database-url", db.url],
+                                                       environment: ["TRACKER_ATTRIBUTION_WINDOW": "1800"])
+            #expect(status != 0)
+            #expect(output.contains("tracker rebuild"), "\(output)")
+            (status, output) = try runTrackerToEnd(["rebuild", "--database-url", db.url],
+                                                   environment: ["TRACKER_ATTRIBUTION_WINDOW": "1800"])
+            #expect(status == 0, "\(output)")
+            let row = try await summaryRow(db, day: Events.day0.description)
+            #expect(row?["attributedClicks"] == "0")
+            #expect(row?["unattributedClicks"] == "1")
+            (status, output) = try runTrackerToEnd(["project", "--once", "--database-url", db.url],
+                                                   environment: ["TRACKER_ATTRIBUTION_WINDOW": "1800"])
+            #expect(status == 0, "\(output)")
+        }
+    }
+}
+
+/// Rebuilds the projections from the log and checks they equal the current ones row for row.
+func expectRebuildReproducesTheProjections(_ db: TestDatabase, window: Duration = .seconds(3600),
+                                           sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    let incremental = try await db.projectionSnapshot()
+    try await Rebuild(pool: db.pool, attributionWindow: window, logger: TestEnvironment.logger).run()
+    try await db.projector(window: window).catchUp()  // what the rebuild's horizon left to the live projector
+    let rebuilt = try await db.projectionSnapshot()
+    for (table, rows) in incremental {
+        #expect(rebuilt[table] == rows, "\(table) after rebuild", sourceLocation: sourceLocation)
+    }
+}
+
+/// The summary row of `day` for the default ad unit and format, as column → value.
+func summaryRow(_ db: TestDatabase, day: String) async throws -> [String: String]? {
+    let d = try #require(Day(iso: day))
+    let csv = try await Reports(pool: db.pool).run(try ReportQuery(kind: .summary, from: d, to: d)).csv
+    let lines = csv.split(separator: "\n").map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+    guard lines.count > 1 else { return nil }
+    return Dictionary(uniqueKeysWithValues: zip(lines[0], lines[1]))
+}
+
+/// The tracker binary with `arguments`, not yet started.
+func trackerCommand(_ arguments: [String], environment extra: [String: String] = [:]) throws -> Process {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: try #require(TestEnvironment.binary))
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env["TRACKER_LOG_LEVEL"] = "warning"
+    for (k, v) in extra { env[k] = v }
+    p.environment = env
+    p.standardOutput = FileHandle.nullDevice
+    p.standardError = FileHandle.nullDevice
+    return p
+}
+
+/// Starts the tracker binary with `arguments`, its output discarded.
+func runTracker(_ arguments: [String], environment: [String: String] = [:]) throws -> Process {
+    let p = try trackerCommand(arguments, environment: environment)
+    try p.run()
+    return p
+}
+
+/// Runs the tracker binary to its end; returns the exit status and stdout + stderr.
+func runTrackerToEnd(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String) {
+    let p = try trackerCommand(arguments, environment: environment)
+    let out = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-cli-\(UUID().uuidString).out")
+    _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+    let handle = try FileHandle(forWritingTo: out)
+    defer { try? FileManager.default.removeItem(at: out) }
+    p.standardOutput = handle
+    p.standardError = handle
+    try p.run()
+    p.waitUntilExit()
+    try handle.close()
+    return (p.terminationStatus, (try? String(contentsOf: out, encoding: .utf8)) ?? "")
+}
+
+/// Polls /readyz until the projections have caught up with the log.
+func waitUntilCaughtUp(_ tracker: TrackerProcess) async throws {
+    for _ in 0..<600 {
+        let r = try tracker.client.request("GET", "/readyz")
+        if let lag = r.json["projectionLag"] as? [String: Any], lag["events"] as? Int == 0 { return }
+        try await Task.sleep(for: .milliseconds(25))
+    }
+    Issue.record("the projector did not catch up within 15 s")
+}

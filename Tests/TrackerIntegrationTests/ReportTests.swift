@@ -1,0 +1,255 @@
+import Foundation
+import Testing
+import Tracker
+
+/// GET /v1/reports/… and `tracker report` as a user sees them (SPEC section 6).
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct ReportTests {
+    static let home = "/1234/home/native", feed = "/1234/feed/native"
+    static let day0 = Events.day0.description, day1 = Events.day0.adding(days: 1).description
+
+    /// Four ads over two days: attributed, duplicate and out-of-window clicks, a double-tracked
+    /// impression, an AdChoices icon on one of two EEA reservation ads, and one test ad.
+    static func traffic() -> [TrackingEvent] {
+        [
+            Events.make(.impression, ad: "a1", at: Events.at(10), adUnit: home, eea: true, reservation: true),
+            Events.make(.adchoicesImpression, ad: "a1", at: Events.at(10, 0, 1), adUnit: home),
+            Events.make(.click, ad: "a1", at: Events.at(10, 0, 30), adUnit: home),
+            Events.make(.click, ad: "a1", at: Events.at(10, 0, 30, micros: 500_000), adUnit: home),
+            Events.make(.impression, ad: "a2", at: Events.at(11), adUnit: home, eea: true, reservation: true),
+            Events.make(.click, ad: "a2", at: Events.at(12, 30), adUnit: home, asset: "Headline"),
+            Events.make(.impression, ad: "a3", at: Events.at(day: 1, 9), adUnit: feed, formatId: "native"),
+            Events.make(.impression, ad: "a3", at: Events.at(day: 1, 9, 0, 2), adUnit: feed, formatId: "native",
+                        source: .sdk),
+            Events.make(.impression, ad: "a4", at: Events.at(13), adUnit: home, test: true),
+        ]
+    }
+
+    /// A served database with `traffic()` projected, and a report key.
+    func withServedTraffic(_ body: (TestDatabase, TrackerProcess, String) async throws -> Void) async throws {
+        try await withTestDatabase { db in
+            try await db.append(Self.traffic())
+            let key = try await db.createKey("analyst", scope: .report)
+            try await withTracker(db) { tracker in
+                try await waitUntilCaughtUp(tracker)
+                try await body(db, tracker, key)
+            }
+        }
+    }
+
+    func get(_ tracker: TrackerProcess, _ path: String, key: String?, headers: [String: String] = [:]) throws -> HTTPClient.Response {
+        var h = headers
+        if let key { h["Authorization"] = "Bearer \(key)" }
+        return try tracker.client.request("GET", path, headers: h)
+    }
+
+    @Test func summaryJSONHasTheSpecShapeSortedRowsAndIntegerCounts() async throws {
+        try await withServedTraffic { _, tracker, key in
+            let r = try get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)", key: key)
+            #expect(r.status == 200)
+            #expect(r.headers["content-type"]?.hasPrefix("application/json") == true)
+            let json = r.json
+            #expect(json["from"] as? String == Self.day0)
+            #expect(json["to"] as? String == Self.day1)
+            let rows = try #require(json["rows"] as? [[String: Any]])
+            #expect(rows.count == 2)
+            #expect(rows.map { $0["day"] as? String } == [Self.day0, Self.day1])
+            let home = rows[0]
+            #expect(home["adUnit"] as? String == Self.home)
+            #expect(home["formatId"] as? String == "10063170")
+            let expected: [String: Int] = [
+                "impressions": 2, "duplicateImpressions": 0, "staleImpressions": 0, "clicks": 2, "duplicateClicks": 1,
+                "attributedClicks": 1, "unattributedClicks": 1, "adchoicesImpressions": 1, "adchoicesClicks": 0,
+                "videoPlays": 0, "videoEnds": 0,
+            ]
+            for (name, value) in expected { #expect(home[name] as? Int == value, "\(name)") }
+            #expect(home["ctr"] as? Double == 0.5)
+            #expect(Set(home.keys) == Set(expected.keys).union(["day", "adUnit", "formatId", "ctr"]))
+            #expect(r.text.contains("\"impressions\":2,"), "counts are JSON integers")
+            #expect(rows[1]["duplicateImpressions"] as? Int == 1)
+            #expect(rows[1]["ctr"] as? Double == 0, "ctr is 0 for a row without attributed clicks")
+        }
+    }
+
+    @Test func reportsCarryProjectionLagInTheirMetadataAndReadyzShowsIt() async throws {
+        try await withServedTraffic { _, tracker, key in
+            let meta = try get(tracker, "/v1/reports/sources?from=\(Self.day0)&to=\(Self.day1)", key: key).json["meta"] as? [String: Any]
+            let lag = try #require(meta?["projectionLag"] as? [String: Any])
+            #expect(lag["events"] as? Int == 0)
+            #expect(lag["seconds"] as? Double == 0)
+            let ready = try tracker.client.request("GET", "/readyz").json
+            #expect((ready["projectionLag"] as? [String: Any])?["events"] as? Int == 0)
+        }
+    }
+
+    @Test func lagGrowsWhenNoProjectorRuns() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("analyst", scope: .report)
+            try await withTracker(db, environment: ["TRACKER_PROJECTOR": "off"]) { tracker in
+                try await db.append(Self.traffic())
+                try await Task.sleep(for: .milliseconds(1100))
+                let ready = try tracker.client.request("GET", "/readyz")
+                let lag = try #require(ready.json["projectionLag"] as? [String: Any])
+                #expect(lag["events"] as? Int == Self.traffic().count)
+                #expect((lag["seconds"] as? Double ?? 0) >= 1)
+                let report = try get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)", key: key)
+                #expect(report.headers["x-projection-lag-events"] == String(Self.traffic().count))
+                #expect((report.json["rows"] as? [Any])?.isEmpty == true, "nothing projected yet")
+            }
+        }
+    }
+
+    @Test func csvByAcceptHeaderAndByFormatParameterHasTheSameColumns() async throws {
+        try await withServedTraffic { _, tracker, key in
+            let path = "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)"
+            let byHeader = try get(tracker, path, key: key, headers: ["Accept": "text/csv"])
+            let byParameter = try get(tracker, path + "&format=csv", key: key)
+            #expect(byHeader.status == 200)
+            #expect(byHeader.headers["content-type"]?.hasPrefix("text/csv") == true)
+            #expect(byHeader.text == byParameter.text)
+            #expect(byHeader.text == """
+                day,adUnit,formatId,impressions,duplicateImpressions,staleImpressions,clicks,duplicateClicks,attributedClicks,unattributedClicks,ctr,adchoicesImpressions,adchoicesClicks,videoPlays,videoEnds
+                \(Self.day0),\(Self.home),10063170,2,0,0,2,1,1,1,0.5,1,0,0,0
+                \(Self.day1),\(Self.feed),native,1,1,0,0,0,0,0,0.0,0,0,0,0
+
+                """)
+        }
+    }
+
+    @Test func assetsSourcesAndAdchoicesReportsCountWhereSpecSays() async throws {
+        try await withServedTraffic { _, tracker, key in
+            func csv(_ report: String) throws -> String {
+                try get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&format=csv", key: key).text
+            }
+            let assets = try csv("assets")
+            #expect(assets == """
+                day,adUnit,formatId,assetKey,clicks,duplicateClicks,attributedClicks,noImpression,beforeImpression,outsideWindow
+                \(Self.day0),\(Self.home),10063170,Headline,1,0,0,0,0,1
+                \(Self.day0),\(Self.home),10063170,MainImage,1,1,1,0,0,0
+
+                """)
+            let sources = try csv("sources")
+            #expect(sources == """
+                day,adUnit,adapter,appImpressions,sdkImpressions,mediationImpressions,doubleTrackedImpressionAds,doubleTrackedClickAds
+                \(Self.day0),\(Self.home),,2,0,0,0,0
+                \(Self.day1),\(Self.feed),,1,1,0,1,0
+
+                """)
+            let adchoices = try csv("adchoices")
+            #expect(adchoices == """
+                day,adUnit,formatId,eeaReservationImpressions,withAdChoices,share,adchoicesClicks
+                \(Self.day0),\(Self.home),10063170,2,1,0.5,0
+
+                """)
+        }
+    }
+
+    @Test func filtersSelectRowsAndIncludeTestAddsTestTraffic() async throws {
+        try await withServedTraffic { _, tracker, key in
+            let base = "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)"
+            let byUnit = try get(tracker, base + "&adUnit=%2F1234%2Ffeed%2Fnative", key: key).json["rows"] as? [[String: Any]]
+            #expect(byUnit?.map { $0["adUnit"] as? String } == [Self.feed])
+            let byFormat = try get(tracker, base + "&formatId=10063170", key: key).json["rows"] as? [[String: Any]]
+            #expect(byFormat?.map { $0["formatId"] as? String } == ["10063170"])
+            let oneDay = try get(tracker, "/v1/reports/summary?from=\(Self.day1)&to=\(Self.day1)", key: key).json["rows"] as? [[String: Any]]
+            #expect(oneDay?.count == 1)
+            let withTest = try get(tracker, base + "&includeTest=true", key: key).json["rows"] as? [[String: Any]]
+            #expect(withTest?.first?["impressions"] as? Int == 3)
+            #expect(withTest?.first?["ctr"] as? Double == 1.0 / 3.0)
+        }
+    }
+
+    @Test(arguments: [
+        ("/v1/reports/revenue?from=2026-11-10&to=2026-11-11", "unknown report 'revenue'"),
+        ("/v1/reports/summary?from=2026-11-1&to=2026-11-11", "from must be a UTC day as YYYY-MM-DD, got '2026-11-1'"),
+        ("/v1/reports/summary?from=2026-02-30&to=2026-03-01", "from must be a UTC day"),
+        ("/v1/reports/summary?from=2026-11-10", "to is required"),
+        ("/v1/reports/summary?from=2026-11-12&to=2026-11-10", "from (2026-11-12) is after to (2026-11-10)"),
+        ("/v1/reports/summary?from=2025-11-10&to=2026-11-11", "spans 367 days; at most 366"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&includeTest=maybe", "includeTest must be true or false"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&format=xml", "format must be json or csv"),
+    ])
+    func badParametersAre400WithAMessageThatSaysWhatToFix(path: String, message: String) async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("analyst", scope: .report)
+            try await withTracker(db) { tracker in
+                let r = try get(tracker, path, key: key)
+                #expect(r.status == 400)
+                #expect((r.json["error"] as? String)?.isEmpty == false)
+                #expect((r.json["message"] as? String)?.contains(message) == true, "\(r.text)")
+            }
+        }
+    }
+
+    @Test func a366DayRangeIsAllowed() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("analyst", scope: .report)
+            try await withTracker(db) { tracker in
+                let status = try get(tracker, "/v1/reports/summary?from=2025-11-11&to=2026-11-11", key: key).status
+                #expect(status == 200)
+            }
+        }
+    }
+
+    @Test func reportsNeedAKeyOfReportScope() async throws {
+        try await withTestDatabase { db in
+            let ingest = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db) { tracker in
+                let path = "/v1/reports/summary?from=2026-11-10&to=2026-11-11"
+                #expect(try get(tracker, path, key: nil).status == 401)
+                #expect(try get(tracker, path, key: "tk_not_a_key").status == 401)
+                let forbidden = try get(tracker, path, key: ingest)
+                #expect(forbidden.status == 403)
+                #expect(forbidden.json["error"] is String)
+            }
+        }
+    }
+
+    @Test func commandLinePrintsTheSameRowsAsHTTP() async throws {
+        try await withServedTraffic { db, tracker, key in
+            for report in ["summary", "assets", "sources", "adchoices"] {
+                let http = try get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&includeTest=true&format=csv", key: key).text
+                let (status, cli) = try runTrackerToEnd(["report", report, "--from", Self.day0, "--to", Self.day1, "--include-test",
+                                                         "--output", "csv", "--database-url", db.url])
+                #expect(status == 0)
+                #expect(cli == http, "\(report)")
+            }
+            let (_, json) = try runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1, "--ad-unit", Self.feed,
+                                                 "--format-id", "native", "--output", "json", "--database-url", db.url])
+            let rows = (try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])?["rows"] as? [[String: Any]]
+            #expect(rows?.count == 1)
+            #expect(rows?.first?["duplicateImpressions"] as? Int == 1)
+        }
+    }
+
+    @Test func commandLineTableIsAligned() async throws {
+        try await withServedTraffic { db, _, _ in
+            let (status, table) = try runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1,
+                                                       "--database-url", db.url])
+            #expect(status == 0)
+            let lines = table.split(separator: "\n").map(String.init)
+            #expect(lines.count == 3)
+            #expect(lines[0].hasPrefix("day         adUnit"))
+            #expect(Set(lines.map(\.count)).count == 1, "every line as wide as the header:\n\(table)")
+            // Numbers are right-aligned: each header name ends where its values end.
+            let header = lines[0]
+            for name in ["impressions", "ctr", "videoEnds"] {
+                let end = header.range(of: " " + name)!.upperBound
+                for line in lines.dropFirst() { #expect(line[line.index(before: end)] != " ", "\(name): \(line)") }
+            }
+        }
+    }
+
+    @Test func commandLineRejectsBadParametersWithTheSameMessages() async throws {
+        try await withTestDatabase { db in
+            let (status, output) = try runTrackerToEnd(["report", "summary", "--from", "2026-11-12", "--to", "2026-11-10",
+                                                        "--database-url", db.url])
+            #expect(status != 0)
+            #expect(output.contains("from (2026-11-12) is after to (2026-11-10)"), "\(output)")
+            let (unknown, message) = try runTrackerToEnd(["report", "revenue", "--from", "2026-11-10", "--to", "2026-11-10",
+                                                          "--database-url", db.url])
+            #expect(unknown != 0)
+            #expect(message.contains("unknown report 'revenue'"))
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import Tracker
+
+/// Validated events built directly, as the ingest route would hand them to the log.
+enum Events {
+    /// 2026-11-10 00:00 UTC: the first day of the tests' traffic.
+    static let day0 = Day(year: 2026, month: 11, day: 10)!
+
+    static func id() -> UUIDText { UUIDText(UUID().uuidString)! }
+
+    /// An event that happened at `at` (its corrected time); received now, so it lands in a
+    /// partition that exists.
+    static func make(_ type: EventType, ad requestId: String, at: Timestamp, id: UUIDText = Events.id(),
+                     adUnit: String = "/1234/home/native", formatId: String = "10063170", asset: String? = nil,
+                     source: EventSource = .app, adapter: String? = nil, eea: Bool = false, reservation: Bool = false,
+                     test: Bool = false) -> TrackingEvent {
+        TrackingEvent(id: id, type: type, requestId: requestId, adUnit: adUnit, formatId: formatId,
+                      assetKey: type == .click ? (asset ?? "MainImage") : asset, source: source, adapter: adapter,
+                      eea: eea, reservation: reservation, test: test, occurredAt: at, receivedAt: Timestamp.now(),
+                      correctedAt: at)
+    }
+
+    /// `day0` + `days` at hh:mm:ss (plus `micros`).
+    static func at(day days: Int = 0, _ h: Int, _ m: Int = 0, _ s: Int = 0, micros: Int64 = 0) -> Timestamp {
+        day0.adding(days: days).start + .seconds(h * 3600 + m * 60 + s) + .microseconds(micros)
+    }
+}
+
+extension TestDatabase {
+    /// Appends through the real group-commit log (started for the call, then drained).
+    func append(_ events: [TrackingEvent]) async throws {
+        let log = EventLog(pool: pool, logger: TestEnvironment.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await log.run() }
+            var start = 0
+            while start < events.count {
+                let chunk = Array(events[start..<min(start + 500, events.count)])
+                _ = try await log.append(chunk, keyName: "tests")
+                start += chunk.count
+            }
+            log.stop()
+            try await group.waitForAll()
+        }
+    }
+
+    func projector(batchSize: Int = 20_000, window: Duration = .seconds(3600)) -> Projector {
+        Projector(pool: pool, attributionWindow: window, batchSize: batchSize, logger: TestEnvironment.logger)
+    }
+
+    /// Every projection table, row for row, in a fixed order (the state a rebuild must reproduce).
+    func projectionSnapshot() async throws -> [String: [[String?]]] {
+        [
+            "format_day": try await rows("SELECT * FROM format_day ORDER BY day, ad_unit, format_id, traffic_class"),
+            "asset_day": try await rows("SELECT * FROM asset_day ORDER BY day, ad_unit, format_id, asset_key, traffic_class"),
+            "source_day": try await rows("SELECT * FROM source_day ORDER BY day, ad_unit, format_id, adapter, traffic_class"),
+            "ad_events": try await rows("SELECT * FROM ad_events ORDER BY id"),
+            "events_projected": try await rows("SELECT events_projected FROM projection_state"),
+        ]
+    }
+
+    /// Each report as CSV, with and without test traffic, over `days` days from `Events.day0 - 1`.
+    func reportsAsCSV(days: Int = 8) async throws -> [String: String] {
+        var out: [String: String] = [:]
+        let reports = Reports(pool: pool)
+        for kind in ReportKind.allCases {
+            for includeTest in [false, true] {
+                let q = try ReportQuery(kind: kind, from: Events.day0.adding(days: -1), to: Events.day0.adding(days: days - 1),
+                                        includeTest: includeTest)
+                out["\(kind.rawValue) includeTest=\(includeTest)"] = try await reports.run(q).csv
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,154 @@
+import Tracker
+
+/// SPEC sections 5 and 6 computed the plain way, straight from the text, over every stored
+/// event at once: no projections, no incremental updates, and no code shared with
+/// `AdContribution`. The property tests hold the tracker's reports against this.
+enum ReferenceReports {
+    static let testAdUnits: Set<String> = [
+        "/6499/example/native", "/6499/example/native-backfill",
+        "/21775744923/example/native", "/21775744923/example/native-backfill",
+    ]
+
+    static let columns: [ReportKind: (dimensions: [String], measures: [String])] = [
+        .summary: (["day", "adUnit", "formatId"],
+                   ["impressions", "duplicateImpressions", "staleImpressions", "clicks", "duplicateClicks",
+                    "attributedClicks", "unattributedClicks", "ctr", "adchoicesImpressions", "adchoicesClicks",
+                    "videoPlays", "videoEnds"]),
+        .assets: (["day", "adUnit", "formatId", "assetKey"],
+                  ["clicks", "duplicateClicks", "attributedClicks", "noImpression", "beforeImpression", "outsideWindow"]),
+        .sources: (["day", "adUnit", "adapter"],
+                   ["appImpressions", "sdkImpressions", "mediationImpressions", "doubleTrackedImpressionAds",
+                    "doubleTrackedClickAds"]),
+        .adchoices: (["day", "adUnit", "formatId"], ["eeaReservationImpressions", "withAdChoices", "share", "adchoicesClicks"]),
+    ]
+
+    /// The CSV of every report (keys as in `TestDatabase.reportsAsCSV`), over all days.
+    static func csv(_ stored: [TrackingEvent], window: Duration = .seconds(3600)) -> [String: String] {
+        var out: [String: String] = [:]
+        for includeTest in [false, true] {
+            let tables = compute(stored, includeTest: includeTest, windowMicros: window.microseconds)
+            for kind in ReportKind.allCases {
+                out["\(kind.rawValue) includeTest=\(includeTest)"] = render(kind, tables[kind] ?? [:])
+            }
+        }
+        return out
+    }
+
+    /// Rows keyed by their dimension values, each a bag of named counts.
+    typealias Table = [[String]: [String: Int64]]
+
+    static func compute(_ stored: [TrackingEvent], includeTest: Bool, windowMicros: Int64) -> [ReportKind: Table] {
+        var summary = Table(), assets = Table(), sources = Table(), adchoices = Table()
+        func day(_ e: TrackingEvent) -> String { e.correctedAt.day.description }
+        func bump(_ t: inout Table, _ key: [String], _ name: String) { t[key, default: [:]][name, default: 0] += 1 }
+        func earlier(_ a: TrackingEvent, _ b: TrackingEvent) -> Bool {
+            a.correctedAt.microseconds != b.correctedAt.microseconds
+                ? a.correctedAt.microseconds < b.correctedAt.microseconds : a.id.text < b.id.text
+        }
+
+        let events = stored.filter { includeTest || !($0.test || testAdUnits.contains($0.adUnit)) }
+        let ads = Dictionary(grouping: events, by: \.requestId)
+        for (_, adEvents) in ads {
+            let ofType = { (t: EventType) in adEvents.filter { $0.type == t }.sorted(by: earlier) }
+            let impressions = ofType(.impression)
+            let clicks = ofType(.click)
+            let loads = ofType(.adLoaded)
+            let adchoicesImpressions = ofType(.adchoicesImpression)
+
+            // Impressions: the earliest counts, every other one is a duplicate, each by source.
+            for (i, imp) in impressions.enumerated() {
+                bump(&summary, [day(imp), imp.adUnit, imp.formatId], i == 0 ? "impressions" : "duplicateImpressions")
+                bump(&sources, [day(imp), imp.adUnit, imp.adapter ?? ""], imp.source.rawValue + "Impressions")
+            }
+            let counted = impressions.first
+            if let imp = counted {
+                let key = [day(imp), imp.adUnit, imp.formatId]
+                if let load = loads.first, imp.correctedAt.microseconds - load.correctedAt.microseconds > 3_600_000_000 {
+                    bump(&summary, key, "staleImpressions")
+                }
+                if Set(impressions.map(\.source)).count > 1 {
+                    bump(&sources, [day(imp), imp.adUnit, imp.adapter ?? ""], "doubleTrackedImpressionAds")
+                }
+                if imp.eea && imp.reservation {
+                    bump(&adchoices, key, "eeaReservationImpressions")
+                    if !adchoicesImpressions.isEmpty { bump(&adchoices, key, "withAdChoices") }
+                }
+            }
+            if let first = clicks.first, Set(clicks.map(\.source)).count > 1 {
+                bump(&sources, [day(first), first.adUnit, first.adapter ?? ""], "doubleTrackedClickAds")
+            }
+
+            // Clicks, asset by asset, in order; a click within 1 s of the last counted one is a duplicate.
+            for asset in Set(clicks.compactMap(\.assetKey)) {
+                var lastCounted: Int64?
+                for c in clicks where c.assetKey == asset {
+                    let t = c.correctedAt.microseconds
+                    let summaryKey = [day(c), c.adUnit, c.formatId]
+                    let assetKey = [day(c), c.adUnit, c.formatId, asset]
+                    if let last = lastCounted, t - last <= 1_000_000 {
+                        bump(&summary, summaryKey, "duplicateClicks")
+                        bump(&assets, assetKey, "duplicateClicks")
+                        continue
+                    }
+                    lastCounted = t
+                    bump(&summary, summaryKey, "clicks")
+                    bump(&assets, assetKey, "clicks")
+                    let reason: String
+                    if let imp = counted {
+                        let i = imp.correctedAt.microseconds
+                        if t < i - 1_000_000 { reason = "beforeImpression" }
+                        else if t > i + windowMicros { reason = "outsideWindow" }
+                        else { reason = "attributedClicks" }
+                    } else {
+                        reason = "noImpression"
+                    }
+                    bump(&assets, assetKey, reason)
+                    if reason == "attributedClicks" { bump(&summary, summaryKey, "attributedClicks") }
+                }
+            }
+
+            if let first = adchoicesImpressions.first {
+                bump(&summary, [day(first), first.adUnit, first.formatId], "adchoicesImpressions")
+            }
+            for c in ofType(.adchoicesClick) {
+                bump(&summary, [day(c), c.adUnit, c.formatId], "adchoicesClicks")
+                bump(&adchoices, [day(c), c.adUnit, c.formatId], "adchoicesClicks")
+            }
+            if let play = ofType(.videoPlay).first { bump(&summary, [day(play), play.adUnit, play.formatId], "videoPlays") }
+            if let end = ofType(.videoEnd).first { bump(&summary, [day(end), end.adUnit, end.formatId], "videoEnds") }
+        }
+
+        for (key, var row) in summary {
+            row["unattributedClicks"] = (row["clicks"] ?? 0) - (row["attributedClicks"] ?? 0)
+            summary[key] = row
+        }
+        return [.summary: summary, .assets: assets, .sources: sources, .adchoices: adchoices]
+    }
+
+    /// Rows sorted by their dimensions (byte order), one per combination with a non-zero count.
+    static func render(_ kind: ReportKind, _ table: Table) -> String {
+        let (dimensions, measures) = columns[kind]!
+        var out = (dimensions + measures).joined(separator: ",") + "\n"
+        let keys = table.keys.sorted { a, b in
+            for (x, y) in zip(a, b) where x != y { return Array(x.utf8).lexicographicallyPrecedes(Array(y.utf8)) }
+            return false
+        }
+        for key in keys {
+            let row = table[key]!
+            guard row.values.contains(where: { $0 != 0 }) else { continue }
+            let cells = measures.map { name -> String in
+                switch name {
+                case "ctr": ratio(row["attributedClicks"] ?? 0, row["impressions"] ?? 0)
+                case "share": ratio(row["withAdChoices"] ?? 0, row["eeaReservationImpressions"] ?? 0)
+                default: String(row[name] ?? 0)
+                }
+            }
+            out += (key + cells).joined(separator: ",") + "\n"
+        }
+        return out
+    }
+
+    static func ratio(_ a: Int64, _ b: Int64) -> String {
+        b == 0 ? String(0.0) : String(Double(a) / Double(b))
+    }
+}
