@@ -10,5 +10,8 @@ test:           ## the whole test suite against a PostgreSQL it starts itself
 bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
 	scripts/bench-ingest.sh
 
+bench-report:   ## report benchmark: 10 M events, report p50 vs full scans, rebuild rate, projector lag
+	scripts/bench-report.sh
+
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Usage: scripts/bench-report.sh [EVENTS] [INGEST_EVENTS_PER_SECOND]
+# Report benchmark, all in one run on this machine (figures go to docs/PERFORMANCE.md, "Reports"):
+#  (1) loads EVENTS (default 10 000 000) synthetic events into the log inside PostgreSQL;
+#  (2) `tracker rebuild` over them: the projector's catch-up throughput (events/s);
+#  (3) each report over HTTP for a 7-day and a 30-day range: p50 of REPORT_CALLS (21) calls;
+#  (4) the same reports' numbers by full-scan SQL over the raw log (FULLSCAN_RUNS, 1, runs each);
+#  (5) the projector's lag (/readyz) while pgbench ingests INGEST_EVENTS_PER_SECOND (20 000)
+#      in batches of 100 for INGEST_SECONDS (60).
+# Starts its own PostgreSQL cluster and a release build of the tracker.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+events=${1:-10000000}
+ingest_rate=${2:-20000}
+calls=${REPORT_CALLS:-21}
+fullscan_runs=${FULLSCAN_RUNS:-1}
+ingest_seconds=${INGEST_SECONDS:-60}
+scripts/setup.sh
+command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
+swift build -c release --product tracker >/dev/null
+bin="$(swift build -c release --show-bin-path)/tracker"
+pgbin=$(pg_config --bindir 2>/dev/null || true); [ -x "$pgbin/pgbench" ] || pgbin=/usr/lib/postgresql/15/bin
+out=bench-results; mkdir -p "$out"; report="$out/report.txt"; : >"$report"
+dir=$(mktemp -d /tmp/tracker-bench-pg.XXXXXX); chmod 755 "$dir"
+port=$((20000 + RANDOM % 20000)); http=$((40000 + RANDOM % 20000))
+server_pid=""
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; scripts/pg.sh stop "$dir" "$port"; rm -rf "$dir"; }
+trap cleanup EXIT
+scripts/pg.sh start "$dir" "$port"
+psql "postgresql://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE bench"
+export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/bench"
+"$bin" migrate >/dev/null 2>&1
+say() { echo "$*" | tee -a "$report"; }
+now() { date +%s.%N; }
+seconds() { printf '%.1f' "$(echo "$2 - $1" | bc -l)"; }
+say "report benchmark: $events events, $(nproc) cores, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD)"
+
+# (1) The log: one transaction per million events, ids claimed in event_ids as the writer does.
+start=$(now)
+psql "$DATABASE_URL" -qAtc "SELECT tracker_ensure_event_partitions((now() AT TIME ZONE 'UTC')::date - 31, (now() AT TIME ZONE 'UTC')::date + 7)" >/dev/null
+for chunk in $(seq 0 $(( (events - 1) / 1000000 ))); do
+  psql "$DATABASE_URL" -q -v n="$events" -v chunk="$chunk" -f scripts/bench/load-events.sql
+done
+psql "$DATABASE_URL" -qc "INSERT INTO event_ids SELECT id FROM events" -c "VACUUM ANALYZE events" -c "VACUUM ANALYZE event_ids"
+say "(1) loaded $(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events") events ($(psql "$DATABASE_URL" -qAtc "SELECT count(DISTINCT request_id) FROM events") ads) in $(seconds "$start" "$(now)") s; log size $(psql "$DATABASE_URL" -qAtc "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")"
+
+# (2) Rebuild = replaying the whole log through the projection rules.
+"$bin" rebuild 2>&1 | tee "$out/rebuild.txt" | tail -n 1 | sed 's/^/(2) /' | tee -a "$report"
+say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM format_day) || ' format_day, ' || (SELECT count(*) FROM asset_day) || ' asset_day, ' || (SELECT count(*) FROM source_day) || ' source_day rows, ' || (SELECT pg_size_pretty(pg_total_relation_size('ad_events'))) || ' ad_events'")"
+
+# (3) Reports over HTTP, served from the projections.
+key=$("$bin" keys create --name bench-analyst --scope report | tail -n 1)
+TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$out/report-server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+today=$(date -u +%F)
+from7=$(date -u -d "$today - 7 days" +%F); from30=$(date -u -d "$today - 30 days" +%F); to=$(date -u -d "$today - 1 day" +%F)
+declare -A p50
+for r in summary assets sources adchoices; do
+  for range in 7 30; do
+    from=$from7; [ "$range" = 30 ] && from=$from30
+    url="http://127.0.0.1:$http/v1/reports/$r?from=$from&to=$to"
+    curl -sf -H "Authorization: Bearer $key" "$url" >"$out/report-$r-$range.json"
+    ms=$(for _ in $(seq "$calls"); do
+           curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $key" "$url"
+         done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}')
+    p50[$r-$range]=$ms
+    rows=$(grep -o '"day"' "$out/report-$r-$range.json" | wc -l)
+    say "(3) $r ${range} days ($from..$to): p50 ${ms} ms over $calls calls, $rows rows"
+  done
+done
+imp30=$(grep -o '"impressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
+dup30=$(grep -o '"duplicateImpressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
+say "    summary 30 days totals: impressions $imp30, duplicateImpressions $dup30"
+
+# (4) The same numbers by full scans of the log.
+declare -A scan
+scan[summary]="SELECT count(*), sum(i), sum(d) FROM (
+    SELECT day, ad_unit, format_id, sum(impressions) AS i, sum(duplicates) AS d, sum(clicks), sum(attributed) FROM (
+        SELECT day, ad_unit, format_id, count(*) FILTER (WHERE rn = 1) AS impressions,
+               count(*) FILTER (WHERE rn > 1) AS duplicates, 0 AS clicks, 0 AS attributed FROM imp GROUP BY 1, 2, 3
+        UNION ALL
+        SELECT day, ad_unit, format_id, 0, 0, count(*),
+               count(*) FILTER (WHERE NOT no_impression AND NOT before_impression AND NOT outside_window)
+        FROM clk GROUP BY 1, 2, 3) x
+    WHERE day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3) r"
+scan[assets]="SELECT count(*) FROM (
+    SELECT day, ad_unit, format_id, asset_key, count(*), count(*) FILTER (WHERE no_impression),
+           count(*) FILTER (WHERE before_impression), count(*) FILTER (WHERE outside_window)
+    FROM clk WHERE day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3, 4) r"
+scan[sources]="SELECT count(*) FROM (
+    SELECT day, ad_unit, adapter, count(*) FILTER (WHERE source = 'app'), count(*) FILTER (WHERE source = 'sdk'),
+           count(*) FILTER (WHERE source = 'mediation'), count(*) FILTER (WHERE rn = 1 AND double_tracked)
+    FROM imp WHERE day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3) r"
+scan[adchoices]="SELECT count(*) FROM (
+    SELECT i.day, i.ad_unit, i.format_id, count(*),
+           count(*) FILTER (WHERE i.request_id IN (SELECT request_id FROM ev WHERE type = 'adchoices_impression'))
+    FROM imp i WHERE i.rn = 1 AND i.eea AND i.reservation AND i.day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3) r"
+for r in summary assets sources adchoices; do
+  for range in 7 30; do
+    from=$from7; [ "$range" = 30 ] && from=$from30
+    times=()
+    for _ in $(seq "$fullscan_runs"); do
+      start=$(now)
+      result=$(psql "$DATABASE_URL" -qAt -v from="$from" -v to="$to" -f scripts/bench/fullscan-views.sql -f - <<<"${scan[$r]};" | tail -n 1)
+      times+=("$(echo "($(now) - $start) * 1000" | bc -l)")
+    done
+    ms=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.0f", a[int((NR+1)/2)]}')
+    say "(4) full scan $r ${range} days: ${ms} ms (result $result) = $(printf '%.0f' "$(echo "$ms / ${p50[$r-$range]}" | bc -l)") x the report's p50"
+  done
+done
+
+# (5) Projector lag while events keep arriving (the server's projector, batched ingest by pgbench).
+tps=$((ingest_rate / 100))
+"$pgbin/pgbench" -n -c 4 -j 2 -R "$tps" -T "$ingest_seconds" -f scripts/bench/ingest.sql "$DATABASE_URL" >"$out/pgbench.txt" 2>&1 &
+bench_pid=$!
+: >"$out/lag.txt"
+while kill -0 "$bench_pid" 2>/dev/null; do
+  curl -s "http://127.0.0.1:$http/readyz" | grep -o '"projectionLag":{[^}]*}' >>"$out/lag.txt" || true
+  sleep 0.5
+done
+wait "$bench_pid" || true
+sleep 3
+final=$(curl -s "http://127.0.0.1:$http/readyz" | grep -o '"projectionLag":{[^}]*}')
+done_tps=$(awk '/^tps/ {print $3; exit}' "$out/pgbench.txt")
+stats=$(sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/lag.txt" | sort -k2 -g |
+  awk '{e[NR]=$1; s[NR]=$2; if ($1>me) me=$1} END {printf "p50 %.2f s, p99 %.2f s, max %.2f s; max %d events behind; %d samples", s[int((NR+1)/2)], s[int(NR*0.99+0.5)], s[NR], me, NR}')
+say "(5) lag during ingest of $ingest_rate events/s (pgbench: $done_tps batches of 100/s achieved) for $ingest_seconds s: $stats; 3 s after: $final"
+kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
