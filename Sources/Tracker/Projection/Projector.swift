@@ -265,15 +265,16 @@ enum ProjectorSQL {
             AS n(r, i, t, c, u, f, a, s, d, e, v, x)
         """
 
+    /// The checkpoint goes in as scalar subqueries, which the planner turns into parameters
+    /// of an index condition on (tx, seq); joined in as a row it scanned the whole log.
     static let lag = """
-        WITH cp AS (SELECT checkpoint_tx, checkpoint_seq FROM projection_state),
-        pending AS (
-            SELECT e.received_at FROM events e, cp
-            WHERE (e.tx, e.seq) > (cp.checkpoint_tx, cp.checkpoint_seq)
-            ORDER BY e.tx, e.seq
+        SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text
+        FROM (
+            SELECT received_at FROM events
+            WHERE (tx, seq) > ((SELECT checkpoint_tx FROM projection_state), (SELECT checkpoint_seq FROM projection_state))
+            ORDER BY tx, seq
             LIMIT $1::int
-        )
-        SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text FROM pending
+        ) pending
         """
 
     /// Reads an event from a row laid out as `nextEvents` / `adEventsOfAds` (columns 1...11).
