@@ -80,14 +80,13 @@ struct ProjectionTests {
                 if projectedAtKill > 0 { break }
                 try await Task.sleep(for: .milliseconds(10))
             }
-            kill(project.processIdentifier, SIGKILL)
-            project.waitUntilExit()
+            project.signal(SIGKILL)
+            _ = await project.exitStatus()
             #expect(projectedAtKill > 0)
             #expect(projectedAtKill < total, "killed before the end of the log")
 
-            let resumed = try runTracker(["project", "--once", "--database-url", db.url])
-            resumed.waitUntilExit()
-            #expect(resumed.terminationStatus == 0)
+            let (resumed, _) = try await runTrackerToEnd(["project", "--once", "--database-url", db.url])
+            #expect(resumed == 0)
             #expect(try await db.scalar("SELECT events_projected FROM projection_state") == String(total))
             #expect(try await db.reportsAsCSV() == ReferenceReports.csv(events))
             try await expectRebuildReproducesTheProjections(db)
@@ -134,8 +133,7 @@ struct ProjectionTests {
                     statuses.append(try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-09&to=2026-11-12",
                                                                headers: ["Authorization": "Bearer \(key)"]).status)
                 }
-                rebuild.waitUntilExit()
-                #expect(rebuild.terminationStatus == 0)
+                #expect(await rebuild.exitStatus() == 0)
                 #expect(statuses.allSatisfy { $0 == 200 }, "\(statuses)")
                 try await waitUntilCaughtUp(tracker)
                 #expect(try await db.reportsAsCSV() == ReferenceReports.csv(first + late))
@@ -148,7 +146,7 @@ struct ProjectionTests {
             var g = SeededGenerator(seed: 51)
             try await db.append(RandomTraffic.events(ads: 50, using: &g))
             let total = try await db.scalar("SELECT count(*) FROM events") ?? "?"
-            let (status, output) = try runTrackerToEnd(["rebuild", "--database-url", db.url])
+            let (status, output) = try await runTrackerToEnd(["rebuild", "--database-url", db.url])
             #expect(status == 0)
             #expect(output.contains("rebuilt projections from \(total) events"), "\(output)")
             #expect(try await db.scalar("SELECT events_projected FROM projection_state") == total)
@@ -161,17 +159,17 @@ struct ProjectionTests {
             try await db.append([Events.make(.impression, ad: "w", at: Events.at(1, 0)),
                                  Events.make(.click, ad: "w", at: Events.at(1, 0, 45 * 60))])
             try await db.projector().catchUp()
-            var (status, output) = try runTrackerToEnd(["project", "--once", "--database-url", db.url],
+            var (status, output) = try await runTrackerToEnd(["project", "--once", "--database-url", db.url],
                                                        environment: ["TRACKER_ATTRIBUTION_WINDOW": "1800"])
             #expect(status != 0)
             #expect(output.contains("tracker rebuild"), "\(output)")
-            (status, output) = try runTrackerToEnd(["rebuild", "--database-url", db.url],
+            (status, output) = try await runTrackerToEnd(["rebuild", "--database-url", db.url],
                                                    environment: ["TRACKER_ATTRIBUTION_WINDOW": "1800"])
             #expect(status == 0, "\(output)")
             let row = try await summaryRow(db, day: Events.day0.description)
             #expect(row?["attributedClicks"] == "0")
             #expect(row?["unattributedClicks"] == "1")
-            (status, output) = try runTrackerToEnd(["project", "--once", "--database-url", db.url],
+            (status, output) = try await runTrackerToEnd(["project", "--once", "--database-url", db.url],
                                                    environment: ["TRACKER_ATTRIBUTION_WINDOW": "1800"])
             #expect(status == 0, "\(output)")
         }
@@ -199,40 +197,26 @@ func summaryRow(_ db: TestDatabase, day: String) async throws -> [String: String
     return Dictionary(uniqueKeysWithValues: zip(lines[0], lines[1]))
 }
 
-/// The tracker binary with `arguments`, not yet started.
-func trackerCommand(_ arguments: [String], environment extra: [String: String] = [:]) throws -> Process {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: try #require(TestEnvironment.binary))
-    p.arguments = arguments
+/// The environment the tracker binary runs with in tests: quiet logs, plus `extra`.
+func trackerEnvironment(_ extra: [String: String]) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
     env["TRACKER_LOG_LEVEL"] = "warning"
     for (k, v) in extra { env[k] = v }
-    p.environment = env
-    p.standardOutput = FileHandle.nullDevice
-    p.standardError = FileHandle.nullDevice
-    return p
+    return env
 }
 
 /// Starts the tracker binary with `arguments`, its output discarded.
-func runTracker(_ arguments: [String], environment: [String: String] = [:]) throws -> Process {
-    let p = try trackerCommand(arguments, environment: environment)
-    try p.run()
-    return p
+func runTracker(_ arguments: [String], environment: [String: String] = [:]) throws -> Subprocess {
+    try Subprocess(try #require(TestEnvironment.binary), arguments, environment: trackerEnvironment(environment))
 }
 
 /// Runs the tracker binary to its end; returns the exit status and stdout + stderr.
-func runTrackerToEnd(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String) {
-    let p = try trackerCommand(arguments, environment: environment)
-    let out = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-cli-\(UUID().uuidString).out")
-    _ = FileManager.default.createFile(atPath: out.path, contents: nil)
-    let handle = try FileHandle(forWritingTo: out)
-    defer { try? FileManager.default.removeItem(at: out) }
-    p.standardOutput = handle
-    p.standardError = handle
-    try p.run()
-    p.waitUntilExit()
-    try handle.close()
-    return (p.terminationStatus, (try? String(contentsOf: out, encoding: .utf8)) ?? "")
+func runTrackerToEnd(_ arguments: [String], environment: [String: String] = [:]) async throws -> (Int32, String) {
+    let out = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-cli-\(UUID().uuidString).out").path
+    defer { try? FileManager.default.removeItem(atPath: out) }
+    let status = try await Subprocess.run(try #require(TestEnvironment.binary), arguments,
+                                          environment: trackerEnvironment(environment), outputPath: out)
+    return (status, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
 }
 
 /// Polls /readyz until the projections have caught up with the log.

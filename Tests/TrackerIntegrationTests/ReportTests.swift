@@ -209,12 +209,12 @@ struct ReportTests {
         try await withServedTraffic { db, tracker, key in
             for report in ["summary", "assets", "sources", "adchoices"] {
                 let http = try get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&includeTest=true&format=csv", key: key).text
-                let (status, cli) = try runTrackerToEnd(["report", report, "--from", Self.day0, "--to", Self.day1, "--include-test",
+                let (status, cli) = try await runTrackerToEnd(["report", report, "--from", Self.day0, "--to", Self.day1, "--include-test",
                                                          "--output", "csv", "--database-url", db.url])
                 #expect(status == 0)
                 #expect(cli == http, "\(report)")
             }
-            let (_, json) = try runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1, "--ad-unit", Self.feed,
+            let (_, json) = try await runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1, "--ad-unit", Self.feed,
                                                  "--format-id", "native", "--output", "json", "--database-url", db.url])
             let rows = (try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])?["rows"] as? [[String: Any]]
             #expect(rows?.count == 1)
@@ -224,7 +224,7 @@ struct ReportTests {
 
     @Test func commandLineTableIsAligned() async throws {
         try await withServedTraffic { db, _, _ in
-            let (status, table) = try runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1,
+            let (status, table) = try await runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1,
                                                        "--database-url", db.url])
             #expect(status == 0)
             let lines = table.split(separator: "\n").map(String.init)
@@ -242,11 +242,11 @@ struct ReportTests {
 
     @Test func commandLineRejectsBadParametersWithTheSameMessages() async throws {
         try await withTestDatabase { db in
-            let (status, output) = try runTrackerToEnd(["report", "summary", "--from", "2026-11-12", "--to", "2026-11-10",
+            let (status, output) = try await runTrackerToEnd(["report", "summary", "--from", "2026-11-12", "--to", "2026-11-10",
                                                         "--database-url", db.url])
             #expect(status != 0)
             #expect(output.contains("from (2026-11-12) is after to (2026-11-10)"), "\(output)")
-            let (unknown, message) = try runTrackerToEnd(["report", "revenue", "--from", "2026-11-10", "--to", "2026-11-10",
+            let (unknown, message) = try await runTrackerToEnd(["report", "revenue", "--from", "2026-11-10", "--to", "2026-11-10",
                                                           "--database-url", db.url])
             #expect(unknown != 0)
             #expect(message.contains("unknown report 'revenue'"))
