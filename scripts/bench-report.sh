@@ -45,7 +45,19 @@ psql "$DATABASE_URL" -qc "INSERT INTO event_ids SELECT id FROM events" -c "VACUU
 say "(1) loaded $(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events") events ($(psql "$DATABASE_URL" -qAtc "SELECT count(DISTINCT request_id) FROM events") ads) in $(seconds "$start" "$(now)") s; log size $(psql "$DATABASE_URL" -qAtc "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")"
 
 # (2) Rebuild = replaying the whole log through the projection rules.
-"$bin" rebuild 2>&1 | tee "$out/rebuild.txt" | tail -n 1 | sed 's/^/(2) /' | tee -a "$report"
+# CPU seconds of the rebuild's PostgreSQL backend, sampled from /proc while it runs: on a
+# shared machine wall time alone does not say whether the work or the wait is slow.
+( while true; do
+    pid=$(psql "$DATABASE_URL" -qAtc "SELECT pid FROM pg_stat_activity WHERE application_name = 'tracker' AND backend_type = 'client backend' LIMIT 1")
+    [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && awk '{print $14 + $15}' "/proc/$pid/stat" >"$out/rebuild-pg-ticks.txt"
+    sleep 1
+  done ) &
+sampler=$!
+/usr/bin/time -f "%U %S" -o "$out/rebuild-time.txt" "$bin" rebuild >"$out/rebuild.txt" 2>&1
+kill "$sampler"; wait "$sampler" 2>/dev/null || true
+sed 's/^/(2) /' "$out/rebuild.txt" | tee -a "$report"
+read -r user sys <"$out/rebuild-time.txt"
+say "    CPU: tracker process $(echo "$user + $sys" | bc) s, its PostgreSQL backend $(echo "$(cat "$out/rebuild-pg-ticks.txt" 2>/dev/null || echo 0) / $(getconf CLK_TCK)" | bc -l | xargs printf '%.1f') s (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM format_day) || ' format_day, ' || (SELECT count(*) FROM asset_day) || ' asset_day, ' || (SELECT count(*) FROM source_day) || ' source_day rows, ' || (SELECT pg_size_pretty(pg_total_relation_size('ad_events'))) || ' ad_events'")"
 
 # (3) Reports over HTTP, served from the projections.

@@ -116,8 +116,8 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.impression(.zero, id: 3, adUnit: "/1234/a/native")
         // "…0003" < "…0020" as strings: the impression with id 3 is counted.
         let rows = AdContribution().contribution(of: ad.events).rows
-        #expect(rows.first { $0.key.adUnit == "/1234/a/native" }?.value[Measure.Format.impressions] == 1)
-        #expect(rows.first { $0.key.adUnit == "/1234/b/native" }?.value[Measure.Format.duplicateImpressions] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/a/native" }?.value[Measure.Format.impressions] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/b/native" }?.value[Measure.Format.duplicateImpressions] == 1)
     }
 
     @Test func idTiesCompareAsLowerCaseTextNotAsNumbers() {
@@ -128,7 +128,7 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.events.append(AdEvent(id: UUIDText("00000000-0000-4000-8000-000000000099")!, type: .impression,
                                  correctedAt: t0, adUnit: "/1234/dec/native", formatId: format))
         let rows = AdContribution().contribution(of: ad.events).rows
-        #expect(rows.first { $0.key.adUnit == "/1234/dec/native" }?.value[Measure.Format.impressions] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/dec/native" }?.value[Measure.Format.impressions] == 1)
     }
 
     @Test func impressionMoreThanOneHourAfterLoadIsStaleAndStillCounted() {

@@ -16,7 +16,8 @@ public struct RebuildProgress: Sendable {
 /// 2. copy those events' projected fields into `tracker_rebuild.ad_events` inside PostgreSQL;
 /// 3. read them back ordered by ad and sum every ad's contribution (the same pure function
 ///    the incremental projector uses) into the new day tables;
-/// 4. catch up from H with the incremental projector, pointed at the new schema;
+/// 4. catch up from H with the incremental projector, pointed at the new schema, at least to
+///    the newest event committed when the rebuild began;
 /// 5. under the projector lock, project the last events and swap the schemas in one transaction.
 public struct Rebuild: Sendable {
     private let pool: ConnectionPool
@@ -38,6 +39,8 @@ public struct Rebuild: Sendable {
         let started = ContinuousClock.now
         return try await pool.withConnection { c in
             // 1. The horizon, and a fresh schema shaped like the live projections.
+            let last = try c.query(ProjectorSQL.head)
+            let head = last.rowCount == 1 ? last.string(0, 0).flatMap { tx in last.string(0, 1).map { (tx: tx, seq: $0) } } : nil
             let horizon = try c.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").string(0, 0) ?? "0"
             try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
             try c.execute("CREATE SCHEMA tracker_rebuild")
@@ -83,7 +86,7 @@ public struct Rebuild: Sendable {
                     for r in 0..<rows.rowCount {
                         guard let ad = rows.string(r, 0), let event = ProjectorSQL.adEvent(rows, r) else { continue }
                         if ad != currentAd {
-                            if !events.isEmpty { sum.add(rules.contribution(of: events)) }
+                            if !events.isEmpty { rules.accumulate(events, into: &sum) }
                             events.removeAll(keepingCapacity: true)
                             currentAd = ad
                         }
@@ -92,7 +95,7 @@ public struct Rebuild: Sendable {
                     read += rows.rowCount
                     progress(RebuildProgress(phase: "projecting", done: read, total: copied, elapsed: ContinuousClock.now - started))
                 }
-                if !events.isEmpty { sum.add(rules.contribution(of: events)) }
+                if !events.isEmpty { rules.accumulate(events, into: &sum) }
                 sum.removeZeros()
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
                 try ProjectionWriter.apply(sum, on: c)
@@ -104,6 +107,9 @@ public struct Rebuild: Sendable {
             try c.execute("CREATE INDEX ad_events_by_ad ON tracker_rebuild.ad_events (request_id)")
 
             // 4. Catch up with what arrived meanwhile, in the new schema.
+            progress(RebuildProgress(phase: "catch-up+swap", done: read, total: copied, elapsed: ContinuousClock.now - started))
+            // Every event committed before the rebuild started is in before the swap, even one
+            // that an open transaction elsewhere kept below the horizon's reach until now.
             var caughtUp = 0
             while true {
                 let n = try c.transaction {
@@ -111,7 +117,14 @@ public struct Rebuild: Sendable {
                     return try Projector.step(on: c, window: window, limit: 20_000)
                 }
                 caughtUp += n
-                if n < 20_000 { break }
+                if n == 20_000 { continue }
+                guard let head else { break }
+                let reached = try c.transaction {
+                    try c.execute("SET LOCAL search_path = tracker_rebuild, public")
+                    return try c.query(ProjectorSQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
+                }
+                if reached { break }
+                if n == 0 { try c.execute("SELECT pg_sleep(0.05)") }
             }
 
             // 5. The last events and the swap, atomically, while live projectors wait on the lock.

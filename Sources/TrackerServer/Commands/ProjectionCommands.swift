@@ -6,6 +6,7 @@ import Darwin
 import ArgumentParser
 import Logging
 import ServiceLifecycle
+import Synchronization
 import Tracker
 import UnixSignals
 
@@ -53,18 +54,31 @@ struct RebuildCommand: AsyncParsableCommand {
         defer { pool.close() }
         let terminal = isatty(2) == 1
         let started = ContinuousClock.now
+        // When each phase began, so the summary can say where the time went.
+        let phases = Mutex<[(name: String, began: Duration)]>([])
         let total = try await Rebuild(pool: pool, attributionWindow: try attributionWindow(), logger: logger).run { p in
+            phases.withLock { if $0.last?.name != p.phase { $0.append((p.phase, p.elapsed)) } }
             if terminal { ProgressBar.draw(p) }
         }
         if terminal { writeToStandardError("\n") }
-        let seconds = Double((ContinuousClock.now - started).components.seconds) + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
+        let elapsed = ContinuousClock.now - started
+        let seconds = elapsed.seconds
         print("rebuilt projections from \(total) events in \(String(format1: seconds)) s (\(Int(Double(total) / max(seconds, 0.001))) events/s)")
+        let timeline = phases.withLock { $0 }
+        let spans = timeline.indices.dropLast().map { i in
+            "\(timeline[i].name) \(String(format1: (timeline[i + 1].began - timeline[i].began).seconds)) s"
+        }
+        print("phases: " + spans.joined(separator: ", "))
     }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
 enum ProgressBar {
     static func draw(_ p: RebuildProgress) {
-        let seconds = Double(p.elapsed.components.seconds) + Double(p.elapsed.components.attoseconds) / 1e18
+        let seconds = p.elapsed.seconds
         let fraction = p.total > 0 ? min(1, Double(p.done) / Double(p.total)) : 1
         let width = 30
         let filled = Int(fraction * Double(width))
