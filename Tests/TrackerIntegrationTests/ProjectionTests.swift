@@ -153,6 +153,22 @@ struct ProjectionTests {
         }
     }
 
+    @Test func aSecondConcurrentRebuildStopsInsteadOfDroppingTheFirstsWork() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 61)
+            let events = RandomTraffic.events(ads: 1500, using: &g)
+            try await db.append(events)
+            async let first = runTrackerToEnd(["rebuild", "--database-url", db.url])
+            async let second = runTrackerToEnd(["rebuild", "--database-url", db.url])
+            let results = try await [first, second]
+            #expect(results.contains { $0.0 == 0 })
+            for (status, output) in results where status != 0 {
+                #expect(output.contains("another 'tracker rebuild' is running"), "\(output)")
+            }
+            #expect(try await db.reportsAsCSV() == ReferenceReports.csv(events))
+        }
+    }
+
     /// Projections computed with one attribution window are never extended with another.
     @Test func aChangedAttributionWindowNeedsARebuild() async throws {
         try await withTestDatabase { db in

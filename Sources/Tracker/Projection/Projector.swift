@@ -211,9 +211,13 @@ public final class Projector: Service, Sendable {
 
 public enum ProjectorError: Error, Sendable, CustomStringConvertible {
     case windowMismatch(projected: Duration, configured: Duration)
+    /// Another `tracker rebuild` holds the rebuild lock on this database.
+    case rebuildRunning
 
     public var description: String {
         switch self {
+        case .rebuildRunning:
+            "another 'tracker rebuild' is running on this database; wait for it to finish"
         case .windowMismatch(let projected, let configured):
             "the projections were computed with an attribution window of \(projected.microseconds / 1_000_000) s but the tracker is configured with \(configured.microseconds / 1_000_000) s: run 'tracker rebuild' to recompute them"
         }

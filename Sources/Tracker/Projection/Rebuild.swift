@@ -38,6 +38,11 @@ public struct Rebuild: Sendable {
         let window = attributionWindow
         let started = ContinuousClock.now
         return try await pool.withConnection { c in
+            // One rebuild at a time: a second one would drop the first's half-built schema.
+            guard try c.query("SELECT pg_try_advisory_lock(hashtext('tracker.rebuild'))").bool(0, 0) == true else {
+                throw ProjectorError.rebuildRunning
+            }
+            defer { _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))") }
             // 1. The horizon, and a fresh schema shaped like the live projections.
             let last = try c.query(ProjectorSQL.head)
             let head = last.rowCount == 1 ? last.string(0, 0).flatMap { tx in last.string(0, 1).map { (tx: tx, seq: $0) } } : nil
