@@ -153,6 +153,27 @@ struct ProjectionTests {
         }
     }
 
+    /// On a terminal (here a pseudo-terminal from script(1)) the rebuild draws a progress bar.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func rebuildOnATerminalShowsEventsDoneRateAndETA() async throws {
+        try await withTestDatabase { db in
+            var g = SeededGenerator(seed: 71)
+            try await db.append(RandomTraffic.events(ads: 300, using: &g))
+            let binary = try #require(TestEnvironment.binary)
+            let out = FileManager.default.temporaryDirectory.appendingPathComponent("rebuild-tty-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: out) }
+            let status = try await Subprocess.run("/usr/bin/script", ["-qec", "\(binary) rebuild --database-url '\(db.url)'", "/dev/null"],
+                                                  environment: trackerEnvironment([:]), outputPath: out)
+            let output = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+            #expect(status == 0, "\(output)")
+            let total = try await db.scalar("SELECT count(*) FROM events") ?? "?"
+            #expect(output.contains("copying    ["), "\(output)")
+            #expect(output.contains("\(total)/\(total) events"), "\(output)")
+            #expect(output.contains(" ev/s  ETA "), "\(output)")
+            #expect(output.contains("phases: copying"), "\(output)")
+        }
+    }
+
     @Test func aSecondConcurrentRebuildStopsInsteadOfDroppingTheFirstsWork() async throws {
         try await withTestDatabase { db in
             var g = SeededGenerator(seed: 61)
