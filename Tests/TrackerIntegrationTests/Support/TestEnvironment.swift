@@ -44,7 +44,9 @@ final class TestDatabase: Sendable {
         admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
         let name = self.name
         try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") }
-        url = adminURL.replacingOccurrences(of: "/postgres", with: "/\(name)")
+        // Only the database (the path), not the user "postgres" in "//postgres@".
+        let path = try #require(adminURL.range(of: "/", options: .backwards))
+        url = adminURL[..<path.lowerBound] + "/\(name)"
         pool = ConnectionPool(conninfo: url, maxConnections: 4, logger: TestEnvironment.logger)
         _ = try await Migrator(logger: TestEnvironment.logger).migrate(pool)
     }

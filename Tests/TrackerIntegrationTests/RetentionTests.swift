@@ -1,0 +1,123 @@
+import Foundation
+import Testing
+import Tracker
+
+/// `tracker retention --keep-days N`: old days leave the log, their report rows stay.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct RetentionTests {
+    @Test func oldPartitionsAreDroppedAndTheReportsOfTheirDaysDoNotChange() async throws {
+        try await withTestDatabase { db in
+            try await logOldImpressions(db, daysAgo: 10, count: 5)
+            try await logOldImpressions(db, daysAgo: 9, count: 4)
+            try await logOldImpressions(db, daysAgo: 3, count: 3)
+            #expect(try runTracker(["project", "--once"], db).status == 0)
+            let before = try reportRows(db)
+            #expect(before.reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 12)
+
+            let dryRun = try runTracker(["retention", "--keep-days", "7", "--dry-run"], db)
+            #expect(dryRun.status == 0)
+            let oldest = try await partition(db, daysAgo: 10)
+            #expect(dryRun.output.contains(oldest))
+            #expect(dryRun.output.contains("would drop"))
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "12", "a dry run changes nothing")
+
+            let run = try runTracker(["retention", "--keep-days", "7"], db)
+            #expect(run.status == 0, "\(run.output)")
+            for daysAgo in 8...12 {
+                #expect(try await partitionExists(db, daysAgo: daysAgo) == false, "\(daysAgo) days ago is dropped")
+            }
+            for daysAgo in 0...7 {
+                #expect(try await partitionExists(db, daysAgo: daysAgo), "\(daysAgo) days ago is kept")
+            }
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "3")
+            #expect(try await db.scalar("SELECT count(*) FROM event_ids") == "3", "the dropped events' ids are forgotten with them")
+            #expect(try await db.rows("SELECT events, ids_forgotten FROM retention_runs WHERE events > 0 ORDER BY day")
+                    == [["5", "5"], ["4", "4"]])
+            #expect(try reportRows(db) == before, "the projections keep the counts of dropped days")
+            // The guard on event_ids still refuses everyone but retention.
+            await #expect(throws: DatabaseError.self) { try await db.pool.withConnection { try $0.execute("DELETE FROM event_ids") } }
+
+            let again = try runTracker(["retention", "--keep-days", "7"], db)
+            #expect(again.status == 0)
+            #expect(again.output.contains("nothing to drop"))
+        }
+    }
+
+    @Test func aPartitionTheProjectorHasNotReadIsKept() async throws {
+        try await withTestDatabase { db in
+            try await logOldImpressions(db, daysAgo: 10, count: 5)
+            let early = try runTracker(["retention", "--keep-days", "7"], db)
+            #expect(early.status == 0)
+            #expect(early.output.contains("5 events not yet projected"))
+            #expect(try await partitionExists(db, daysAgo: 10))
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "5")
+
+            #expect(try runTracker(["project", "--once"], db).status == 0)
+            #expect(try runTracker(["retention", "--keep-days", "7"], db).status == 0)
+            #expect(try await partitionExists(db, daysAgo: 10) == false)
+            #expect(try reportRows(db).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 5)
+        }
+    }
+
+    @Test func keepingLessThanOneDayIsRefused() async throws {
+        try await withTestDatabase { db in
+            let run = try runTracker(["retention", "--keep-days", "0"], db)
+            #expect(run.status != 0)
+            #expect(run.output.contains("at least 1"))
+        }
+    }
+}
+
+/// Logs `count` impressions (each its own ad) received `daysAgo` UTC days ago at noon, the
+/// way the writer stores them, creating the partitions back to 12 days ago.
+func logOldImpressions(_ db: TestDatabase, daysAgo: Int, count: Int) async throws {
+    _ = try await db.rows("""
+        SELECT tracker_ensure_event_partitions((now() AT TIME ZONE 'UTC')::date - 12, (now() AT TIME ZONE 'UTC')::date)
+        """)
+    _ = try await db.rows("""
+        WITH ids AS (INSERT INTO event_ids SELECT gen_random_uuid() FROM generate_series(1, $2::int) RETURNING id),
+        at AS (SELECT (((now() AT TIME ZONE 'UTC')::date - $1::int)::timestamp + interval '12 hours') AT TIME ZONE 'UTC' AS t)
+        INSERT INTO events (id, type, request_id, ad_unit, format_id, source, eea, reservation, test,
+                            occurred_at, received_at, corrected_at, key_name)
+        SELECT id, 'impression', 'old-' || id, '/1234/home/native', '10063170', 'app', false, false, false, t, t, t, 'app'
+        FROM ids, at
+        """, [String(daysAgo), String(count)])
+}
+
+func partition(_ db: TestDatabase, daysAgo: Int) async throws -> String {
+    try #require(try await db.scalar("SELECT 'events_' || to_char((now() AT TIME ZONE 'UTC')::date - $1::int, 'YYYYMMDD')", [String(daysAgo)]))
+}
+
+func partitionExists(_ db: TestDatabase, daysAgo: Int) async throws -> Bool {
+    try await db.scalar("SELECT to_regclass($1) IS NOT NULL", [try await partition(db, daysAgo: daysAgo)]) == "t"
+}
+
+/// The summary report's rows over the last two weeks, as the command line prints them in JSON.
+func reportRows(_ db: TestDatabase) throws -> [[String: AnyHashable]] {
+    let today = String(Wire.isoNow().prefix(10)), start = String(Wire.isoNow(offsetSeconds: -14 * 86_400).prefix(10))
+    let run = try runTracker(["report", "summary", "--from", start, "--to", today, "--output", "json"], db)
+    try #require(run.status == 0, "\(run.output)")
+    let json = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
+    return (json?["rows"] as? [[String: Any]] ?? []).map { $0.compactMapValues { $0 as? AnyHashable } }
+}
+
+/// Runs the tracker binary with a command against `db`; `output` is stdout and stderr together.
+func runTracker(_ arguments: [String], _ db: TestDatabase) throws -> (status: Int32, stdout: String, output: String) {
+    let binary = try #require(TestEnvironment.binary)
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: binary)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env["DATABASE_URL"] = db.url
+    env["REPORT_DATABASE_URL"] = nil
+    env["TRACKER_LOG_LEVEL"] = "warning"
+    p.environment = env
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try p.run()
+    let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    p.waitUntilExit()
+    return (p.terminationStatus, stdout, stdout + stderr)
+}
