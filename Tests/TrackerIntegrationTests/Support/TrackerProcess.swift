@@ -8,19 +8,20 @@ final class TrackerProcess: @unchecked Sendable {
     let process: Process
     let output: URL
 
-    init(databaseURL: String, environment extra: [String: String] = [:]) async throws {
+    /// `port` fixes the port, e.g. to restart a tracker where a load balancer expects it.
+    init(databaseURL: String, port: Int? = nil, environment extra: [String: String] = [:]) async throws {
         let binary = try #require(TestEnvironment.binary, "run the integration tests through scripts/test.sh")
-        port = Int.random(in: 30_000..<60_000)
+        self.port = port ?? Int.random(in: 30_000..<60_000)
         process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--host", "127.0.0.1", "--port", String(port)]
+        process.arguments = ["serve", "--host", "127.0.0.1", "--port", String(self.port)]
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = databaseURL
         env["TRACKER_LOG_LEVEL"] = "warning"
         for (k, v) in extra { env[k] = v }
         process.environment = env
-        output = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-\(port).log")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
+        output = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-\(self.port).log")
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let handle = try FileHandle(forWritingTo: output)
         process.standardOutput = handle
         process.standardError = handle
