@@ -100,7 +100,7 @@ struct IngestTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             try await withTracker(db) { tracker in
-                let body = try gzipped(Wire.batch((0..<3).map { _ in Wire.event() }))
+                let body = try await gzipped(Wire.batch((0..<3).map { _ in Wire.event() }))
                 let r = try tracker.client.postEvents(body, key: key, headers: ["Content-Encoding": "gzip"])
                 #expect(r.status == 200)
                 #expect(r.json["accepted"] as? Int == 3)
@@ -135,6 +135,29 @@ struct IngestTests {
                     #expect((response.json["message"] as? String)?.isEmpty == false, "\(name)")
                 }
                 #expect(try await db.scalar("SELECT count(*) FROM events") == "0")
+            }
+        }
+    }
+
+    @Test func batchesBeyondTheConcurrencyLimitGet503AndTheNextOneIsServed() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1"]) { tracker in
+                let body = Wire.batch([Wire.event()])
+                // A client that sends half a body holds the only place.
+                let slow = try tracker.client.startRequest(
+                    "POST", "/v1/events", headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                    bodyPrefix: body.prefix(10), declaredLength: body.count)
+                try await Task.sleep(for: .milliseconds(300))
+                let refused = try tracker.client.postEvents(body, key: key)
+                #expect(refused.status == 503)
+                #expect(refused.json["error"] as? String == "overloaded")
+                #expect(refused.headers["retry-after"] != nil)
+                close(slow)
+                try await Task.sleep(for: .milliseconds(300))
+                let served = try tracker.client.postEvents(body, key: key)
+                #expect(served.status == 200)
+                #expect(served.json["accepted"] as? Int == 1)
             }
         }
     }

@@ -9,10 +9,20 @@ struct ReplicaTests {
 
     @Test func reportsReadFromAHotStandbyConvergeWithinSecondsOfIngestionOnThePrimary() async throws {
         let primary = PrivateCluster(), standby = PrivateCluster()
-        try TestEnvironment.postgres("start", dir: primary.dir, port: primary.port)
-        defer { primary.remove() }
-        try standby.cloneAsStandby(of: primary)
-        defer { standby.remove() }
+        do {
+            try await TestEnvironment.postgres("start", dir: primary.dir, port: primary.port)
+            try await standby.cloneAsStandby(of: primary)
+            try await readReportsFromTheStandby(primary: primary, standby: standby)
+        } catch {
+            await standby.remove()
+            await primary.remove()
+            throw error
+        }
+        await standby.remove()
+        await primary.remove()
+    }
+
+    func readReportsFromTheStandby(primary: PrivateCluster, standby: PrivateCluster) async throws {
 
         let db = try await TestDatabase(adminURL: primary.url(database: "postgres"))
         let ingestKey = try await db.createKey("app", scope: .ingest)
@@ -61,7 +71,7 @@ struct ReplicaTests {
 
             // Proof that reports come from the standby and ingestion from the primary: without the
             // standby, reports fail while events are still accepted.
-            try TestEnvironment.postgres("stop", dir: standby.dir, port: standby.port)
+            try await TestEnvironment.postgres("stop", dir: standby.dir, port: standby.port)
             #expect(try tracker.client.request("GET", path, headers: auth).status != 200)
             #expect(try tracker.client.postEvents(Wire.batch([Wire.event(requestId: "replica-late")]), key: ingestKey).status == 200)
         }
@@ -87,38 +97,37 @@ struct PrivateCluster {
     func url(database: String) -> String { "postgresql://postgres@127.0.0.1:\(port)/\(database)" }
 
     /// A hot standby of `primary` made with pg_basebackup -R (streaming replication), then started.
-    func cloneAsStandby(of primary: PrivateCluster) throws {
+    func cloneAsStandby(of primary: PrivateCluster) async throws {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let data = dir + "/data"
         let asRoot = getuid() == 0
-        if asRoot { try run("/bin/chown", ["postgres:postgres", dir]) }
+        if asRoot { try await run("/bin/chown", ["postgres:postgres", dir]) }
         let bindir = "/usr/lib/postgresql/15/bin"
         let backup = [bindir + "/pg_basebackup", "-h", "127.0.0.1", "-p", String(primary.port), "-U", "postgres",
                       "-D", data, "-R", "-X", "stream", "-c", "fast"]
-        try asRoot ? run("/usr/sbin/runuser", ["-u", "postgres", "--"] + backup) : run(backup[0], Array(backup.dropFirst()))
+        if asRoot {
+            try await run("/usr/sbin/runuser", ["-u", "postgres", "--"] + backup)
+        } else {
+            try await run(backup[0], Array(backup.dropFirst()))
+        }
         // The copy carries the primary's port and socket folder: give the standby its own.
         let conf = try FileHandle(forWritingTo: URL(fileURLWithPath: data + "/postgresql.conf"))
         try conf.seekToEnd()
         try conf.write(contentsOf: Data("\nport = \(port)\nunix_socket_directories = '\(dir)'\nhot_standby = on\n".utf8))
         try conf.close()
-        try TestEnvironment.postgres("start", dir: dir, port: port)
+        try await TestEnvironment.postgres("start", dir: dir, port: port)
     }
 
-    func remove() {
-        try? TestEnvironment.postgres("stop", dir: dir, port: port)
+    func remove() async {
+        try? await TestEnvironment.postgres("stop", dir: dir, port: port)
         try? FileManager.default.removeItem(atPath: dir)
     }
 
-    private func run(_ executable: String, _ arguments: [String]) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = arguments
-        let err = Pipe()
-        p.standardError = err
-        p.standardOutput = FileHandle.nullDevice
-        try p.run()
-        let message = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        try #require(p.terminationStatus == 0, "\(executable) failed: \(message)")
+    private func run(_ executable: String, _ arguments: [String]) async throws {
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-cluster-\(UUID().uuidString).log").path
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let status = try await Subprocess.run(executable, arguments, outputPath: log)
+        let message = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        try #require(status == 0, "\(executable) failed: \(message)")
     }
 }

@@ -11,17 +11,17 @@ struct RetentionTests {
             try await logOldImpressions(db, daysAgo: 9, count: 4)
             try await logOldImpressions(db, daysAgo: 3, count: 3)
             try await projectAll(db, expected: 12)
-            let before = try reportRows(db)
+            let before = try await reportRows(db)
             #expect(before.reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 12)
 
-            let dryRun = try runTracker(["retention", "--keep-days", "7", "--dry-run"], db)
+            let dryRun = try await runTracker(["retention", "--keep-days", "7", "--dry-run"], db)
             #expect(dryRun.status == 0)
             let oldest = try await partition(db, daysAgo: 10)
             #expect(dryRun.output.contains(oldest))
             #expect(dryRun.output.contains("would drop"))
             #expect(try await db.scalar("SELECT count(*) FROM events") == "12", "a dry run changes nothing")
 
-            let run = try runTracker(["retention", "--keep-days", "7"], db)
+            let run = try await runTracker(["retention", "--keep-days", "7"], db)
             #expect(run.status == 0, "\(run.output)")
             for daysAgo in 8...12 {
                 #expect(try await partitionExists(db, daysAgo: daysAgo) == false, "\(daysAgo) days ago is dropped")
@@ -33,11 +33,11 @@ struct RetentionTests {
             #expect(try await db.scalar("SELECT count(*) FROM event_ids") == "3", "the dropped events' ids are forgotten with them")
             #expect(try await db.rows("SELECT events, ids_forgotten FROM retention_runs WHERE events > 0 ORDER BY day")
                     == [["5", "5"], ["4", "4"]])
-            #expect(try reportRows(db) == before, "the projections keep the counts of dropped days")
+            #expect(try await reportRows(db) == before, "the projections keep the counts of dropped days")
             // The guard on event_ids still refuses everyone but retention.
             await #expect(throws: DatabaseError.self) { try await db.pool.withConnection { try $0.execute("DELETE FROM event_ids") } }
 
-            let again = try runTracker(["retention", "--keep-days", "7"], db)
+            let again = try await runTracker(["retention", "--keep-days", "7"], db)
             #expect(again.status == 0)
             #expect(again.output.contains("nothing to drop"))
         }
@@ -46,22 +46,22 @@ struct RetentionTests {
     @Test func aPartitionTheProjectorHasNotReadIsKept() async throws {
         try await withTestDatabase { db in
             try await logOldImpressions(db, daysAgo: 10, count: 5)
-            let early = try runTracker(["retention", "--keep-days", "7"], db)
+            let early = try await runTracker(["retention", "--keep-days", "7"], db)
             #expect(early.status == 0)
             #expect(early.output.contains("5 events not yet projected"))
             #expect(try await partitionExists(db, daysAgo: 10))
             #expect(try await db.scalar("SELECT count(*) FROM events") == "5")
 
             try await projectAll(db, expected: 5)
-            #expect(try runTracker(["retention", "--keep-days", "7"], db).status == 0)
+            #expect(try await runTracker(["retention", "--keep-days", "7"], db).status == 0)
             #expect(try await partitionExists(db, daysAgo: 10) == false)
-            #expect(try reportRows(db).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 5)
+            #expect(try await reportRows(db).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 5)
         }
     }
 
     @Test func keepingLessThanOneDayIsRefused() async throws {
         try await withTestDatabase { db in
-            let run = try runTracker(["retention", "--keep-days", "0"], db)
+            let run = try await runTracker(["retention", "--keep-days", "0"], db)
             #expect(run.status != 0)
             #expect(run.output.contains("at least 1"))
         }
@@ -88,7 +88,7 @@ func logOldImpressions(_ db: TestDatabase, daysAgo: Int, count: Int) async throw
 /// a transaction open anywhere in the cluster (another test) holds back what the projector may read.
 func projectAll(_ db: TestDatabase, expected: Int) async throws {
     let projected = try await eventually(within: .seconds(20)) { () -> Int? in
-        #expect(try runTracker(["project", "--once"], db).status == 0)
+        #expect(try await runTracker(["project", "--once"], db).status == 0)
         let n = Int(try await db.scalar("SELECT events_projected FROM projection_state") ?? "") ?? 0
         return n >= expected ? n : nil
     }
@@ -104,31 +104,28 @@ func partitionExists(_ db: TestDatabase, daysAgo: Int) async throws -> Bool {
 }
 
 /// The summary report's rows over the last two weeks, as the command line prints them in JSON.
-func reportRows(_ db: TestDatabase) throws -> [[String: AnyHashable]] {
+func reportRows(_ db: TestDatabase) async throws -> [[String: AnyHashable]] {
     let today = String(Wire.isoNow().prefix(10)), start = String(Wire.isoNow(offsetSeconds: -14 * 86_400).prefix(10))
-    let run = try runTracker(["report", "summary", "--from", start, "--to", today, "--output", "json"], db)
+    let run = try await runTracker(["report", "summary", "--from", start, "--to", today, "--output", "json"], db)
     try #require(run.status == 0, "\(run.output)")
     let json = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
     return (json?["rows"] as? [[String: Any]] ?? []).map { $0.compactMapValues { $0 as? AnyHashable } }
 }
 
 /// Runs the tracker binary with a command against `db`; `output` is stdout and stderr together.
-func runTracker(_ arguments: [String], _ db: TestDatabase) throws -> (status: Int32, stdout: String, output: String) {
+func runTracker(_ arguments: [String], _ db: TestDatabase) async throws -> (status: Int32, stdout: String, output: String) {
     let binary = try #require(TestEnvironment.binary)
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: binary)
-    p.arguments = arguments
+    let files = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-run-\(UUID().uuidString)").path
+    defer { for f in [files + ".out", files + ".err"] { try? FileManager.default.removeItem(atPath: f) } }
     var env = ProcessInfo.processInfo.environment
     env["DATABASE_URL"] = db.url
     env["REPORT_DATABASE_URL"] = nil
     env["TRACKER_LOG_LEVEL"] = "warning"
-    p.environment = env
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    p.waitUntilExit()
-    return (p.terminationStatus, stdout, stdout + stderr)
+    env["TRACKER_STDERR"] = files + ".err"
+    // The shell only separates stderr from stdout (Subprocess joins them).
+    let status = try await Subprocess.run("/bin/sh", ["-c", "exec \"$@\" 2>\"$TRACKER_STDERR\"", "sh", binary] + arguments,
+                                          environment: env, outputPath: files + ".out")
+    let stdout = (try? String(contentsOfFile: files + ".out", encoding: .utf8)) ?? ""
+    let stderr = (try? String(contentsOfFile: files + ".err", encoding: .utf8)) ?? ""
+    return (status, stdout, stdout + stderr)
 }

@@ -14,11 +14,9 @@ struct ScaleOutTests {
         try await withTestDatabase { db in
             let ingestKey = try await db.createKey("app", scope: .ingest)
             let reportKey = try await db.createKey("dashboard", scope: .report)
-            var first = try await TrackerProcess(databaseURL: db.url)
+            let first = try await TrackerProcess(databaseURL: db.url)
             let second = try await TrackerProcess(databaseURL: db.url)
-            defer { second.kill9() }
             let balancer = try LoadBalancer(upstreams: ["t1": first.port, "t2": second.port])
-            defer { balancer.stop() }
             try await balancer.waitUntilServing(["t1", "t2"])
 
             // Every event is the impression of its own ad, so the report must count them all.
@@ -42,7 +40,7 @@ struct ScaleOutTests {
             while stream.acknowledgedBatches < bodies.count / 3, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(10))
             }
-            first.kill9()
+            await first.kill9()
             let beforeKill = stream.acknowledgedBatches
             await sending.value
             print("scale-out: killed t1 after \(beforeKill) of \(bodies.count) batches; served by \(stream.servedBy), client retries \(stream.retries)")
@@ -56,8 +54,7 @@ struct ScaleOutTests {
             #expect(Set(stored) == sentIDs, "every acknowledged event is in the log")
 
             // The killed tracker comes back; a full re-send through both stores nothing new.
-            first = try await TrackerProcess(databaseURL: db.url, port: first.port)
-            defer { first.kill9() }
+            let restarted = try await TrackerProcess(databaseURL: db.url, port: first.port)
             try await balancer.waitUntilServing(["t1", "t2"])
             let resend = StreamProgress()
             await Task.detached { await deliver(bodies, key: ingestKey, via: balancer.client, progress: resend) }.value
@@ -77,6 +74,9 @@ struct ScaleOutTests {
                 return total == sentIDs.count ? total : nil
             }
             #expect(impressions == sentIDs.count)
+            await balancer.stop()
+            await restarted.kill9()
+            await second.kill9()
         }
     }
 }
@@ -145,10 +145,9 @@ func eventually<T>(within limit: Duration, _ probe: () async throws -> T?) async
 /// HAProxy on a loopback port in front of the given trackers: round robin, health checks every
 /// 200 ms, and a failed or dropped request retried on the other tracker (safe: ingestion is
 /// idempotent). Each response says which tracker answered in `X-Tracker-Server`.
-final class LoadBalancer: @unchecked Sendable {
-    // @unchecked: `process` is only touched by the test that owns this instance.
+final class LoadBalancer: Sendable {
     let port: Int
-    let process: Process
+    let process: Subprocess
     let directory: URL
 
     init(upstreams: [String: Int]) throws {
@@ -185,15 +184,7 @@ final class LoadBalancer: @unchecked Sendable {
             """
         let file = directory.appendingPathComponent("haproxy.cfg")
         try config.write(to: file, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-db", "-f", file.path]
-        let logFile = directory.appendingPathComponent("haproxy.log")
-        _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logFile)
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
+        process = try Subprocess(binary, ["-db", "-f", file.path], outputPath: directory.appendingPathComponent("haproxy.log").path)
     }
 
     var client: HTTPClient { HTTPClient(port: port) }
@@ -213,13 +204,16 @@ final class LoadBalancer: @unchecked Sendable {
         try #require(names.isSubset(of: seen), "the balancer did not reach \(names.subtracting(seen).sorted()):\n\(log)")
     }
 
-    func stop() {
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
+    func stop() async {
+        process.signal(SIGTERM)
+        _ = await process.exitStatus()
         try? FileManager.default.removeItem(at: directory)
     }
 
     deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        if process.isRunning {
+            kill(process.pid, SIGKILL)
+            _ = process.waitBlocking()
+        }
     }
 }
