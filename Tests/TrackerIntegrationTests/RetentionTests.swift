@@ -59,6 +59,32 @@ struct RetentionTests {
         }
     }
 
+    @Test func aLongReaderOfTheLogMakesRetentionGiveUpInsteadOfStallingWriters() async throws {
+        try await withTestDatabase { db in
+            try await logOldImpressions(db, daysAgo: 10, count: 5)
+            try await projectAll(db, expected: 5)
+            // A reader holds the log's parent table for 15 s; dropping a partition needs it exclusively
+            // (five old partitions, each giving up after 2 s, all fall inside it).
+            let reader = Task {
+                try await db.pool.withConnection { c in
+                    try c.execute("BEGIN")
+                    try c.execute("LOCK TABLE ONLY events IN ACCESS SHARE MODE")
+                    _ = try c.query("SELECT pg_sleep(15)")
+                    try c.execute("ROLLBACK")
+                }
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            let busy = try await runTracker(["retention", "--keep-days", "7"], db)
+            #expect(busy.status == 0)
+            #expect(busy.output.contains("the log was busy"), "\(busy.output)")
+            #expect(try await partitionExists(db, daysAgo: 10))
+            #expect(try await db.scalar("SELECT count(*) FROM event_ids") == "5", "nothing is forgotten when the drop gives up")
+            try await reader.value
+            #expect(try await runTracker(["retention", "--keep-days", "7"], db).status == 0)
+            #expect(try await partitionExists(db, daysAgo: 10) == false)
+        }
+    }
+
     @Test func keepingLessThanOneDayIsRefused() async throws {
         try await withTestDatabase { db in
             let run = try await runTracker(["retention", "--keep-days", "0"], db)

@@ -9,6 +9,8 @@ public struct RetentionDecision: Sendable, Hashable {
         case wouldDrop
         /// Old enough, but kept: it holds events the projector has not read yet.
         case keptUnprojected(pending: Int)
+        /// Old enough, but kept this time: the log was busy for longer than the lock timeout.
+        case keptBusy
     }
 
     /// The partition, `events_YYYYMMDD`.
@@ -61,10 +63,15 @@ public struct Retention: Sendable {
         }
         var decisions: [RetentionDecision] = []
         for (partition, day) in candidates {
-            let decision = try await pool.withConnection { connection in
-                try connection.transaction {
-                    try Self.retire(partition, day: day, keepDays: keepDays, dryRun: dryRun, on: connection)
+            let decision: RetentionDecision
+            do {
+                decision = try await pool.withConnection { connection in
+                    try connection.transaction {
+                        try Self.retire(partition, day: day, keepDays: keepDays, dryRun: dryRun, on: connection)
+                    }
                 }
+            } catch let error as DatabaseError where error.sqlState == "55P03" {  // lock_not_available
+                decision = RetentionDecision(partition: partition, day: day, events: 0, action: .keptBusy)
             }
             logger.info("retention", metadata: [
                 "tracker.partition": "\(partition)", "tracker.events": "\(decision.events)",
@@ -99,7 +106,7 @@ public struct Retention: Sendable {
         let forgotten = try connection.query("DELETE FROM event_ids WHERE id IN (SELECT id FROM \(partition))").affectedRows
         // Dropping a partition locks the parent, which queues every writer behind it: give up
         // (and roll back) rather than stall ingestion behind a long reader.
-        try connection.execute("SET LOCAL lock_timeout = '5s'")
+        try connection.execute("SET LOCAL lock_timeout = '2s'")
         try connection.execute("DROP TABLE \(partition)")
         _ = try connection.query(RetentionSQL.record, [day, partition, String(events), String(forgotten), String(keepDays), checkpoint])
         return RetentionDecision(partition: partition, day: day, events: events, action: .dropped(idsForgotten: forgotten))

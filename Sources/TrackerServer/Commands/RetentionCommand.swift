@@ -46,6 +46,7 @@ struct RetentionCommand: AsyncParsableCommand {
         case .dropped(let ids): "dropped (\(ids) ids forgotten)"
         case .wouldDrop: "would drop (dry run)"
         case .keptUnprojected(let pending): "kept: \(pending) events not yet projected (run the projector, then retry)"
+        case .keptBusy: "kept: the log was busy (a long query held it); retry later"
         }
     }
 }
