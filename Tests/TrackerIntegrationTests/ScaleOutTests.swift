@@ -43,8 +43,11 @@ struct ScaleOutTests {
             await first.kill9()
             let beforeKill = stream.acknowledgedBatches
             await sending.value
-            print("scale-out: killed t1 after \(beforeKill) of \(bodies.count) batches; served by \(stream.servedBy), client retries \(stream.retries)")
+            let retries = try balancer.retries()
+            print("scale-out: killed t1 after \(beforeKill) of \(bodies.count) batches; served by \(stream.servedBy); " +
+                  "balancer retried \(retries.retried), redispatched \(retries.redispatched); client retries \(stream.retries)")
             #expect(beforeKill < bodies.count, "the kill came mid-stream")
+            #expect(retries.retried + retries.redispatched + stream.retries > 0, "requests that met the dead tracker were retried")
 
             #expect(stream.failedBatches == 0, "every batch is acknowledged, by retries if need be")
             #expect(stream.acknowledgedEvents == sentIDs.count)
@@ -147,6 +150,7 @@ func eventually<T>(within limit: Duration, _ probe: () async throws -> T?) async
 /// idempotent). Each response says which tracker answered in `X-Tracker-Server`.
 final class LoadBalancer: Sendable {
     let port: Int
+    let statsPort: Int
     let process: Subprocess
     let directory: URL
 
@@ -154,6 +158,7 @@ final class LoadBalancer: Sendable {
         let binary = try #require(["/usr/sbin/haproxy", "/usr/bin/haproxy"].first { FileManager.default.isExecutableFile(atPath: $0) },
                                   "haproxy is missing: run scripts/setup.sh")
         port = Int.random(in: 30_000..<60_000)
+        statsPort = port == 59_999 ? 30_000 : port + 1
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-lb-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let servers = upstreams.sorted { $0.key < $1.key }
@@ -172,6 +177,10 @@ final class LoadBalancer: Sendable {
                 retries 3
                 option redispatch 1
                 retry-on all-retryable-errors
+            frontend stats
+                bind 127.0.0.1:\(statsPort)
+                stats enable
+                stats uri /stats
             frontend tracker
                 bind 127.0.0.1:\(port)
                 default_backend trackers
@@ -202,6 +211,16 @@ final class LoadBalancer: Sendable {
         }
         let log = (try? String(contentsOf: directory.appendingPathComponent("haproxy.log"), encoding: .utf8)) ?? ""
         try #require(names.isSubset(of: seen), "the balancer did not reach \(names.subtracting(seen).sorted()):\n\(log)")
+    }
+
+    /// How often the balancer retried a request (`wretr`) and sent one to the other tracker
+    /// (`wredis`), from its statistics.
+    func retries() throws -> (retried: Int, redispatched: Int) {
+        let csv = try HTTPClient(port: statsPort).request("GET", "/stats;csv").text.split(separator: "\n")
+        let header = (csv.first ?? "").dropFirst(2).split(separator: ",", omittingEmptySubsequences: false)
+        let backend = try #require(csv.first { $0.hasPrefix("trackers,BACKEND,") }).split(separator: ",", omittingEmptySubsequences: false)
+        func value(_ name: String) -> Int { header.firstIndex(of: Substring(name)).flatMap { Int(backend[$0]) } ?? 0 }
+        return (value("wretr"), value("wredis"))
     }
 
     func stop() async {
