@@ -85,6 +85,21 @@ struct RetentionTests {
         }
     }
 
+    @Test func aServerWithRetentionDaysDropsOldPartitionsByItself() async throws {
+        try await withTestDatabase { db in
+            try await logOldImpressions(db, daysAgo: 10, count: 5)
+            try await projectAll(db, expected: 5)
+            try await withTracker(db, environment: ["TRACKER_RETENTION_DAYS": "7"]) { _ in
+                let dropped = try await eventually(within: .seconds(10)) { () -> Bool? in
+                    try await partitionExists(db, daysAgo: 10) ? nil : true
+                }
+                #expect(dropped == true, "the server ran retention at start")
+            }
+            #expect(try await partitionExists(db, daysAgo: 7), "the kept days stay")
+            #expect(try await reportRows(db).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 5)
+        }
+    }
+
     @Test func keepingLessThanOneDayIsRefused() async throws {
         try await withTestDatabase { db in
             let run = try await runTracker(["retention", "--keep-days", "0"], db)

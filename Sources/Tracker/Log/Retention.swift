@@ -1,4 +1,5 @@
 import Logging
+import ServiceLifecycle
 
 /// What retention did, or would do, with one daily partition of the log.
 public struct RetentionDecision: Sendable, Hashable {
@@ -110,6 +111,38 @@ public struct Retention: Sendable {
         try connection.execute("DROP TABLE \(partition)")
         _ = try connection.query(RetentionSQL.record, [day, partition, String(events), String(forgotten), String(keepDays), checkpoint])
         return RetentionDecision(partition: partition, day: day, events: events, action: .dropped(idsForgotten: forgotten))
+    }
+}
+
+/// Runs retention inside `tracker serve` (TRACKER_RETENTION_DAYS): at start, then every `interval`.
+///
+/// Every node may run it: runs serialise on the partitions' advisory lock, and a partition
+/// another node dropped is simply no longer listed. A failed run is logged and retried at
+/// the next interval; retention is never urgent.
+public struct RetentionService: Service {
+    public let keepDays: Int
+    public let interval: Duration
+    private let retention: Retention
+    private let logger: Logger
+
+    public init(pool: ConnectionPool, keepDays: Int, interval: Duration = .seconds(3600), logger: Logger) {
+        self.keepDays = keepDays
+        self.interval = interval
+        self.retention = Retention(pool: pool, logger: logger)
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    _ = try await retention.run(keepDays: keepDays, dryRun: false)
+                } catch {
+                    logger.warning("retention failed; retrying later", metadata: ["error": "\(String(reflecting: error))"])
+                }
+                try? await Task.sleep(for: interval)
+            }
+        }
     }
 }
 
