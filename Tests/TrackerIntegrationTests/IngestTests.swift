@@ -100,7 +100,7 @@ struct IngestTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             try await withTracker(db) { tracker in
-                let body = try gzipped(Wire.batch((0..<3).map { _ in Wire.event() }))
+                let body = try await gzipped(Wire.batch((0..<3).map { _ in Wire.event() }))
                 let r = try tracker.client.postEvents(body, key: key, headers: ["Content-Encoding": "gzip"])
                 #expect(r.status == 200)
                 #expect(r.json["accepted"] as? Int == 3)

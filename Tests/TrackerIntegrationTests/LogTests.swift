@@ -29,7 +29,7 @@ struct LogTests {
                 let r = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
                 if r.status == 200 { acknowledged += r.json["accepted"] as? Int ?? 0 }
             }
-            tracker.kill9()
+            await tracker.kill9()
             #expect(acknowledged == 200)
             #expect(try await db.scalar("SELECT count(*) FROM events") == "\(acknowledged)")
         }
@@ -38,17 +38,10 @@ struct LogTests {
     @Test func migrationsRunTwiceAndConcurrentlyApplyOnce() async throws {
         try await withTestDatabase { db in
             let binary = try #require(TestEnvironment.binary)
-            let runs = (0..<3).map { _ in
-                let p = Process()
-                p.executableURL = URL(fileURLWithPath: binary)
-                p.arguments = ["migrate", "--database-url", db.url]
-                p.standardOutput = FileHandle.nullDevice
-                p.standardError = FileHandle.nullDevice
-                return p
-            }
-            for p in runs { try p.run() }
-            for p in runs { p.waitUntilExit() }
-            #expect(runs.allSatisfy { $0.terminationStatus == 0 })
+            let runs = try (0..<3).map { _ in try Subprocess(binary, ["migrate", "--database-url", db.url]) }
+            var statuses: [Int32] = []
+            for p in runs { statuses.append(await p.exitStatus()) }
+            #expect(statuses == [0, 0, 0])
             #expect(try await db.scalar("SELECT count(*) FROM schema_migrations") == String(Migration.all.count))
         }
     }
@@ -58,7 +51,7 @@ struct LogTests {
             let key = try await db.createKey("app", scope: .ingest)
             let tracker = try await TrackerProcess(databaseURL: db.url)
             #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
-            #expect(tracker.terminate() == 0)
+            #expect(await tracker.terminate() == 0)
         }
     }
 
@@ -79,22 +72,31 @@ struct DatabaseOutageTests {
     @Test func databaseDownGives503WithRetryAfterAndIngestionResumesWhenItIsBack() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-outage-\(UUID().uuidString)").path
         let port = Int.random(in: 20_000..<30_000)
-        try TestEnvironment.postgres("start", dir: dir, port: port)
-        defer {
-            try? TestEnvironment.postgres("stop", dir: dir, port: port)
+        try await TestEnvironment.postgres("start", dir: dir, port: port)
+        do {
+            try await outage(dir: dir, port: port)
+        } catch {
+            try? await TestEnvironment.postgres("stop", dir: dir, port: port)
             try? FileManager.default.removeItem(atPath: dir)
+            throw error
         }
+        try await TestEnvironment.postgres("stop", dir: dir, port: port)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    private func outage(dir: String, port: Int) async throws {
         let db = try await TestDatabase(adminURL: "postgresql://postgres@127.0.0.1:\(port)/postgres")
         let key = try await db.createKey("app", scope: .ingest)
         try await withTracker(db) { tracker in
             // Warm the key cache, then take the database away.
             #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
-            try TestEnvironment.postgres("stop", dir: dir, port: port)
+            try await TestEnvironment.postgres("stop", dir: dir, port: port)
             let down = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
             #expect(down.status == 503)
             #expect(Int(down.headers["retry-after"] ?? "") != nil)
+            #expect(down.json["error"] as? String == "database_unavailable")
             #expect(try tracker.client.request("GET", "/readyz").status == 503)
-            try TestEnvironment.postgres("start", dir: dir, port: port)
+            try await TestEnvironment.postgres("start", dir: dir, port: port)
             var recovered = false
             for _ in 0..<100 {
                 if try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200 { recovered = true; break }
@@ -102,6 +104,7 @@ struct DatabaseOutageTests {
             }
             #expect(recovered)
         }
+        // Exactly the two acknowledged events: nothing of the refused batch was stored.
         #expect(try await db.scalar("SELECT count(*) FROM events") == "2")
         await db.drop()
     }

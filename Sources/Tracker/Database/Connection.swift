@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import CLibPQ
 
 /// One libpq connection, used synchronously by exactly one thread at a time.
@@ -45,8 +50,16 @@ public final class Connection {
     }
 
     /// False once the server went away; such a connection is discarded by the pool.
+    ///
+    /// An idle connection has nothing to read: if its socket is readable, the server sent a
+    /// termination notice or closed it (a restart, an administrator's kill), so it is not
+    /// lent again. This spares the first request after a database restart from failing on
+    /// a dead socket. (We use no LISTEN, so nothing else arrives unasked.)
     public var isHealthy: Bool {
-        !closed && PQstatus(handle) == CONNECTION_OK
+        guard !closed, PQstatus(handle) == CONNECTION_OK else { return false }
+        var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+        guard descriptor.fd >= 0 else { return false }
+        return poll(&descriptor, 1, 0) == 0
     }
 
     /// Ends a transaction a failed borrower left open, so the next one starts clean.

@@ -38,7 +38,7 @@ extension APIError {
         switch error {
         case .malformedJSON: APIError(.badRequest, "invalid_json", error.message)
         case .invalidBody: APIError(.badRequest, "invalid_body", error.message)
-        case .tooManyEvents, .eventTooLarge: APIError(.contentTooLarge, "payload_too_large", error.message)
+        case .bodyTooLarge, .tooManyEvents, .eventTooLarge: APIError(.contentTooLarge, "payload_too_large", error.message)
         }
     }
 

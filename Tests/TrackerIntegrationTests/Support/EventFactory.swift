@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 
 /// Builds wire-format events and batches for tests.
 enum Wire {
@@ -38,17 +39,16 @@ extension HTTPClient {
 }
 
 /// gzip of `data` by the system's gzip, so the test does not share code with the server.
-func gzipped(_ data: Data) throws -> Data {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/gzip")
-    p.arguments = ["-c"]
-    let input = Pipe(), output = Pipe()
-    p.standardInput = input
-    p.standardOutput = output
-    try p.run()
-    input.fileHandleForWriting.write(data)
-    try input.fileHandleForWriting.close()
-    let out = output.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return out
+func gzipped(_ data: Data) async throws -> Data {
+    let dir = FileManager.default.temporaryDirectory
+    let input = dir.appendingPathComponent("gzip-in-\(UUID().uuidString)")
+    let output = dir.appendingPathComponent("gzip-out-\(UUID().uuidString)")
+    defer {
+        try? FileManager.default.removeItem(at: input)
+        try? FileManager.default.removeItem(at: output)
+    }
+    try data.write(to: input)
+    let status = try await Subprocess.run("/bin/gzip", ["-c"], inputPath: input.path, outputPath: output.path)
+    try #require(status == 0)
+    return try Data(contentsOf: output)
 }

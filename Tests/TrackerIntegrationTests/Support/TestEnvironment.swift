@@ -20,14 +20,10 @@ enum TestEnvironment {
     }()
 
     /// Runs `scripts/pg.sh COMMAND DIR PORT` (start/stop a private cluster).
-    static func postgres(_ command: String, dir: String, port: Int) throws {
+    static func postgres(_ command: String, dir: String, port: Int) async throws {
         let script = try #require(pgScript)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: script)
-        p.arguments = [command, dir, String(port)]
-        try p.run()
-        p.waitUntilExit()
-        try #require(p.terminationStatus == 0, "pg.sh \(command) failed")
+        let status = try await Subprocess.run(script, [command, dir, String(port)])
+        try #require(status == 0, "pg.sh \(command) failed")
     }
 }
 
@@ -44,9 +40,15 @@ final class TestDatabase: Sendable {
         admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
         let name = self.name
         try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") }
-        url = adminURL.replacingOccurrences(of: "/postgres", with: "/\(name)")
+        url = try #require(TestDatabase.url(adminURL, database: name))
         pool = ConnectionPool(conninfo: url, maxConnections: 4, logger: TestEnvironment.logger)
         _ = try await Migrator(logger: TestEnvironment.logger).migrate(pool)
+    }
+
+    /// `adminURL` with its database (the path after the host) replaced by `database`.
+    static func url(_ adminURL: String, database: String) -> String? {
+        guard let slash = adminURL.range(of: "/", options: .backwards), adminURL[..<slash.lowerBound].contains("@") else { return nil }
+        return adminURL[..<slash.lowerBound] + "/" + database
     }
 
     func drop() async {

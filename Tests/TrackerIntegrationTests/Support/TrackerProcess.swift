@@ -2,29 +2,21 @@ import Foundation
 import Testing
 
 /// The real `tracker serve` binary, started on a free loopback port.
-final class TrackerProcess: @unchecked Sendable {
-    // @unchecked: `process` is only touched from the test that owns this instance.
+final class TrackerProcess: Sendable {
     let port: Int
-    let process: Process
+    let process: Subprocess
     let output: URL
 
     init(databaseURL: String, environment extra: [String: String] = [:]) async throws {
         let binary = try #require(TestEnvironment.binary, "run the integration tests through scripts/test.sh")
         port = Int.random(in: 30_000..<60_000)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--host", "127.0.0.1", "--port", String(port)]
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = databaseURL
         env["TRACKER_LOG_LEVEL"] = "warning"
         for (k, v) in extra { env[k] = v }
-        process.environment = env
         output = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-\(port).log")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
-        let handle = try FileHandle(forWritingTo: output)
-        process.standardOutput = handle
-        process.standardError = handle
-        try process.run()
+        process = try Subprocess(binary, ["serve", "--host", "127.0.0.1", "--port", String(port)],
+                                 environment: env, outputPath: output.path)
         try await waitUntilHealthy()
     }
 
@@ -38,30 +30,38 @@ final class TrackerProcess: @unchecked Sendable {
         }
         let log = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
         Issue.record("tracker did not become healthy on port \(port):\n\(log)")
+        process.signal(SIGKILL)
         throw CancellationError()
     }
 
-    /// SIGTERM, then waits for a clean exit; returns the exit status.
+    /// SIGTERM, then waits for the exit; returns the exit status (0 for a clean drain).
     @discardableResult
-    func terminate() -> Int32 {
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-        return process.terminationStatus
+    func terminate() async -> Int32 {
+        process.signal(SIGTERM)
+        return await process.exitStatus()
     }
 
-    func kill9() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+    func kill9() async {
+        process.signal(SIGKILL)
+        _ = await process.exitStatus()
     }
 
     deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        if process.isRunning {
+            kill(process.pid, SIGKILL)
+            _ = process.waitBlocking()
+        }
     }
 }
 
 /// Runs a tracker against `db` for the duration of `body`.
 func withTracker(_ db: TestDatabase, environment: [String: String] = [:], _ body: (TrackerProcess) async throws -> Void) async throws {
     let tracker = try await TrackerProcess(databaseURL: db.url, environment: environment)
-    defer { tracker.kill9() }
-    try await body(tracker)
+    do {
+        try await body(tracker)
+    } catch {
+        await tracker.kill9()
+        throw error
+    }
+    await tracker.kill9()
 }

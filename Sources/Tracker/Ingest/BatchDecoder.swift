@@ -1,0 +1,109 @@
+/// An event the batch carried but the log will not store, and why.
+public struct Rejection: Sendable, Hashable {
+    /// The event's position in the batch's `events` array (from 0).
+    public var index: Int
+    /// The event's `id` as sent, when it had a string there.
+    public var id: String?
+    /// Every rule the event breaks, each naming the field.
+    public var error: String
+}
+
+/// A batch split into the events to store and the ones refused.
+public struct DecodedBatch: Sendable {
+    public var accepted: [(index: Int, event: TrackingEvent)]
+    public var rejected: [Rejection]
+}
+
+/// Why a whole batch is refused: nothing of it is stored.
+public enum BatchError: Error, Sendable, Equatable {
+    /// The body is not JSON.
+    case malformedJSON(JSONSyntaxError)
+    /// The body is JSON but not a batch (no `events` array, a bad `sentAt`, …).
+    case invalidBody(String)
+    case bodyTooLarge(bytes: Int, limit: Int)
+    case tooManyEvents(count: Int, limit: Int)
+    case eventTooLarge(index: Int, bytes: Int, limit: Int)
+
+    /// What the client should fix.
+    public var message: String {
+        switch self {
+        case .malformedJSON(let error):
+            "the body is not valid JSON: \(error.description)"
+        case .invalidBody(let message):
+            message
+        case .bodyTooLarge(let bytes, let limit):
+            "the body is \(bytes) bytes after decompression; at most \(limit) bytes (\(limit / 1024) KiB) are allowed: split the batch"
+        case .tooManyEvents(let count, let limit):
+            "the batch has \(count) events; at most \(limit) are allowed: split the batch"
+        case .eventTooLarge(let index, let bytes, let limit):
+            "event \(index) is \(bytes) bytes; at most \(limit) bytes (\(limit / 1024) KiB) per event are allowed: trim its attributes"
+        }
+    }
+}
+
+/// SPEC sections 1 and 3 as a pure function: request bytes in, valid events with their
+/// corrected time and per-event rejections out. The HTTP layer only maps `BatchError`
+/// to a status; every rule lives here.
+public struct BatchDecoder: Sendable {
+    public var limits: IngestLimits
+
+    public init(limits: IngestLimits = IngestLimits()) {
+        self.limits = limits
+    }
+
+    public func decode(_ body: [UInt8], receivedAt: Timestamp) throws(BatchError) -> DecodedBatch {
+        guard body.count <= limits.maxBodyBytes else {
+            throw .bodyTooLarge(bytes: body.count, limit: limits.maxBodyBytes)
+        }
+        let document: (value: JSONValue, spans: [Range<Int>]?)
+        do {
+            document = try JSONReader.parse(body, spanning: "events")
+        } catch {
+            throw .malformedJSON(error)
+        }
+        guard case .object = document.value else {
+            throw .invalidBody("the body must be a JSON object such as {\"sentAt\": \"…\", \"events\": [ … ]}, got \(document.value.typeName)")
+        }
+        guard let eventsValue = document.value.member("events") else {
+            throw .invalidBody("the body must have an 'events' array (at most \(limits.maxEventsPerBatch) events)")
+        }
+        guard case .array(let events) = eventsValue, let spans = document.spans else {
+            throw .invalidBody("events must be an array of event objects, got \(eventsValue.typeName)")
+        }
+        guard events.count <= limits.maxEventsPerBatch else {
+            throw .tooManyEvents(count: events.count, limit: limits.maxEventsPerBatch)
+        }
+        for (index, span) in spans.enumerated() where span.count > limits.maxEventBytes {
+            throw .eventTooLarge(index: index, bytes: span.count, limit: limits.maxEventBytes)
+        }
+
+        let sentAt: Timestamp?
+        switch document.value.member("sentAt") {
+        case nil, .null?:
+            sentAt = nil
+        case .string(let text)?:
+            guard let t = Timestamp(rfc3339: text) else {
+                throw .invalidBody("sentAt must be an RFC 3339 time with Z or a numeric offset (e.g. 2026-11-20T10:00:03.120Z), got '\(Violations.excerpt(text))'; every event's corrected time depends on it")
+            }
+            sentAt = t
+        case let other?:
+            throw .invalidBody("sentAt must be an RFC 3339 time as a string, got \(other.typeName)")
+        }
+
+        let rules = EventRules(limits: limits, receivedAt: receivedAt, sentAt: sentAt)
+        var accepted: [(index: Int, event: TrackingEvent)] = []
+        accepted.reserveCapacity(events.count)
+        var rejected: [Rejection] = []
+        for (index, value) in events.enumerated() {
+            switch rules.validate(value) {
+            case .success(let event):
+                accepted.append((index, event))
+            case .failure(let violations):
+                var id: String?
+                if case .string(let text)? = value.member("id") { id = text }
+                rejected.append(Rejection(index: index, id: id, error: violations.text))
+            }
+        }
+        return DecodedBatch(accepted: accepted, rejected: rejected)
+    }
+}

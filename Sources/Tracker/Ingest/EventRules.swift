@@ -1,0 +1,323 @@
+/// The limits of SPEC section 1.
+public struct IngestLimits: Sendable {
+    public var maxEventsPerBatch = 500
+    /// The body after decompression.
+    public var maxBodyBytes = 512 * 1024
+    /// One event as written in the body.
+    public var maxEventBytes = 16 * 1024
+    public var maxAttributes = 32
+    /// The `attributes` object serialized as compact JSON.
+    public var maxAttributeBytes = 2 * 1024
+
+    public init() {}
+}
+
+/// The field rules of SPEC section 1 for one event, and the time correction of section 3.
+///
+/// Every message names the field and the rule, and shows what was sent, so the app
+/// developer who reads a rejection knows what to fix without opening the spec.
+struct EventRules {
+    var limits: IngestLimits
+    var receivedAt: Timestamp
+    var sentAt: Timestamp?
+
+    /// Devices may be ahead of the server by up to this much when they send no `sentAt`.
+    static let maxAheadWithoutSentAt: Duration = .seconds(24 * 3600)
+    /// An event may be stamped at most this long after its batch's `sentAt`.
+    static let maxAheadOfSentAt: Duration = .seconds(1)
+    /// No report day can be earlier than this; older corrected times are refused.
+    static let earliestCorrectedTime = Timestamp(microseconds: 0)
+
+    /// A valid event, or every rule it breaks.
+    func validate(_ value: JSONValue) -> Result<TrackingEvent, Violations> {
+        guard case .object = value else {
+            return .failure(Violations(["the event must be a JSON object, got \(value.typeName)"]))
+        }
+        var v = Violations()
+        let id = v.required(value, "id", hint: "a UUID such as 0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11") { text in
+            UUIDText(text).map(Check.ok) ?? .broken("must be a UUID (8-4-4-4-12 hex digits)")
+        }
+        let type = v.required(value, "type", hint: "one of \(Self.list(EventType.self))") { text in
+            EventType(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(EventType.self))")
+        }
+        let requestId = v.required(value, "requestId", hint: "the ad response's id, 1 to 128 characters") { text in
+            Self.checkIdentifier(text, maxCharacters: 128)
+        }
+        let adUnit = v.required(value, "adUnit", hint: "an ad unit path such as /6499/example/native") { text in
+            Self.checkAdUnit(text)
+        }
+        let formatId = v.required(value, "formatId", hint: "a custom format ID (digits) or native, app_install, content") { text in
+            Self.checkFormatId(text)
+        }
+        let occurredAt = v.required(value, "occurredAt", hint: "an RFC 3339 time such as 2026-11-20T10:00:01.950Z") { text in
+            Timestamp(rfc3339: text).map(Check.ok)
+                ?? .broken("must be an RFC 3339 time with Z or a numeric offset (e.g. 2026-11-20T10:00:01.950Z)")
+        }
+        let assetKey = v.optional(value, "assetKey") { text in Self.checkIdentifier(text, maxCharacters: 64) }
+        if type == .click, assetKey == nil, !v.mentions("assetKey") {
+            v.add("assetKey is required for click: the asset name passed to performClickOnAsset (e.g. MainImage)")
+        }
+        let clickAction = v.optional(value, "clickAction") { text in
+            ClickAction(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(ClickAction.self))")
+        }
+        let source = v.optional(value, "source") { text in
+            EventSource(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(EventSource.self))")
+        }
+        let adapter = v.optional(value, "adapter") { text in Self.checkIdentifier(text, maxCharacters: 64, allowEmpty: true) }
+        let eea = v.flag(value, "eea")
+        let reservation = v.flag(value, "reservation")
+        let test = v.flag(value, "test")
+        let attributes = v.attributes(value, limits: limits)
+
+        var correctedAt: Timestamp?
+        if let occurredAt {
+            switch correct(occurredAt: occurredAt) {
+            case .ok(let t): correctedAt = t
+            case .broken(let message): v.add(message)
+            }
+        }
+
+        guard v.isEmpty, let id, let type, let requestId, let adUnit, let formatId, let occurredAt, let correctedAt else {
+            return .failure(v)
+        }
+        return .success(TrackingEvent(
+            id: id, type: type, requestId: requestId, adUnit: adUnit, formatId: formatId,
+            assetKey: assetKey, clickAction: clickAction, source: source ?? .app, adapter: adapter,
+            eea: eea, reservation: reservation, test: test, attributes: attributes,
+            occurredAt: occurredAt, sentAt: sentAt, receivedAt: receivedAt, correctedAt: correctedAt))
+    }
+
+    /// SPEC section 3: the time every report uses, or why the event is refused.
+    func correct(occurredAt: Timestamp) -> Check<Timestamp> {
+        let corrected: Timestamp
+        if let sentAt {
+            if occurredAt - sentAt > Self.maxAheadOfSentAt {
+                return .broken("occurredAt (\(occurredAt.rfc3339)) is more than 1 s after the batch's sentAt (\(sentAt.rfc3339)): an event cannot happen after it was sent; check how the app stamps occurredAt and sentAt")
+            }
+            corrected = receivedAt - (sentAt - occurredAt)
+        } else {
+            if occurredAt - receivedAt > Self.maxAheadWithoutSentAt {
+                return .broken("occurredAt (\(occurredAt.rfc3339)) is more than 24 h after the server's time (\(receivedAt.rfc3339)): the device clock is wrong; send sentAt with the batch so the tracker can correct it")
+            }
+            corrected = min(occurredAt, receivedAt)
+        }
+        if corrected < Self.earliestCorrectedTime {
+            return .broken("occurredAt (\(occurredAt.rfc3339)) gives a corrected time before 1970-01-01: the device clock is wrong")
+        }
+        return .ok(corrected)
+    }
+
+    // MARK: Field rules
+
+    static func checkIdentifier(_ text: String, maxCharacters: Int, allowEmpty: Bool = false) -> Check<String> {
+        let count = text.unicodeScalars.count
+        if count == 0, !allowEmpty { return .broken("must not be empty (1 to \(maxCharacters) characters)") }
+        if count > maxCharacters { return .broken("must be at most \(maxCharacters) characters, not \(count)") }
+        if text.unicodeScalars.contains(where: isControl) { return .broken("must not contain control characters") }
+        return .ok(text)
+    }
+
+    /// `/` + network code digits + one or more `/segment`; segments are non-empty and hold
+    /// no whitespace or control characters.
+    static func checkAdUnit(_ text: String) -> Check<String> {
+        let rule = "must be '/' + the network code (digits) + one or more '/segment', e.g. /6499/example/native"
+        let count = text.unicodeScalars.count
+        if count > 256 { return .broken("must be at most 256 characters, not \(count)") }
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count >= 3, parts[0].isEmpty,
+              !parts[1].isEmpty, parts[1].utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              parts.dropFirst(2).allSatisfy({ segment in
+                  !segment.isEmpty && !segment.unicodeScalars.contains(where: { isControl($0) || $0.properties.isWhitespace })
+              })
+        else { return .broken(rule) }
+        return .ok(text)
+    }
+
+    static func checkFormatId(_ text: String) -> Check<String> {
+        if SystemFormat(rawValue: text) != nil { return .ok(text) }
+        if !text.isEmpty, text.utf8.count <= 64, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            return .ok(text)
+        }
+        return .broken("must be a custom native format ID (digits, e.g. 10063170) or one of \(list(SystemFormat.self))")
+    }
+
+    /// General category Cc: C0 controls, DEL and C1 controls.
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
+    static func list<T: CaseIterable & RawRepresentable>(_: T.Type) -> String where T.RawValue == String {
+        T.allCases.map(\.rawValue).joined(separator: ", ")
+    }
+}
+
+/// A field's value that passed its rule, or the rule it broke (a sentence without the field's name).
+enum Check<T> {
+    case ok(T)
+    case broken(String)
+}
+
+/// The rules one event breaks, each a sentence that names the field.
+struct Violations: Error, Sendable, Equatable {
+    private(set) var messages: [String] = []
+    private var fields: Set<String> = []
+
+    init(_ messages: [String] = []) {
+        self.messages = messages
+    }
+
+    var isEmpty: Bool { messages.isEmpty }
+    var text: String { messages.joined(separator: "; ") }
+
+    mutating func add(_ message: String) {
+        messages.append(message)
+    }
+
+    func mentions(_ field: String) -> Bool { fields.contains(field) }
+
+    private mutating func add(_ field: String, _ message: String) {
+        fields.insert(field)
+        messages.append(message)
+    }
+
+    /// A required string field, checked by `rule`; `null` counts as absent.
+    mutating func required<T>(_ event: JSONValue, _ field: String, hint: String, _ rule: (String) -> Check<T>) -> T? {
+        guard let value = event.member(field), value != .null else {
+            add(field, "\(field) is required: \(hint)")
+            return nil
+        }
+        return check(field, value, rule)
+    }
+
+    /// An optional string field; absent and `null` give `nil`.
+    mutating func optional<T>(_ event: JSONValue, _ field: String, _ rule: (String) -> Check<T>) -> T? {
+        guard let value = event.member(field), value != .null else { return nil }
+        return check(field, value, rule)
+    }
+
+    private mutating func check<T>(_ field: String, _ value: JSONValue, _ rule: (String) -> Check<T>) -> T? {
+        guard case .string(let text) = value else {
+            add(field, "\(field) must be a string, got \(value.typeName)")
+            return nil
+        }
+        switch rule(text) {
+        case .ok(let t): return t
+        case .broken(let message):
+            add(field, "\(field) \(message); got '\(Self.excerpt(text))'")
+            return nil
+        }
+    }
+
+    /// `eea`, `reservation`, `test`: JSON booleans, false when absent.
+    mutating func flag(_ event: JSONValue, _ field: String) -> Bool {
+        switch event.member(field) {
+        case nil, .null?: return false
+        case .bool(let b)?: return b
+        case let other?:
+            add(field, "\(field) must be true or false, got \(other.typeName)")
+            return false
+        }
+    }
+
+    /// A flat object of string, number and boolean values within the limits.
+    mutating func attributes(_ event: JSONValue, limits: IngestLimits) -> [(key: String, value: AttributeValue)] {
+        guard let value = event.member("attributes"), value != .null else { return [] }
+        guard case .object(let members) = value else {
+            add("attributes", "attributes must be an object of string, number or boolean values, got \(value.typeName)")
+            return []
+        }
+        var out: [(key: String, value: AttributeValue)] = []
+        var position: [String: Int] = [:]
+        var ok = true
+        for (key, member) in members {
+            let attribute: AttributeValue
+            switch member {
+            case .string(let s): attribute = .string(s)
+            case .bool(let b): attribute = .bool(b)
+            case .number(let n):
+                guard let d = Double(n), d.isFinite else {
+                    add("attributes", "attributes.\(Self.excerpt(key)) is a number out of range, got \(Self.excerpt(n))")
+                    ok = false
+                    continue
+                }
+                attribute = .number(n)
+            default:
+                add("attributes", "attributes.\(Self.excerpt(key)) must be a string, number or boolean (attributes are flat), got \(member.typeName)")
+                ok = false
+                continue
+            }
+            if key.utf8.contains(0) || (attribute.stringValue?.utf8.contains(0) ?? false) {
+                add("attributes", "attributes.\(Self.excerpt(key)) must not contain the character U+0000")
+                ok = false
+                continue
+            }
+            if let i = position[key] {
+                out[i].value = attribute  // a repeated key: the last one wins, as in JSON.parse
+            } else {
+                position[key] = out.count
+                out.append((key, attribute))
+            }
+        }
+        guard ok else { return [] }
+        if out.count > limits.maxAttributes {
+            add("attributes", "attributes has \(out.count) keys; at most \(limits.maxAttributes) are allowed")
+            return []
+        }
+        let bytes = AttributeValue.json(out)?.utf8.count ?? 0
+        if bytes > limits.maxAttributeBytes {
+            add("attributes", "attributes is \(bytes) bytes as JSON; at most \(limits.maxAttributeBytes) bytes are allowed")
+            return []
+        }
+        return out
+    }
+
+    /// What was sent, shortened so a message stays readable.
+    static func excerpt(_ text: String) -> String {
+        let scalars = text.unicodeScalars
+        guard scalars.count > 64 else { return text.escapingControls }
+        return String(String.UnicodeScalarView(scalars.prefix(64))).escapingControls + "…"
+    }
+}
+
+extension String {
+    /// Control characters shown as `\u{…}` so a message never carries raw ones.
+    fileprivate var escapingControls: String {
+        guard unicodeScalars.contains(where: EventRules.isControl) else { return self }
+        var out = ""
+        for s in unicodeScalars {
+            if EventRules.isControl(s) { out += "\\u{" + String(s.value, radix: 16) + "}" } else { out.unicodeScalars.append(s) }
+        }
+        return out
+    }
+}
+
+extension AttributeValue {
+    var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// Attributes as one compact JSON object (what the log stores as `jsonb`); `nil` when empty.
+    static func json(_ attributes: [(key: String, value: AttributeValue)]) -> String? {
+        guard !attributes.isEmpty else { return nil }
+        var out = "{"
+        for (i, (key, value)) in attributes.enumerated() {
+            if i > 0 { out += "," }
+            JSONText.appendQuoted(key, to: &out)
+            out += ":"
+            switch value {
+            case .string(let s): JSONText.appendQuoted(s, to: &out)
+            case .number(let n): out += n
+            case .bool(let b): out += b ? "true" : "false"
+            }
+        }
+        return out + "}"
+    }
+}
+
+extension TrackingEvent {
+    /// The attributes as the log stores them (`jsonb`), `nil` when there are none.
+    public var attributesJSON: String? {
+        AttributeValue.json(attributes)
+    }
+}

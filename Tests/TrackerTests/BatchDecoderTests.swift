@@ -1,0 +1,343 @@
+import Foundation
+import Testing
+@testable import Tracker
+
+/// The server's clock in these tests: 2026-11-20T10:00:05Z.
+private let received = Timestamp(rfc3339: "2026-11-20T10:00:05Z")!
+
+/// A valid impression; `fields` replace or add members (`NSNull()` writes `null`, `Absent()` removes).
+private func event(_ fields: [String: Any] = [:]) -> [String: Any] {
+    var e: [String: Any] = [
+        "id": "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11", "type": "impression", "requestId": "req-7f3c",
+        "adUnit": "/21775744923/home/native", "formatId": "10063170", "occurredAt": "2026-11-20T10:00:01.950Z",
+    ]
+    for (k, v) in fields { e[k] = v is Absent ? nil : v }
+    return e
+}
+
+private struct Absent {}
+
+private func body(_ events: [Any], sentAt: Any? = nil) -> [UInt8] {
+    var b: [String: Any] = ["events": events]
+    if let sentAt { b["sentAt"] = sentAt }
+    return Array(try! JSONSerialization.data(withJSONObject: b))
+}
+
+private func decode(_ bytes: [UInt8], at receivedAt: Timestamp = received) throws(BatchError) -> DecodedBatch {
+    try BatchDecoder().decode(bytes, receivedAt: receivedAt)
+}
+
+/// The one event of a batch, or its rejection message.
+private func outcome(_ e: [String: Any], sentAt: Any? = nil, at receivedAt: Timestamp = received) throws -> Result<TrackingEvent, RejectedEvent> {
+    let batch = try decode(body([e], sentAt: sentAt), at: receivedAt)
+    if let r = batch.rejected.first { return .failure(RejectedEvent(message: r.error)) }
+    return .success(try #require(batch.accepted.first).event)
+}
+
+private struct RejectedEvent: Error { var message: String }
+
+private func accepted(_ e: [String: Any], sentAt: Any? = nil, at receivedAt: Timestamp = received) throws -> TrackingEvent {
+    switch try outcome(e, sentAt: sentAt, at: receivedAt) {
+    case .success(let event): return event
+    case .failure(let r):
+        Issue.record("expected the event to be accepted, got: \(r.message)")
+        throw r
+    }
+}
+
+/// The rejection message; the test fails when the event was accepted.
+private func rejection(_ e: [String: Any], sentAt: Any? = nil, at receivedAt: Timestamp = received) throws -> String {
+    switch try outcome(e, sentAt: sentAt, at: receivedAt) {
+    case .success: Issue.record("expected a rejection"); return ""
+    case .failure(let r): return r.message
+    }
+}
+
+private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
+
+@Suite struct EventFieldRules {
+    @Test func minimalImpressionIsAcceptedWithSpecDefaults() throws {
+        let e = try accepted(event())
+        #expect(e.id.text == "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11")
+        #expect(e.type == .impression)
+        #expect(e.source == .app)
+        #expect(!e.eea && !e.reservation && !e.test)
+        #expect(e.assetKey == nil && e.clickAction == nil && e.adapter == nil && e.attributes.isEmpty)
+        #expect(e.receivedAt == received && e.sentAt == nil)
+    }
+
+    @Test func everyFieldIsKept() throws {
+        let e = try accepted(event([
+            "type": "click", "assetKey": "MainImage", "clickAction": "custom_handler", "source": "mediation",
+            "adapter": "ExampleNetwork", "eea": true, "reservation": true, "test": true,
+            "attributes": ["appVersion": "4.2.0", "build": 42, "beta": false],
+        ]))
+        #expect(e.type == .click && e.assetKey == "MainImage" && e.clickAction == .customHandler)
+        #expect(e.source == .mediation && e.adapter == "ExampleNetwork" && e.eea && e.reservation && e.test)
+        #expect(e.attributes.count == 3)
+        let json = try #require(e.attributesJSON)
+        let parsed = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
+        #expect(parsed?["appVersion"] as? String == "4.2.0")
+        #expect(parsed?["build"] as? Int == 42)
+        #expect(parsed?["beta"] as? Bool == false)
+    }
+
+    @Test func idIsRequiredAndMustBeAUUIDOfAnyVersion() throws {
+        #expect(try rejection(event(["id": Absent()])).hasPrefix("id is required"))
+        #expect(try rejection(event(["id": NSNull()])).hasPrefix("id is required"))
+        #expect(try rejection(event(["id": "not-a-uuid"])).contains("id must be a UUID"))
+        #expect(try rejection(event(["id": 12])).contains("id must be a string"))
+        #expect(try accepted(event(["id": "6F9619FF-8B86-D011-B42D-00C04FC964FF"])).id.text == "6f9619ff-8b86-d011-b42d-00c04fc964ff")
+        #expect(try accepted(event(["id": "550e8400-e29b-41d4-a716-446655440000"])).id.text == "550e8400-e29b-41d4-a716-446655440000")
+    }
+
+    @Test func typeMustBeOneOfTheTenTypes() throws {
+        for type in EventType.allCases where type != .click {
+            #expect(try accepted(event(["type": type.rawValue])).type == type)
+        }
+        #expect(try rejection(event(["type": "view"])).contains("type must be one of ad_loaded, impression, click"))
+        #expect(try rejection(event(["type": "Impression"])).contains("type must be one of"))
+        #expect(try rejection(event(["type": Absent()])).hasPrefix("type is required"))
+    }
+
+    @Test func requestIdIsOneTo128CharactersWithoutControlCharacters() throws {
+        #expect(try accepted(event(["requestId": String(repeating: "r", count: 128)])).requestId.count == 128)
+        #expect(try accepted(event(["requestId": String(repeating: "é", count: 128)])).requestId.unicodeScalars.count == 128)
+        #expect(try rejection(event(["requestId": String(repeating: "r", count: 129)])).contains("requestId must be at most 128 characters, not 129"))
+        #expect(try rejection(event(["requestId": ""])).contains("requestId must not be empty"))
+        #expect(try rejection(event(["requestId": "req\n1"])).contains("requestId must not contain control characters"))
+        #expect(try rejection(event(["requestId": "req\u{85}1"])).contains("control characters"))
+        #expect(try accepted(event(["requestId": "广告-🙂"])).requestId == "广告-🙂")
+    }
+
+    @Test func adUnitIsSlashNetworkCodeAndSegments() throws {
+        for good in ["/6499/example/native", "/21775744923/example/native", "/1/a", "/1234/a/b/c-d_e.f"] {
+            #expect(try accepted(event(["adUnit": good])).adUnit == good)
+        }
+        for bad in ["6499/example/native", "/abc/native", "/6499", "/6499/", "/6499//native", "/6499/native/",
+                    "//native", "/64a9/native", "/6499/my native", ""] {
+            #expect(try rejection(event(["adUnit": bad])).contains("adUnit must be '/' + the network code"), "\(bad)")
+        }
+        let longest = "/1/" + String(repeating: "a", count: 253)
+        #expect(try accepted(event(["adUnit": longest])).adUnit.count == 256)
+        #expect(try rejection(event(["adUnit": longest + "a"])).contains("adUnit must be at most 256 characters, not 257"))
+    }
+
+    @Test func formatIdIsDigitsOrASystemFormat() throws {
+        for good in ["10063170", "1", "native", "app_install", "content"] {
+            #expect(try accepted(event(["formatId": good])).formatId == good)
+        }
+        for bad in ["", "abc", "1006317a", "Native", "-1", " 1"] {
+            #expect(try rejection(event(["formatId": bad])).contains("formatId must be a custom native format ID"), "\(bad)")
+        }
+        #expect(try rejection(event(["formatId": 10063170])).contains("formatId must be a string, got a number"))
+    }
+
+    @Test func occurredAtIsRFC3339WithZoneKeptToTheMicrosecond() throws {
+        #expect(try accepted(event(["occurredAt": "2026-11-20T10:00:01Z"])).occurredAt == ts("2026-11-20T10:00:01.000000Z"))
+        #expect(try accepted(event(["occurredAt": "2026-11-20T12:00:01.5+02:00"])).occurredAt == ts("2026-11-20T10:00:01.500Z"))
+        #expect(try accepted(event(["occurredAt": "2026-11-20T09:30:01.123456789-00:30"])).occurredAt.microseconds
+                == ts("2026-11-20T10:00:01Z").microseconds + 123_456)
+        for bad in ["2026-11-20T10:00:01", "2026-11-20", "2026-02-30T10:00:00Z", "2026-11-20T24:00:00Z",
+                    "2026-11-20T10:00:01.Z", "20261120T100001Z", "2026-11-20T10:00:01+0200", "yesterday"] {
+            #expect(try rejection(event(["occurredAt": bad])).contains("occurredAt must be an RFC 3339 time"), "\(bad)")
+        }
+        #expect(try rejection(event(["occurredAt": 1_763_632_801])).contains("occurredAt must be a string"))
+    }
+
+    @Test func assetKeyIsRequiredForClickOnly() throws {
+        #expect(try rejection(event(["type": "click"])).hasPrefix("assetKey is required for click"))
+        #expect(try accepted(event(["type": "click", "assetKey": "Headline"])).assetKey == "Headline")
+        #expect(try accepted(event(["type": "impression"])).assetKey == nil)
+        #expect(try accepted(event(["type": "adchoices_click"])).assetKey == nil)
+        #expect(try accepted(event(["type": "click", "assetKey": String(repeating: "k", count: 64)])).assetKey?.count == 64)
+        #expect(try rejection(event(["type": "click", "assetKey": String(repeating: "k", count: 65)])).contains("assetKey must be at most 64 characters"))
+        #expect(try rejection(event(["type": "click", "assetKey": ""])).contains("assetKey must not be empty"))
+    }
+
+    @Test func clickActionSourceAndAdapterFollowTheirRules() throws {
+        for action in ClickAction.allCases {
+            #expect(try accepted(event(["clickAction": action.rawValue])).clickAction == action)
+        }
+        #expect(try rejection(event(["clickAction": "browser"])).contains("clickAction must be one of custom_handler, deep_link, destination_url"))
+        for source in EventSource.allCases {
+            #expect(try accepted(event(["source": source.rawValue])).source == source)
+        }
+        #expect(try accepted(event(["source": NSNull()])).source == .app)
+        #expect(try rejection(event(["source": "network"])).contains("source must be one of app, sdk, mediation"))
+        #expect(try accepted(event(["adapter": String(repeating: "a", count: 64)])).adapter?.count == 64)
+        #expect(try rejection(event(["adapter": String(repeating: "a", count: 65)])).contains("adapter must be at most 64 characters"))
+    }
+
+    @Test func flagsMustBeBooleans() throws {
+        #expect(try accepted(event(["eea": true, "reservation": false, "test": NSNull()])).eea)
+        for flag in ["eea", "reservation", "test"] {
+            #expect(try rejection(event([flag: "true"])).contains("\(flag) must be true or false, got a string"))
+            #expect(try rejection(event([flag: 1])).contains("\(flag) must be true or false"))
+        }
+    }
+
+    @Test func attributesAreAFlatObjectOfAtMost32KeysAnd2KiB() throws {
+        let thirtyTwo = Dictionary(uniqueKeysWithValues: (0..<32).map { ("k\($0)", $0) })
+        #expect(try accepted(event(["attributes": thirtyTwo])).attributes.count == 32)
+        let thirtyThree = Dictionary(uniqueKeysWithValues: (0..<33).map { ("k\($0)", $0) })
+        #expect(try rejection(event(["attributes": thirtyThree])).contains("attributes has 33 keys; at most 32"))
+        #expect(try rejection(event(["attributes": ["nested": ["a": 1]]])).contains("attributes.nested must be a string, number or boolean"))
+        #expect(try rejection(event(["attributes": ["list": [1, 2]]])).contains("attributes.list must be a string, number or boolean"))
+        #expect(try rejection(event(["attributes": ["gone": NSNull()]])).contains("attributes.gone must be a string, number or boolean"))
+        #expect(try rejection(event(["attributes": "appVersion=4"])).contains("attributes must be an object"))
+        // {"a":"…"} is 8 bytes of JSON around the value.
+        #expect(try accepted(event(["attributes": ["a": String(repeating: "x", count: 2048 - 8)]])).attributes.count == 1)
+        #expect(try rejection(event(["attributes": ["a": String(repeating: "x", count: 2048 - 7)]])).contains("attributes is 2049 bytes as JSON; at most 2048"))
+    }
+
+    @Test func attributeNumbersKeepTheirText() throws {
+        let bytes = Array(#"{"events":[{"id":"0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11","type":"impression","requestId":"r","adUnit":"/1/a","formatId":"1","occurredAt":"2026-11-20T10:00:01Z","attributes":{"price":4.20,"big":123456789012345678901234567890,"huge":1e400}}]}"#.utf8)
+        let batch = try decode(bytes)
+        #expect(batch.rejected.first?.error.contains("attributes.huge is a number out of range") == true)
+        let fixed = Array(String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: ",\"huge\":1e400", with: "").utf8)
+        let e = try #require(try decode(fixed).accepted.first?.event)
+        #expect(e.attributesJSON == #"{"price":4.20,"big":123456789012345678901234567890}"#)
+    }
+
+    @Test func everyBrokenRuleOfAnEventIsListedInOneMessage() throws {
+        let message = try rejection(event(["type": "click", "adUnit": "home", "formatId": "x"]))
+        #expect(message.contains("adUnit must be"))
+        #expect(message.contains("formatId must be"))
+        #expect(message.contains("assetKey is required for click"))
+    }
+
+    @Test func unknownFieldsAreIgnored() throws {
+        #expect(try accepted(event(["futureField": ["any": "thing"]])).type == .impression)
+    }
+}
+
+@Suite struct BatchRules {
+    @Test func invalidEventsAreRejectedByIndexAndIdWhileTheOthersAreAccepted() throws {
+        let batch = try decode(body([event(["id": "11111111-1111-1111-1111-111111111111"]),
+                                     event(["id": "22222222-2222-2222-2222-222222222222", "type": "click"]),
+                                     "not an object",
+                                     event(["id": "33333333-3333-3333-3333-333333333333"])]))
+        #expect(batch.accepted.map(\.index) == [0, 3])
+        #expect(batch.rejected.map(\.index) == [1, 2])
+        #expect(batch.rejected[0].id == "22222222-2222-2222-2222-222222222222")
+        #expect(batch.rejected[0].error.hasPrefix("assetKey is required for click"))
+        #expect(batch.rejected[1].id == nil)
+        #expect(batch.rejected[1].error == "the event must be a JSON object, got a string")
+    }
+
+    @Test func fiveHundredEventsAreAcceptedAndFiveHundredOneAreTooMany() throws {
+        let ids = (0..<501).map { String(format: "00000000-0000-7000-8000-%012d", $0) }
+        #expect(try decode(body(ids.prefix(500).map { event(["id": $0]) })).accepted.count == 500)
+        #expect(throws: BatchError.tooManyEvents(count: 501, limit: 500)) {
+            try decode(body(ids.map { event(["id": $0]) }))
+        }
+    }
+
+    @Test func bodyOver512KiBIsTooLarge() throws {
+        let big = [UInt8](repeating: 0x20, count: 512 * 1024 + 1)
+        #expect(throws: BatchError.bodyTooLarge(bytes: 512 * 1024 + 1, limit: 512 * 1024)) { try decode(big) }
+        // Exactly the limit is still read (here: whitespace around an empty batch).
+        var exact = Array(#"{"events":[]}"#.utf8)
+        exact += [UInt8](repeating: 0x20, count: 512 * 1024 - exact.count)
+        #expect(try decode(exact).accepted.isEmpty)
+    }
+
+    @Test func eventOver16KiBMakesTheBatchTooLarge() throws {
+        let padding = String(repeating: "x", count: 16 * 1024)
+        #expect {
+            try decode(body([event(), event(["id": "11111111-1111-1111-1111-111111111111", "padding": padding])]))
+        } throws: { error in
+            guard case .eventTooLarge(let index, let bytes, 16384)? = error as? BatchError else { return false }
+            return index == 1 && bytes > 16 * 1024
+        }
+    }
+
+    @Test func bodiesThatAreNotABatchAreRefusedWhole() throws {
+        #expect { try decode(Array("{nope".utf8)) } throws: { ($0 as? BatchError)?.message.contains("not valid JSON") == true }
+        #expect { try decode(Array("[]".utf8)) } throws: { ($0 as? BatchError)?.message.contains("must be a JSON object") == true }
+        #expect { try decode(Array(#"{"evts":[]}"#.utf8)) } throws: { ($0 as? BatchError)?.message.contains("'events' array") == true }
+        #expect { try decode(Array(#"{"events":{}}"#.utf8)) } throws: { ($0 as? BatchError)?.message.contains("events must be an array") == true }
+        #expect { try decode(Array(#"{"events":[]} x"#.utf8)) } throws: { ($0 as? BatchError)?.message.contains("not valid JSON") == true }
+        #expect { try decode(body([event()], sentAt: "now")) } throws: { ($0 as? BatchError)?.message.contains("sentAt must be an RFC 3339 time") == true }
+        #expect { try decode(body([event()], sentAt: 5)) } throws: { ($0 as? BatchError)?.message.contains("sentAt must be") == true }
+    }
+
+    @Test func emptyBatchIsValid() throws {
+        let batch = try decode(Array(#"{"events":[]}"#.utf8))
+        #expect(batch.accepted.isEmpty && batch.rejected.isEmpty)
+    }
+}
+
+@Suite struct TimeCorrection {
+    @Test func withoutSentAtAnEarlierDeviceTimeIsKept() throws {
+        #expect(try accepted(event(["occurredAt": "2026-11-20T09:00:00Z"])).correctedAt == ts("2026-11-20T09:00:00Z"))
+    }
+
+    @Test func withoutSentAtADeviceAheadOfTheServerIsClampedToReceivedAt() throws {
+        let e = try accepted(event(["occurredAt": "2026-11-20T12:00:00Z"]))
+        #expect(e.correctedAt == received)
+        #expect(e.occurredAt == ts("2026-11-20T12:00:00Z"))
+    }
+
+    @Test func withoutSentAtExactly24HoursAheadIsAcceptedAndOneMicrosecondMoreIsRejected() throws {
+        #expect(try accepted(event(["occurredAt": "2026-11-21T10:00:05Z"])).correctedAt == received)
+        #expect(try rejection(event(["occurredAt": "2026-11-21T10:00:05.000001Z"])).contains("more than 24 h after the server's time"))
+    }
+
+    @Test func withSentAtTheDeviceClockOffsetCancelsOut() throws {
+        // The device clock is 1 h behind: it says 09:00:03.120 when the server says 10:00:05.
+        let e = try accepted(event(["occurredAt": "2026-11-20T09:00:01.950Z"]), sentAt: "2026-11-20T09:00:03.120Z")
+        #expect(e.correctedAt == ts("2026-11-20T10:00:03.830Z"))
+        #expect(e.sentAt == ts("2026-11-20T09:00:03.120Z"))
+    }
+
+    @Test func withSentAtOneSecondAfterSentAtIsAcceptedAndOneMicrosecondMoreIsRejected() throws {
+        let sentAt = "2026-11-20T10:00:03Z"
+        #expect(try accepted(event(["occurredAt": "2026-11-20T10:00:04Z"]), sentAt: sentAt).correctedAt == ts("2026-11-20T10:00:06Z"))
+        #expect(try rejection(event(["occurredAt": "2026-11-20T10:00:04.000001Z"]), sentAt: sentAt).contains("more than 1 s after the batch's sentAt"))
+    }
+
+    @Test func withSentAtTheDeviceMayBeFarAheadOfTheServer() throws {
+        // sentAt decides, not the 24 h rule: a device 3 days ahead is corrected back.
+        let e = try accepted(event(["occurredAt": "2026-11-23T10:00:00Z"]), sentAt: "2026-11-23T10:00:02Z")
+        #expect(e.correctedAt == ts("2026-11-20T10:00:03Z"))
+    }
+
+    @Test func correctedTimesBefore1970AreRejected() throws {
+        #expect(try rejection(event(["occurredAt": "1969-12-31T23:59:59Z"])).contains("before 1970-01-01"))
+        #expect(try rejection(event(["occurredAt": "0001-01-01T00:00:00Z"]), sentAt: "9999-12-31T23:59:59Z").contains("before 1970-01-01"))
+    }
+
+    @Test func correctedTimeDecidesTheUTCDayAcrossMidnight() throws {
+        let e = try accepted(event(["occurredAt": "2026-11-20T00:30:00+01:00"]))
+        #expect(e.correctedAt.day.description == "2026-11-19")
+    }
+}
+
+@Suite struct JSONReading {
+    @Test func escapesAndSurrogatePairsDecode() throws {
+        let v = try JSONReader.parse(Array(#"["a\"b\\c\/d\n\t\u00e9\ud83d\ude00"]"#.utf8))
+        #expect(v == .array([.string("a\"b\\c/d\n\té😀")]))
+    }
+
+    @Test func malformedTextIsRefused() {
+        for bad in [#"["\ud800"]"#, #"["\udc00"]"#, #"["a"#, "[1,]", "[01]", "[1.]", "[-]", "[tru]", "{\"a\" 1}",
+                    "[\"tab\there\"]", "[\"\\x\"]", "", "   "] {
+            #expect(throws: JSONSyntaxError.self, "\(bad)") { try JSONReader.parse(Array(bad.utf8)) }
+        }
+        #expect(throws: JSONSyntaxError.self) { try JSONReader.parse([0x5B, 0x22, 0xFF, 0x22, 0x5D]) }  // ["\xFF"]
+    }
+
+    @Test func deepNestingIsRefusedInsteadOfExhaustingTheStack() {
+        let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        #expect(throws: JSONSyntaxError.self) { try JSONReader.parse(Array(deep.utf8)) }
+    }
+
+    @Test func quotedTextRoundTrips() throws {
+        let text = "quote\" backslash\\ nl\n nul\u{0} bell\u{7} é 😀"
+        var out = ""
+        JSONText.appendQuoted(text, to: &out)
+        #expect(try JSONReader.parse(Array(out.utf8)) == .string(text))
+    }
+}
