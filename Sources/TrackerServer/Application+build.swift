@@ -10,6 +10,7 @@ struct ServerDependencies: Sendable {
     var migrator: Migrator
     var reports: Reports
     var rateLimiter: RateLimiter?
+    var maxConcurrentBatches: Int
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -17,7 +18,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     router.add(middleware: ErrorBodyMiddleware())
     HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
-    IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), limits: IngestLimits(), rateLimiter: deps.rateLimiter)
+    IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
+                admission: Admission(limit: deps.maxConcurrentBatches))
         .register(on: router)
     return router
 }
@@ -35,7 +37,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         reports: Reports(pool: configuration.reportDatabaseURL.map {
             ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
         } ?? pool),
-        rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)))
+        rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
+        maxConcurrentBatches: configuration.maxConcurrentBatches)
     return Application(
         router: buildRouter(deps),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),

@@ -139,6 +139,29 @@ struct IngestTests {
         }
     }
 
+    @Test func batchesBeyondTheConcurrencyLimitGet503AndTheNextOneIsServed() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1"]) { tracker in
+                let body = Wire.batch([Wire.event()])
+                // A client that sends half a body holds the only place.
+                let slow = try tracker.client.startRequest(
+                    "POST", "/v1/events", headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                    bodyPrefix: body.prefix(10), declaredLength: body.count)
+                try await Task.sleep(for: .milliseconds(300))
+                let refused = try tracker.client.postEvents(body, key: key)
+                #expect(refused.status == 503)
+                #expect(refused.json["error"] as? String == "overloaded")
+                #expect(refused.headers["retry-after"] != nil)
+                close(slow)
+                try await Task.sleep(for: .milliseconds(300))
+                let served = try tracker.client.postEvents(body, key: key)
+                #expect(served.status == 200)
+                #expect(served.json["accepted"] as? Int == 1)
+            }
+        }
+    }
+
     @Test func revokedKeyStopsWorking() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)

@@ -14,6 +14,7 @@ struct ServeConfiguration: Sendable {
     var attributionWindow: Duration
     var runProjector: Bool
     var reportDatabaseURL: String?
+    var maxConcurrentBatches: Int
 }
 
 struct ServeCommand: AsyncParsableCommand {
@@ -25,7 +26,8 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
             TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_ATTRIBUTION_WINDOW (seconds, \
             3600), TRACKER_PROJECTOR (on; 'off' when 'tracker project' runs elsewhere), \
-            REPORT_DATABASE_URL (a read replica for reports), TRACKER_LOG_LEVEL (info). \
+            REPORT_DATABASE_URL (a read replica for reports), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
+            requests in progress at once; more get 503), TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -51,7 +53,8 @@ struct ServeCommand: AsyncParsableCommand {
             rateLimit: try positiveInt("TRACKER_RATE_LIMIT"),
             attributionWindow: try attributionWindow(),
             runProjector: environment("TRACKER_PROJECTOR") != "off",
-            reportDatabaseURL: environment("REPORT_DATABASE_URL"))
+            reportDatabaseURL: environment("REPORT_DATABASE_URL"),
+            maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256)
     }
 
     func run() async throws {

@@ -2,6 +2,7 @@ import CompressNIO
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import Synchronization
 import Tracker
 
 /// `POST /v1/events` (SPEC sections 1 to 4).
@@ -9,8 +10,12 @@ struct IngestRoute: Sendable {
     let keys: APIKeys
     let log: EventLog
     let decoder: BatchDecoder
-    let limits: IngestLimits
     let rateLimiter: RateLimiter?
+    /// Requests being read, decoded or written at once; more get `503` at once, so memory
+    /// stays bounded (each holds at most one body) instead of queueing without limit.
+    let admission: Admission
+
+    var limits: IngestLimits { decoder.limits }
 
     /// A gzip body larger than this cannot be a valid batch (it would decompress past the limit
     /// or be incompressible noise); refusing it early bounds memory.
@@ -24,6 +29,10 @@ struct IngestRoute: Sendable {
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
         let principal = try await keys.principal(for: request, requiring: .ingest)
+        guard admission.enter() else {
+            throw APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(admission.limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+        }
+        defer { admission.leave() }
 
         guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the batch with 'Content-Type: application/json'")
@@ -99,5 +108,26 @@ struct IngestRoute: Sendable {
         }
         body += "]}"
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}
+
+/// A counter of requests in progress with a ceiling.
+final class Admission: Sendable {
+    let limit: Int
+    private let inProgress = Atomic<Int>(0)
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Takes a place, or returns false when all `limit` places are taken.
+    func enter() -> Bool {
+        if inProgress.add(1, ordering: .relaxed).newValue <= limit { return true }
+        inProgress.subtract(1, ordering: .relaxed)
+        return false
+    }
+
+    func leave() {
+        inProgress.subtract(1, ordering: .relaxed)
     }
 }

@@ -17,9 +17,29 @@ struct HTTPClient: Sendable {
     let port: Int
 
     func request(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) throws -> Response {
+        let fd = try send(method, path, headers: headers, body: body)
+        defer { close(fd) }
+        var received = Data()
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = recv(fd, &chunk, chunk.count, 0)
+            if n <= 0 { break }
+            received.append(contentsOf: chunk[0..<n])
+        }
+        return try Self.parse(received)
+    }
+
+    /// Sends a request whose body is still coming: the headers promise `declaredLength` bytes
+    /// and only `bodyPrefix` is sent. The caller closes the returned socket.
+    func startRequest(_ method: String, _ path: String, headers: [String: String], bodyPrefix: Data, declaredLength: Int) throws -> Int32 {
+        var headers = headers
+        headers["Content-Length"] = String(declaredLength)
+        return try send(method, path, headers: headers, body: bodyPrefix)
+    }
+
+    private func send(_ method: String, _ path: String, headers: [String: String], body: Data?) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
-        defer { close(fd) }
         var timeout = timeval(tv_sec: 30, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var addr = sockaddr_in()
@@ -29,29 +49,27 @@ struct HTTPClient: Sendable {
         let connected = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        guard connected == 0 else { close(fd); throw POSIXError(.ECONNREFUSED) }
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
         for (k, v) in headers { head += "\(k): \(v)\r\n" }
         if let body, headers["Content-Length"] == nil { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"
         var out = Data(head.utf8)
         if let body { out.append(body) }
-        try out.withUnsafeBytes { buf in
-            var sent = 0
-            while sent < buf.count {
-                let n = send(fd, buf.baseAddress! + sent, buf.count - sent, Int32(MSG_NOSIGNAL))
-                if n <= 0 { throw POSIXError(.EPIPE) }
-                sent += n
+        do {
+            try out.withUnsafeBytes { buf in
+                var sent = 0
+                while sent < buf.count {
+                    let n = Glibc.send(fd, buf.baseAddress! + sent, buf.count - sent, Int32(MSG_NOSIGNAL))
+                    if n <= 0 { throw POSIXError(.EPIPE) }
+                    sent += n
+                }
             }
+        } catch {
+            close(fd)
+            throw error
         }
-        var received = Data()
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = recv(fd, &chunk, chunk.count, 0)
-            if n <= 0 { break }
-            received.append(contentsOf: chunk[0..<n])
-        }
-        return try Self.parse(received)
+        return fd
     }
 
     static func parse(_ data: Data) throws -> Response {
