@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test bench-ingest bench-report migrations
+.PHONY: run test bench-ingest bench-report migrations smoke-test
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -12,3 +12,6 @@ bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
 
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh
+
+smoke-test:     ## the container image end to end with Podman (root; see docs/DEPLOY.md)
+	deploy/smoke-test
