@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test bench-ingest bench-report migrations smoke-test
+.PHONY: run test bench-ingest bench-capacity bench-report migrations smoke-test
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -9,6 +9,9 @@ test:           ## the whole test suite against a PostgreSQL it starts itself
 
 bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
 	scripts/bench-ingest.sh
+
+bench-capacity: ## CPU time and bytes per event, for sizing (docs/SCALING.md)
+	scripts/bench-capacity.sh
 
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh
