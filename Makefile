@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test bench-ingest bench-report migrations
+.PHONY: run test bench-ingest bench-capacity bench-report migrations smoke-test
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -13,5 +13,11 @@ bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
 bench-report:   ## report benchmark: 10 M events, report p50 vs full scans, rebuild rate, projector lag
 	scripts/bench-report.sh
 
+bench-capacity: ## CPU time and bytes per event, for sizing (docs/SCALING.md)
+	scripts/bench-capacity.sh
+
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh
+
+smoke-test:     ## the container image end to end with Podman (root; see docs/DEPLOY.md)
+	deploy/smoke-test

@@ -51,6 +51,8 @@ copy_rate=$(echo "$rows / ($end - $start)" | bc -l)
 psql "$DATABASE_URL" -qc "DROP TABLE bench_copy; DROP TABLE bench_source"
 printf '(a) psql \\copy baseline: %d rows in %.2f s = %.0f rows/s\n' "$rows" "$(echo "$end - $start" | bc -l)" "$copy_rate" | tee "$out/ingest.txt"
 
+# TRACKER_PROJECTOR=off measures ingestion alone (the projector can run elsewhere: tracker project).
+echo "server: TRACKER_PROJECTOR=${TRACKER_PROJECTOR:-on} TRACKER_WRITERS=${TRACKER_WRITERS:-3}" | tee -a "$out/ingest.txt"
 TRACKER_LOG_LEVEL=warning "$bin" serve --port 18080 >"$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18080/healthz >/dev/null && break; sleep 0.1; done

@@ -36,7 +36,10 @@ CONF
       echo "host replication all 127.0.0.1/32 trust" >>"$data/pg_hba.conf"
     fi
     if as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then exit 0; fi
-    as_pg "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 -o "-p $port" start >/dev/null \
+    # The server outlives this script: it must not keep the caller's descriptors open (a
+    # caller that waits for this script's end by its pipes or sockets would wait forever).
+    ( for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
+      as_pg "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 -o "-p $port" start >/dev/null ) \
       || { tail -20 "$dir/server.log" >&2; exit 1; }
     ;;
   stop)

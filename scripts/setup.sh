@@ -4,7 +4,7 @@
 # libpq (headers and pkg-config file), zlib headers, and the PostgreSQL 15 server.
 set -euo pipefail
 need=()
-for pkg in libpq-dev zlib1g-dev pkg-config postgresql-15 postgresql-contrib-15 curl; do
+for pkg in libpq-dev zlib1g-dev pkg-config postgresql-15 curl haproxy; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

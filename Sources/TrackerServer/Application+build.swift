@@ -1,5 +1,6 @@
 import Hummingbird
 import Logging
+import ServiceLifecycle
 import Tracker
 
 /// Everything the HTTP server needs, built once at startup.
@@ -42,9 +43,19 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
     return Application(
         router: buildRouter(deps),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),
-        services: configuration.runProjector
-            ? [log, Projector(pool: pool, attributionWindow: configuration.attributionWindow,
-                                batchSize: configuration.projectorBatchSize, logger: logger)]
-            : [log],
+        services: backgroundServices(configuration, pool: pool, log: log, logger: logger),
         logger: logger)
+}
+
+/// The event log first (it shuts down last), then the optional projector and retention.
+func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, log: EventLog, logger: Logger) -> [any Service] {
+    var services: [any Service] = [log]
+    if configuration.runProjector {
+        services.append(Projector(pool: pool, attributionWindow: configuration.attributionWindow,
+                                  batchSize: configuration.projectorBatchSize, logger: logger))
+    }
+    if let keepDays = configuration.retentionDays {
+        services.append(RetentionService(pool: pool, keepDays: keepDays, logger: logger))
+    }
+    return services
 }

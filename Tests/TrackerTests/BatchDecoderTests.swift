@@ -103,7 +103,7 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
     @Test func requestIdIsOneTo128CharactersWithoutControlCharacters() throws {
         #expect(try accepted(event(["requestId": String(repeating: "r", count: 128)])).requestId.count == 128)
         #expect(try accepted(event(["requestId": String(repeating: "é", count: 128)])).requestId.unicodeScalars.count == 128)
-        #expect(try rejection(event(["requestId": String(repeating: "r", count: 129)])).contains("requestId must be at most 128 characters, not 129"))
+        #expect(try rejection(event(["requestId": String(repeating: "r", count: 129)])).contains("requestId must be at most 128 characters, got 129"))
         #expect(try rejection(event(["requestId": ""])).contains("requestId must not be empty"))
         #expect(try rejection(event(["requestId": "req\n1"])).contains("requestId must not contain control characters"))
         #expect(try rejection(event(["requestId": "req\u{85}1"])).contains("control characters"))
@@ -120,7 +120,7 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         }
         let longest = "/1/" + String(repeating: "a", count: 253)
         #expect(try accepted(event(["adUnit": longest])).adUnit.count == 256)
-        #expect(try rejection(event(["adUnit": longest + "a"])).contains("adUnit must be at most 256 characters, not 257"))
+        #expect(try rejection(event(["adUnit": longest + "a"])).contains("adUnit must be at most 256 characters, got 257"))
     }
 
     @Test func formatIdIsDigitsOrASystemFormat() throws {

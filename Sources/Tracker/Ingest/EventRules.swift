@@ -73,7 +73,7 @@ struct EventRules {
         if let occurredAt {
             switch correct(occurredAt: occurredAt) {
             case .ok(let t): correctedAt = t
-            case .broken(let message): v.add(message)
+            case .broken(let message, _): v.add(message)
             }
         }
 
@@ -92,12 +92,12 @@ struct EventRules {
         let corrected: Timestamp
         if let sentAt {
             if occurredAt - sentAt > Self.maxAheadOfSentAt {
-                return .broken("occurredAt (\(occurredAt.rfc3339)) is more than 1 s after the batch's sentAt (\(sentAt.rfc3339)): an event cannot happen after it was sent; check how the app stamps occurredAt and sentAt")
+                return .broken("occurredAt (\(occurredAt.rfc3339)) is more than 1 s after the batch's sentAt (\(sentAt.rfc3339)): an event cannot happen after it was sent (check how the app stamps occurredAt and sentAt)")
             }
             corrected = receivedAt - (sentAt - occurredAt)
         } else {
             if occurredAt - receivedAt > Self.maxAheadWithoutSentAt {
-                return .broken("occurredAt (\(occurredAt.rfc3339)) is more than 24 h after the server's time (\(receivedAt.rfc3339)): the device clock is wrong; send sentAt with the batch so the tracker can correct it")
+                return .broken("occurredAt (\(occurredAt.rfc3339)) is more than 24 h after the server's time (\(receivedAt.rfc3339)): the device clock is wrong (send sentAt with the batch so the tracker can correct it)")
             }
             corrected = min(occurredAt, receivedAt)
         }
@@ -111,8 +111,8 @@ struct EventRules {
 
     static func checkIdentifier(_ text: String, maxCharacters: Int, allowEmpty: Bool = false) -> Check<String> {
         let count = text.unicodeScalars.count
-        if count == 0, !allowEmpty { return .broken("must not be empty (1 to \(maxCharacters) characters)") }
-        if count > maxCharacters { return .broken("must be at most \(maxCharacters) characters, not \(count)") }
+        if count == 0, !allowEmpty { return .broken("must not be empty (1 to \(maxCharacters) characters)", showValue: false) }
+        if count > maxCharacters { return .broken("must be at most \(maxCharacters) characters, got \(count)", showValue: false) }
         if text.unicodeScalars.contains(where: isControl) { return .broken("must not contain control characters") }
         return .ok(text)
     }
@@ -122,7 +122,7 @@ struct EventRules {
     static func checkAdUnit(_ text: String) -> Check<String> {
         let rule = "must be '/' + the network code (digits) + one or more '/segment', e.g. /6499/example/native"
         let count = text.unicodeScalars.count
-        if count > 256 { return .broken("must be at most 256 characters, not \(count)") }
+        if count > 256 { return .broken("must be at most 256 characters, got \(count)", showValue: false) }
         let parts = text.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count >= 3, parts[0].isEmpty,
               !parts[1].isEmpty, parts[1].utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
@@ -154,7 +154,8 @@ struct EventRules {
 /// A field's value that passed its rule, or the rule it broke (a sentence without the field's name).
 enum Check<T> {
     case ok(T)
-    case broken(String)
+    /// `showValue`: whether the message should quote what was sent (not for "too long").
+    case broken(String, showValue: Bool = true)
 }
 
 /// The rules one event breaks, each a sentence that names the field.
@@ -202,8 +203,8 @@ struct Violations: Error, Sendable, Equatable {
         }
         switch rule(text) {
         case .ok(let t): return t
-        case .broken(let message):
-            add(field, "\(field) \(message); got '\(Self.excerpt(text))'")
+        case .broken(let message, let showValue):
+            add(field, "\(field) \(message)" + (showValue ? ", got '\(Self.excerpt(text))'" : ""))
             return nil
         }
     }

@@ -15,6 +15,7 @@ struct ServeConfiguration: Sendable {
     var runProjector: Bool
     var projectorBatchSize: Int
     var reportDatabaseURL: String?
+    var retentionDays: Int?
     var maxConcurrentBatches: Int
 }
 
@@ -28,7 +29,8 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_ATTRIBUTION_WINDOW (seconds, \
             3600), TRACKER_PROJECTOR (on; 'off' when 'tracker project' runs elsewhere), \
             TRACKER_PROJECTOR_BATCH_SIZE (log events per projector transaction, 20000), \
-            REPORT_DATABASE_URL (a read replica for reports), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
+            REPORT_DATABASE_URL (a read replica for reports), TRACKER_RETENTION_DAYS (unset: keep the \
+            whole log; N: hourly 'tracker retention --keep-days N'), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
             requests in progress at once; more get 503), TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
@@ -57,6 +59,7 @@ struct ServeCommand: AsyncParsableCommand {
             runProjector: environment("TRACKER_PROJECTOR") != "off",
             projectorBatchSize: try projectorBatchSize(),
             reportDatabaseURL: environment("REPORT_DATABASE_URL"),
+            retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
             maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256)
     }
 

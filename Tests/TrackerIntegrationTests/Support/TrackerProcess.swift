@@ -7,9 +7,11 @@ final class TrackerProcess: Sendable {
     let process: Subprocess
     let output: URL
 
-    init(databaseURL: String, environment extra: [String: String] = [:]) async throws {
+    /// `port` fixes the port, e.g. to restart a tracker where a load balancer expects it.
+    init(databaseURL: String, port: Int? = nil, environment extra: [String: String] = [:]) async throws {
         let binary = try #require(TestEnvironment.binary, "run the integration tests through scripts/test.sh")
-        port = Int.random(in: 30_000..<60_000)
+        let port = port ?? Int.random(in: 30_000..<60_000)
+        self.port = port
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = databaseURL
         env["TRACKER_LOG_LEVEL"] = "warning"

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Usage: scripts/bench-capacity.sh [DURATION_SECONDS]
+# What one event costs, for sizing (docs/SCALING.md): CPU time of the tracker and of
+# PostgreSQL per ingested event (batches of 100 from 16 connections), CPU time of the
+# projector per event, and the bytes each event takes in the log, in event_ids and in WAL.
+# CPU time, unlike throughput, hardly depends on what else the machine runs.
+# Starts its own PostgreSQL cluster and a release build of the tracker; needs wrk.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=${1:-20}
+scripts/setup.sh
+command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null
+swift build -c release --product tracker >/dev/null
+bin="$(swift build -c release --show-bin-path)/tracker"
+dir=$(mktemp -d /tmp/tracker-capacity.XXXXXX); chmod 755 "$dir"
+port=$((20000 + RANDOM % 20000)); http=$((40000 + RANDOM % 20000))
+server_pid=""
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; scripts/pg.sh stop "$dir" "$port"; rm -rf "$dir"; }
+trap cleanup EXIT
+scripts/pg.sh start "$dir" "$port"
+psql "postgresql://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE capacity"
+export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/capacity"
+"$bin" migrate >/dev/null
+key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
+sql() { psql "$DATABASE_URL" -qAtc "$1"; }
+tick=$(getconf CLK_TCK)
+# CPU seconds of one process (user + system).
+cpu() { awk -v t="$tick" '{printf "%.2f", ($14 + $15) / t}' "/proc/$1/stat"; }
+# CPU seconds of the whole cluster: the postmaster, its live children, and its reaped ones.
+pg_cpu() {
+  local master; master=$(head -1 "$dir/data/postmaster.pid")
+  { awk '{print $14 + $15 + $16 + $17}' "/proc/$master/stat"
+    for c in $(pgrep -P "$master"); do awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || true; done
+  } | awk -v t="$tick" '{s += $1} END {printf "%.2f", s / t}'
+}
+events() { sql "SELECT count(*) FROM events"; }
+
+TRACKER_PROJECTOR=off TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$dir/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+
+n0=$(events); t0=$(cpu "$server_pid"); p0=$(pg_cpu); w0=$(sql "SELECT pg_current_wal_lsn()"); s0=$(date +%s.%N)
+wrk -t2 -c16 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 100 3 >"$dir/wrk.txt"
+n1=$(events); t1=$(cpu "$server_pid"); p1=$(pg_cpu); s1=$(date +%s.%N)
+wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
+n=$((n1 - n0))
+[ "$n" -gt 0 ] || { echo "no event was stored" >&2; cat "$dir/wrk.txt" >&2; exit 1; }
+# The same with one event per request (clients that do not batch): the cost per request.
+n0=$(events); t0=$(cpu "$server_pid"); p0=$(pg_cpu); s0=$(date +%s.%N)
+wrk -t2 -c32 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 1 4 >"$dir/wrk-single.txt"
+n1=$(events); t1=$(cpu "$server_pid"); p1=$(pg_cpu); s1=$(date +%s.%N)
+single=$((n1 - n0))
+kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
+
+log_bytes=$(sql "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'events'::regclass")
+ids_bytes=$(sql "SELECT pg_total_relation_size('event_ids')")
+echo "ingest: $n events in $(echo "$s1 - $s0" | bc -l | cut -c1-5) s = $(echo "$n / ($s1 - $s0)" | bc) events/s on this machine ($(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+grep "non-2xx" "$dir/wrk.txt" | sed 's/^/  /'
+printf '  tracker CPU: %.1f µs/event = %.0f events per core-second\n' "$(echo "($t1 - $t0) * 1000000 / $n" | bc -l)" "$(echo "$n / ($t1 - $t0)" | bc -l)"
+printf '  PostgreSQL CPU: %.1f µs/event = %.0f events per core-second\n' "$(echo "($p1 - $p0) * 1000000 / $n" | bc -l)" "$(echo "$n / ($p1 - $p0)" | bc -l)"
+total=$(events)
+printf '  WAL: %.0f bytes/event; log (heap + index): %.0f bytes/event; event_ids: %.0f bytes/event\n' \
+  "$(echo "$wal / $n" | bc -l)" "$(echo "$log_bytes / $total" | bc -l)" "$(echo "$ids_bytes / $total" | bc -l)"
+
+echo "single-event requests: $single in $(echo "$s1 - $s0" | bc -l | cut -c1-5) s = $(echo "$single / ($s1 - $s0)" | bc) requests/s"
+grep "non-2xx" "$dir/wrk-single.txt" | sed 's/^/  /'
+printf '  tracker CPU: %.1f µs/request; PostgreSQL CPU: %.1f µs/request\n' \
+  "$(echo "($t1 - $t0) * 1000000 / $single" | bc -l)" "$(echo "($p1 - $p0) * 1000000 / $single" | bc -l)"
+
+p0=$(pg_cpu); w0=$(sql "SELECT pg_current_wal_lsn()")
+TIMEFORMAT='%R %U %S'
+times=$( { time "$bin" project --once >/dev/null 2>&1; } 2>&1 )
+p1=$(pg_cpu)
+wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
+read -r real user sys <<<"$times"
+projected=$(sql "SELECT events_projected FROM projection_state")
+printf 'projector: %d events in %.1f s = %.0f events/s; its CPU %.1f µs/event, PostgreSQL CPU %.1f µs/event, WAL %.0f bytes/event\n' \
+  "$projected" "$real" "$(echo "$projected / $real" | bc -l)" "$(echo "($user + $sys) * 1000000 / $projected" | bc -l)" \
+  "$(echo "($p1 - $p0) * 1000000 / $projected" | bc -l)" "$(echo "$wal / $projected" | bc -l)"
+echo "  left unprojected after one catch-up: $(sql "SELECT count(*) FROM events e, projection_state s WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)") of $total"
+echo "projection tables: $(sql "SELECT pg_size_pretty(sum(pg_total_relation_size(c))) FROM unnest(ARRAY['ad_events','format_day','asset_day','source_day']::regclass[]) c"), ad_events $(sql "SELECT (pg_total_relation_size('ad_events') / greatest(count(*), 1)) FROM ad_events") bytes/event"
