@@ -190,6 +190,26 @@ struct ProjectionTests {
         }
     }
 
+    /// After retention the log no longer holds the dropped days: a rebuild would empty their rows.
+    @Test func rebuildRefusesToForgetDaysRetentionDroppedUnlessTold() async throws {
+        try await withTestDatabase { db in
+            try await db.append([Events.make(.impression, ad: "kept", at: Events.at(1, 0))])
+            try await db.projector().catchUp()
+            _ = try await db.rows("""
+                INSERT INTO retention_runs (day, partition_name, events, ids_forgotten, keep_days, checkpoint_tx)
+                VALUES ('2026-10-01', 'events_20261001', 10, 10, 30, '1')
+                """)
+            let before = try await db.reportsAsCSV()
+            let (refused, message) = try await runTrackerToEnd(["rebuild", "--database-url", db.url])
+            #expect(refused != 0)
+            #expect(message.contains("retention dropped 1 day(s) of the log (2026-10-01 to 2026-10-01)"), "\(message)")
+            #expect(message.contains("--discard-dropped-days"))
+            #expect(try await db.reportsAsCSV() == before)
+            let (status, output) = try await runTrackerToEnd(["rebuild", "--discard-dropped-days", "--database-url", db.url])
+            #expect(status == 0, "\(output)")
+        }
+    }
+
     /// Projections computed with one attribution window are never extended with another.
     @Test func aChangedAttributionWindowNeedsARebuild() async throws {
         try await withTestDatabase { db in

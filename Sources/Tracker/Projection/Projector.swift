@@ -213,9 +213,13 @@ public enum ProjectorError: Error, Sendable, CustomStringConvertible {
     case windowMismatch(projected: Duration, configured: Duration)
     /// Another `tracker rebuild` holds the rebuild lock on this database.
     case rebuildRunning
+    /// Retention dropped these days of the log, so a rebuild would empty their report rows.
+    case logTruncated(days: Int, first: String, last: String)
 
     public var description: String {
         switch self {
+        case .logTruncated(let days, let first, let last):
+            "retention dropped \(days) day(s) of the log (\(first) to \(last)); a rebuild replays only the kept log and would empty their report rows. Pass --discard-dropped-days to rebuild anyway"
         case .rebuildRunning:
             "another 'tracker rebuild' is running on this database; wait for it to finish"
         case .windowMismatch(let projected, let configured):

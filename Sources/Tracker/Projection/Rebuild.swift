@@ -34,13 +34,25 @@ public struct Rebuild: Sendable {
 
     /// Returns the number of log events the rebuilt projections cover.
     @discardableResult
-    public func run(progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
+    ///
+    /// Refuses when retention has dropped days of the log (their report rows would be lost)
+    /// unless `discardingDroppedDays` is true.
+    public func run(discardingDroppedDays: Bool = false,
+                    progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
         let window = attributionWindow
         let started = ContinuousClock.now
         return try await pool.withConnection { c in
             // One rebuild at a time: a second one would drop the first's half-built schema.
             guard try c.query("SELECT pg_try_advisory_lock(hashtext('tracker.rebuild'))").bool(0, 0) == true else {
                 throw ProjectorError.rebuildRunning
+            }
+            if !discardingDroppedDays {
+                let dropped = try c.query(RebuildSQL.droppedDays)
+                if let count = dropped.int64(0, 0), count > 0 {
+                    _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))")
+                    throw ProjectorError.logTruncated(days: Int(count), first: dropped.string(0, 1) ?? "?",
+                                                      last: dropped.string(0, 2) ?? "?")
+                }
             }
             defer { _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))") }
             // 1. The horizon, and a fresh schema shaped like the live projections.
@@ -153,6 +165,9 @@ public struct Rebuild: Sendable {
 }
 
 enum RebuildSQL {
+    /// Days retention dropped from the log (`tracker retention`): a rebuild cannot reproduce them.
+    static let droppedDays = "SELECT count(*), min(day)::text, max(day)::text FROM retention_runs"
+
     /// The projected fields of one partition's final events (the table name comes from pg_class).
     static func copyAdEvents(from partition: String) -> String {
         """

@@ -46,6 +46,10 @@ struct RebuildCommand: AsyncParsableCommand {
             changing TRACKER_ATTRIBUTION_WINDOW. Shows a progress bar when stderr is a terminal.
             """)
 
+    @Flag(name: .customLong("discard-dropped-days"),
+          help: "Rebuild even though retention dropped days of the log (their report rows become empty).")
+    var discardDroppedDays = false
+
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -56,7 +60,8 @@ struct RebuildCommand: AsyncParsableCommand {
         let started = ContinuousClock.now
         // When each phase began, so the summary can say where the time went.
         let phases = Mutex<[(name: String, began: Duration)]>([])
-        let total = try await Rebuild(pool: pool, attributionWindow: try attributionWindow(), logger: logger).run { p in
+        let rebuild = Rebuild(pool: pool, attributionWindow: try attributionWindow(), logger: logger)
+        let total = try await rebuild.run(discardingDroppedDays: discardDroppedDays) { p in
             phases.withLock { if $0.last?.name != p.phase { $0.append((p.phase, p.elapsed)) } }
             if terminal { ProgressBar.draw(p) }
         }
