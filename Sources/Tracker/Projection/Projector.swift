@@ -237,7 +237,7 @@ enum ProjectorSQL {
         FROM events
         WHERE (tx, seq) > ($1::xid8, $2::bigint)
           AND tx < pg_snapshot_xmin(pg_current_snapshot())
-        ORDER BY tx, seq
+        ORDER BY events.tx, events.seq  -- the table's xid8, not the text column of the same name
         LIMIT $3::int
         """
 
@@ -251,7 +251,8 @@ enum ProjectorSQL {
     static let setWindow = "UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)"
 
     /// The newest committed event: where `catchUp` stops.
-    static let head = "SELECT tx::text, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1"
+    /// (`events.tx`: a bare `tx` would sort by the output column, the text, where '1000' < '999'.)
+    static let head = "SELECT tx::text, seq FROM events ORDER BY events.tx DESC, events.seq DESC LIMIT 1"
 
     static let reached = """
         SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint) FROM projection_state
