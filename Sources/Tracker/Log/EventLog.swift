@@ -30,6 +30,11 @@ public final class EventLog: Service, Sendable {
     public struct Configuration: Sendable {
         public var writers = 3
         public var maxGroupEvents = 5_000
+        /// A second writer starts only when this many events wait; fewer wait for the write
+        /// in flight. Small requests then share one commit (one WAL flush for everything that
+        /// queued meanwhile) instead of splitting into small parallel commits, while large
+        /// batches still overlap one write's CPU with another's flush.
+        public var parallelWriteThreshold = 500
         /// Beyond this many waiting events, appends fail fast with `.overloaded` (bounded memory).
         public var maxQueuedEvents = 100_000
         public init() {}
@@ -45,6 +50,8 @@ public final class EventLog: Service, Sendable {
         var queue: [Submission] = []
         var queuedEvents = 0
         var idleWriters: [CheckedContinuation<Void, Never>] = []
+        /// Writers between taking a group and finishing its write.
+        var writing = 0
         var stopping = false
     }
 
@@ -69,7 +76,7 @@ public final class EventLog: Service, Sendable {
                     if s.queuedEvents + events.count > configuration.maxQueuedEvents { return .failure(.overloaded) }
                     s.queue.append(Submission(events: events, keyName: keyName, continuation: continuation))
                     s.queuedEvents += events.count
-                    return .success(s.idleWriters.popLast())
+                    return .success(Self.mayStartWrite(s, configuration) ? s.idleWriters.popLast() : nil)
                 }
                 switch result {
                 case .failure(let error): continuation.resume(throwing: error)
@@ -116,7 +123,13 @@ public final class EventLog: Service, Sendable {
     private func writerLoop() async {
         while let group = await takeGroup() {
             await write(group)
+            state.withLock { $0.writing -= 1 }
         }
+    }
+
+    /// Whether an idle writer should take the queue now (see `parallelWriteThreshold`).
+    private static func mayStartWrite(_ s: State, _ configuration: Configuration) -> Bool {
+        !s.queue.isEmpty && (s.writing == 0 || s.stopping || s.queuedEvents >= configuration.parallelWriteThreshold)
     }
 
     /// Waits for work; `nil` once stopping and the queue is empty.
@@ -125,6 +138,7 @@ public final class EventLog: Service, Sendable {
             enum Step { case group([Submission]), done, wait }
             let step: Step = state.withLock { s in
                 if s.queue.isEmpty { return s.stopping ? .done : .wait }
+                if !Self.mayStartWrite(s, configuration) { return .wait }
                 var count = 0
                 var n = 0
                 while n < s.queue.count, n == 0 || count + s.queue[n].events.count <= configuration.maxGroupEvents {
@@ -134,6 +148,7 @@ public final class EventLog: Service, Sendable {
                 let group = Array(s.queue.prefix(n))
                 s.queue.removeFirst(n)
                 s.queuedEvents -= count
+                s.writing += 1
                 return .group(group)
             }
             switch step {
@@ -142,7 +157,7 @@ public final class EventLog: Service, Sendable {
             case .wait:
                 await withCheckedContinuation { (wake: CheckedContinuation<Void, Never>) in
                     let resumeNow = state.withLock { s in
-                        if !s.queue.isEmpty || s.stopping { return true }
+                        if s.stopping || Self.mayStartWrite(s, configuration) { return true }
                         s.idleWriters.append(wake)
                         return false
                     }
