@@ -8,19 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-20}
-scripts/setup.sh
+. scripts/bench/common.sh
+bench_setup capacity
 command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null
-swift build -c release --product tracker >/dev/null
-bin="$(swift build -c release --show-bin-path)/tracker"
-dir=$(mktemp -d /tmp/tracker-capacity.XXXXXX); chmod 755 "$dir"
-port=$((20000 + RANDOM % 20000)); http=$((40000 + RANDOM % 20000))
-server_pid=""
-cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; scripts/pg.sh stop "$dir" "$port"; rm -rf "$dir"; }
-trap cleanup EXIT
-scripts/pg.sh start "$dir" "$port"
-psql "postgresql://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE capacity"
-export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/capacity"
-"$bin" migrate >/dev/null
+http=$((40000 + RANDOM % 20000))
 key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
 sql() { psql "$DATABASE_URL" -qAtc "$1"; }
 tick=$(getconf CLK_TCK)

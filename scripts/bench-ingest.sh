@@ -9,21 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-20}
-scripts/setup.sh
+. scripts/bench/common.sh
+bench_setup bench
 for tool in wrk bc; do command -v $tool >/dev/null || apt-get install -y -qq $tool >/dev/null; done
-swift build -c release --product tracker >/dev/null
-bin="$(swift build -c release --show-bin-path)/tracker"
 out=bench-results; mkdir -p "$out"
-dir=$(mktemp -d /tmp/tracker-bench-pg.XXXXXX); chmod 755 "$dir"
-port=$((20000 + RANDOM % 20000))
-server_pid=""
-cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; scripts/pg.sh stop "$dir" "$port"; rm -rf "$dir"; }
-trap cleanup EXIT
-scripts/pg.sh start "$dir" "$port"
-admin="postgresql://postgres@127.0.0.1:$port/postgres"
-psql "$admin" -qc "CREATE DATABASE bench"
-export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/bench"
-"$bin" migrate >/dev/null 2>&1
 key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
 count() { psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events"; }
 

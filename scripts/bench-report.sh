@@ -15,21 +15,12 @@ ingest_rate=${2:-20000}
 calls=${REPORT_CALLS:-21}
 fullscan_runs=${FULLSCAN_RUNS:-1}
 ingest_seconds=${INGEST_SECONDS:-60}
-scripts/setup.sh
+. scripts/bench/common.sh
+bench_setup bench
 command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
-swift build -c release --product tracker >/dev/null
-bin="$(swift build -c release --show-bin-path)/tracker"
 pgbin=$(pg_config --bindir 2>/dev/null || true); [ -x "$pgbin/pgbench" ] || pgbin=/usr/lib/postgresql/15/bin
 out=bench-results; mkdir -p "$out"; report="$out/report.txt"; : >"$report"
-dir=$(mktemp -d /tmp/tracker-bench-pg.XXXXXX); chmod 755 "$dir"
-port=$((20000 + RANDOM % 20000)); http=$((40000 + RANDOM % 20000))
-server_pid=""
-cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; scripts/pg.sh stop "$dir" "$port"; rm -rf "$dir"; }
-trap cleanup EXIT
-scripts/pg.sh start "$dir" "$port"
-psql "postgresql://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE bench"
-export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/bench"
-"$bin" migrate >/dev/null 2>&1
+http=$((40000 + RANDOM % 20000))
 say() { echo "$*" | tee -a "$report"; }
 now() { date +%s.%N; }
 seconds() { printf '%.1f' "$(echo "$2 - $1" | bc -l)"; }

@@ -1,0 +1,24 @@
+# Sourced by the benchmark scripts (not run alone): bench_setup DATABASE builds the release
+# tracker and starts a private PostgreSQL cluster with one migrated database, removed again
+# when the script exits. It sets bin, dir, port and DATABASE_URL; a script that starts the
+# server stores its pid in server_pid so the cleanup stops it.
+bench_setup() {
+  local database=$1
+  scripts/setup.sh
+  swift build -c release --product tracker >/dev/null
+  bin="$(swift build -c release --show-bin-path)/tracker"
+  dir=$(mktemp -d /tmp/tracker-bench-pg.XXXXXX); chmod 755 "$dir"
+  port=$((20000 + RANDOM % 20000))
+  server_pid=""
+  trap bench_cleanup EXIT
+  scripts/pg.sh start "$dir" "$port"
+  psql "postgresql://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE $database"
+  export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/$database"
+  "$bin" migrate >/dev/null 2>&1
+}
+
+bench_cleanup() {
+  [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
+  scripts/pg.sh stop "$dir" "$port"
+  rm -rf "$dir"
+}
