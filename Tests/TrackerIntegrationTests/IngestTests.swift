@@ -162,6 +162,21 @@ struct IngestTests {
         }
     }
 
+    @Test func keyOverItsRateLimitGets429WithRetryAfterAndNothingStored() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
+                let tooMany = try tracker.client.postEvents(Wire.batch((0..<11).map { _ in Wire.event() }), key: key)
+                #expect(tooMany.status == 429)
+                #expect(tooMany.json["error"] as? String == "rate_limited")
+                #expect(tooMany.headers["retry-after"] != nil)
+                let within = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
+                #expect(within.status == 200)
+            }
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "10")
+        }
+    }
+
     @Test func revokedKeyStopsWorking() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
