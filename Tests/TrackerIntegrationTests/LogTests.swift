@@ -55,6 +55,26 @@ struct LogTests {
         }
     }
 
+    @Test func sigtermFinishesTheBatchInFlightCommitsItAndExits() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            let tracker = try await TrackerProcess(databaseURL: db.url)
+            let body = Wire.batch((0..<3).map { _ in Wire.event() })
+            let inFlight = try tracker.client.startRequest(
+                "POST", "/v1/events", headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                bodyPrefix: body.prefix(20), declaredLength: body.count)
+            try await Task.sleep(for: .milliseconds(200))
+            tracker.process.signal(SIGTERM)
+            try await Task.sleep(for: .milliseconds(300))
+            // The server drains: the request it had begun is still served and committed.
+            let response = try tracker.client.finishRequest(inFlight, rest: body.dropFirst(20))
+            #expect(response.status == 200)
+            #expect(response.json["accepted"] as? Int == 3)
+            #expect(await tracker.process.exitStatus() == 0)
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "3")
+        }
+    }
+
     @Test func readyzReportsDatabaseAndMigrations() async throws {
         try await withTestDatabase { db in
             try await withTracker(db) { tracker in

@@ -18,6 +18,23 @@ struct HTTPClient: Sendable {
 
     func request(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) throws -> Response {
         let fd = try send(method, path, headers: headers, body: body)
+        return try receive(fd)
+    }
+
+    /// Sends the rest of a body begun with `startRequest`, then reads the response; closes `fd`.
+    func finishRequest(_ fd: Int32, rest: Data) throws -> Response {
+        try rest.withUnsafeBytes { buf in
+            var sent = 0
+            while sent < buf.count {
+                let n = Glibc.send(fd, buf.baseAddress! + sent, buf.count - sent, Int32(MSG_NOSIGNAL))
+                if n <= 0 { close(fd); throw POSIXError(.EPIPE) }
+                sent += n
+            }
+        }
+        return try receive(fd)
+    }
+
+    private func receive(_ fd: Int32) throws -> Response {
         defer { close(fd) }
         var received = Data()
         var chunk = [UInt8](repeating: 0, count: 65536)
