@@ -91,7 +91,7 @@ struct LogTests {
 struct DatabaseOutageTests {
     @Test func databaseDownGives503WithRetryAfterAndIngestionResumesWhenItIsBack() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-outage-\(UUID().uuidString)").path
-        let port = Int.random(in: 20_000..<30_000)
+        let port = freeLoopbackPort()
         try await TestEnvironment.postgres("start", dir: dir, port: port)
         do {
             try await outage(dir: dir, port: port)

@@ -92,7 +92,7 @@ struct ReplicaTests {
 /// A PostgreSQL cluster of one test, in a folder of its own, on a loopback port.
 struct PrivateCluster {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-cluster-\(UUID().uuidString)").path
-    let port = Int.random(in: 20_000..<30_000)
+    let port = freeLoopbackPort()
 
     func url(database: String) -> String { "postgresql://postgres@127.0.0.1:\(port)/\(database)" }
 

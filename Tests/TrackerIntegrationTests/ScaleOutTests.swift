@@ -157,7 +157,7 @@ final class LoadBalancer: Sendable {
     init(upstreams: [String: Int]) throws {
         let binary = try #require(["/usr/sbin/haproxy", "/usr/bin/haproxy"].first { FileManager.default.isExecutableFile(atPath: $0) },
                                   "haproxy is missing: run scripts/setup.sh")
-        port = Int.random(in: 30_000..<60_000)
+        port = freeLoopbackPort()
         statsPort = port == 59_999 ? 30_000 : port + 1
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-lb-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -119,3 +119,23 @@ struct HTTPClient: Sendable {
         return out
     }
 }
+
+/// A loopback port nothing listens on now: the kernel picks it for a socket bound to port 0.
+///
+/// Random ports in a fixed range collided with the private PostgreSQL clusters and other
+/// servers the tests start; the kernel knows which ports are taken.
+func freeLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = 0
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let ok = withUnsafeMutablePointer(to: &addr) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+        }
+    }
+    return ok ? Int(UInt16(bigEndian: addr.sin_port)) : Int.random(in: 30_000..<60_000)
+}

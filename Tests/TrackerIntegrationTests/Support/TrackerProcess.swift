@@ -10,7 +10,7 @@ final class TrackerProcess: Sendable {
     /// `port` fixes the port, e.g. to restart a tracker where a load balancer expects it.
     init(databaseURL: String, port: Int? = nil, environment extra: [String: String] = [:]) async throws {
         let binary = try #require(TestEnvironment.binary, "run the integration tests through scripts/test.sh")
-        let port = port ?? Int.random(in: 30_000..<60_000)
+        let port = port ?? freeLoopbackPort()
         self.port = port
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = databaseURL
@@ -24,14 +24,17 @@ final class TrackerProcess: Sendable {
 
     var client: HTTPClient { HTTPClient(port: port) }
 
+    /// Waits up to 30 s: a debug binary on a loaded 2-core machine can take seconds to listen.
     func waitUntilHealthy() async throws {
-        for _ in 0..<200 {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
             if let r = try? client.request("GET", "/healthz"), r.status == 200 { return }
             if !process.isRunning { break }
             try await Task.sleep(for: .milliseconds(50))
         }
         let log = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
-        Issue.record("tracker did not become healthy on port \(port):\n\(log)")
+        let state = process.isRunning ? "still running" : "exited with status \(await process.exitStatus())"
+        Issue.record("tracker did not become healthy on port \(port) (\(state)):\n\(log)")
         process.signal(SIGKILL)
         throw CancellationError()
     }
