@@ -118,18 +118,34 @@ struct EventRules {
     }
 
     /// `/` + network code digits + one or more `/segment`; segments are non-empty and hold
-    /// no whitespace or control characters.
+    /// no whitespace or control characters. One pass over the bytes: ASCII is decided
+    /// byte by byte, and only a non-ASCII scalar asks the Unicode tables.
     static func checkAdUnit(_ text: String) -> Check<String> {
         let rule = "must be '/' + the network code (digits) + one or more '/segment', e.g. /6499/example/native"
         let count = text.unicodeScalars.count
         if count > 256 { return .broken("must be at most 256 characters, got \(count)", showValue: false) }
-        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count >= 3, parts[0].isEmpty,
-              !parts[1].isEmpty, parts[1].utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-              parts.dropFirst(2).allSatisfy({ segment in
-                  !segment.isEmpty && !segment.unicodeScalars.contains(where: { isControl($0) || $0.properties.isWhitespace })
-              })
-        else { return .broken(rule) }
+        var part = 0  // 0: before the first '/', 1: the network code, 2...: segments
+        var partLength = 0
+        for scalar in text.unicodeScalars {
+            if scalar == "/" {
+                if part > 0, partLength == 0 { return .broken(rule) }
+                part += 1
+                partLength = 0
+                continue
+            }
+            partLength += 1
+            switch part {
+            case 0: return .broken(rule)
+            case 1: guard scalar.value >= 0x30, scalar.value <= 0x39 else { return .broken(rule) }
+            default:
+                if scalar.isASCII {
+                    guard scalar.value > 0x20, scalar.value != 0x7F else { return .broken(rule) }
+                } else if isControl(scalar) || scalar.properties.isWhitespace {
+                    return .broken(rule)
+                }
+            }
+        }
+        guard part >= 2, partLength > 0 else { return .broken(rule) }
         return .ok(text)
     }
 
@@ -182,9 +198,9 @@ struct Violations: Error, Sendable, Equatable {
     }
 
     /// A required string field, checked by `rule`; `null` counts as absent.
-    mutating func required<T>(_ event: JSONValue, _ field: String, hint: String, _ rule: (String) -> Check<T>) -> T? {
+    mutating func required<T>(_ event: JSONValue, _ field: String, hint: @autoclosure () -> String, _ rule: (String) -> Check<T>) -> T? {
         guard let value = event.member(field), value != .null else {
-            add(field, "\(field) is required: \(hint)")
+            add(field, "\(field) is required: \(hint())")
             return nil
         }
         return check(field, value, rule)
