@@ -321,12 +321,16 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         #expect(v == .array([.string("a\"b\\c/d\n\té😀")]))
     }
 
-    @Test func malformedTextIsRefused() {
+    @Test func malformedTextIsRefused() throws {
         for bad in [#"["\ud800"]"#, #"["\udc00"]"#, #"["a"#, "[1,]", "[01]", "[1.]", "[-]", "[tru]", "{\"a\" 1}",
                     "[\"tab\there\"]", "[\"\\x\"]", "", "   "] {
             #expect(throws: JSONSyntaxError.self, "\(bad)") { try JSONReader.parse(Array(bad.utf8)) }
         }
         #expect(throws: JSONSyntaxError.self) { try JSONReader.parse([0x5B, 0x22, 0xFF, 0x22, 0x5D]) }  // ["\xFF"]
+        // A 4-byte sequence cut after 3 bytes decodes to one 3-byte U+FFFD: same length, other bytes.
+        #expect(throws: JSONSyntaxError.self) { try JSONReader.parse([0x5B, 0x22, 0xF0, 0x9F, 0x98, 0x61, 0x22, 0x5D]) }
+        #expect(throws: JSONSyntaxError.self) { try JSONReader.parse([0x5B, 0x22, 0xED, 0xA0, 0x80, 0x22, 0x5D]) }  // a surrogate
+        #expect(try JSONReader.parse(Array("[\"ok \u{FFFD} 😀\"]".utf8)) == .array([.string("ok \u{FFFD} 😀")]))
     }
 
     @Test func deepNestingIsRefusedInsteadOfExhaustingTheStack() {

@@ -219,19 +219,32 @@ struct JSONReader {
     mutating func string() throws(JSONSyntaxError) -> String {
         offset += 1  // "
         let start = offset
+        var allBits: UInt8 = 0
         while offset < bytes.count {
             let b = bytes[offset]
             if b == UInt8(ascii: "\"") {
                 let raw = UnsafeBufferPointer(rebasing: bytes[start..<offset])
                 offset += 1
-                guard let s = String(validating: raw, as: UTF8.self) else { throw fail("a string is not valid UTF-8", at: start) }
+                guard let s = Self.validString(raw, isASCII: allBits < 0x80) else { throw fail("a string is not valid UTF-8", at: start) }
                 return s
             }
             if b == UInt8(ascii: "\\") { break }
             if b < 0x20 { throw fail("a control character must be escaped inside a string") }
+            allBits |= b
             offset += 1
         }
         return try escapedString(from: start)
+    }
+
+    /// The bytes as a String, or `nil` when they are not valid UTF-8.
+    ///
+    /// Decoding replaces invalid sequences with U+FFFD, so it is the identity exactly on valid
+    /// input: comparing the result with the bytes validates them. ASCII needs no check.
+    /// (`String(validating:as:)` does the same but, unspecialized, spent most of its time
+    /// looking up generic metadata.)
+    static func validString(_ raw: some Collection<UInt8>, isASCII: Bool) -> String? {
+        let s = String(decoding: raw, as: UTF8.self)
+        return isASCII || s.utf8.elementsEqual(raw) ? s : nil
     }
 
     private mutating func escapedString(from start: Int) throws(JSONSyntaxError) -> String {
@@ -241,7 +254,7 @@ struct JSONReader {
             switch b {
             case UInt8(ascii: "\""):
                 offset += 1
-                guard let s = String(validating: out, as: UTF8.self) else { throw fail("a string is not valid UTF-8", at: start) }
+                guard let s = Self.validString(out, isASCII: false) else { throw fail("a string is not valid UTF-8", at: start) }
                 return s
             case UInt8(ascii: "\\"):
                 offset += 1
