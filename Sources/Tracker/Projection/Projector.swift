@@ -77,22 +77,42 @@ public final class Projector: Service, Sendable {
     @discardableResult
     public func catchUp() async throws -> Int {
         try await checkWindow()
-        let head = try await pool.withConnection { c -> (tx: String, seq: String)? in
-            let r = try c.query(ProjectorSQL.head)
-            guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
-            return (tx, seq)
+        let (window, limit, pause) = (attributionWindow, batchSize, pollInterval)
+        return try await pool.withConnection { c in
+            try Self.catchUp(on: c, to: try Self.head(on: c), window: window, limit: limit, pause: pause)
         }
-        guard let head else { return 0 }
+    }
+
+    /// The log's newest committed event, or `nil` for an empty log.
+    static func head(on connection: Connection) throws -> LogPosition? {
+        let r = try connection.query(ProjectorSQL.head)
+        guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
+        return LogPosition(tx: tx, seq: seq)
+    }
+
+    /// Steps on `connection`, one transaction per step, until the checkpoint reaches `head`.
+    ///
+    /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema).
+    static func catchUp(on connection: Connection, to head: LogPosition?, window: Duration, limit: Int,
+                        pause: Duration, searchPath: String? = nil) throws -> Int {
+        func inTransaction<T>(_ body: () throws -> T) throws -> T {
+            try connection.transaction {
+                if let searchPath { try connection.execute("SET LOCAL search_path = \(searchPath)") }
+                return try body()
+            }
+        }
         var total = 0
         while true {
-            let n = try await step()
+            let n = try inTransaction { try step(on: connection, window: window, limit: limit) }
             total += n
-            if n == batchSize { continue }
-            let reached = try await pool.withConnection { c in
-                try c.query(ProjectorSQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
+            if n == limit { continue }
+            guard let head else { return total }
+            let reached = try inTransaction {
+                try connection.query(ProjectorSQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
             }
             if reached { return total }
-            if n == 0 { try await Task.sleep(for: pollInterval) }
+            // Nothing readable yet: an older transaction elsewhere is still open.
+            if n == 0 { try connection.query("SELECT pg_sleep($1::float8)", [String(Double(pause.microseconds) / 1e6)]) }
         }
     }
 
@@ -207,6 +227,12 @@ public final class Projector: Service, Sendable {
             return ProjectionLag(events: Int(r.int64(0, 0) ?? 0), seconds: Double(r.string(0, 1) ?? "0") ?? 0)
         }
     }
+}
+
+/// A place in the log's order `(tx, seq)`, as text for statement parameters.
+struct LogPosition: Sendable {
+    var tx: String
+    var seq: String
 }
 
 public enum ProjectorError: Error, Sendable, CustomStringConvertible {

@@ -33,10 +33,10 @@ public struct Rebuild: Sendable {
     }
 
     /// Returns the number of log events the rebuilt projections cover.
-    @discardableResult
     ///
     /// Refuses when retention has dropped days of the log (their report rows would be lost)
     /// unless `discardingDroppedDays` is true.
+    @discardableResult
     public func run(discardingDroppedDays: Bool = false,
                     progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
         let window = attributionWindow
@@ -46,18 +46,16 @@ public struct Rebuild: Sendable {
             guard try c.query("SELECT pg_try_advisory_lock(hashtext('tracker.rebuild'))").bool(0, 0) == true else {
                 throw ProjectorError.rebuildRunning
             }
+            defer { _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))") }
             if !discardingDroppedDays {
                 let dropped = try c.query(RebuildSQL.droppedDays)
                 if let count = dropped.int64(0, 0), count > 0 {
-                    _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))")
                     throw ProjectorError.logTruncated(days: Int(count), first: dropped.string(0, 1) ?? "?",
                                                       last: dropped.string(0, 2) ?? "?")
                 }
             }
-            defer { _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))") }
             // 1. The horizon, and a fresh schema shaped like the live projections.
-            let last = try c.query(ProjectorSQL.head)
-            let head = last.rowCount == 1 ? last.string(0, 0).flatMap { tx in last.string(0, 1).map { (tx: tx, seq: $0) } } : nil
+            let head = try Projector.head(on: c)
             let horizon = try c.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").string(0, 0) ?? "0"
             try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
             try c.execute("CREATE SCHEMA tracker_rebuild")
@@ -127,22 +125,8 @@ public struct Rebuild: Sendable {
             progress(RebuildProgress(phase: "catch-up+swap", done: read, total: copied, elapsed: ContinuousClock.now - started))
             // Every event committed before the rebuild started is in before the swap, even one
             // that an open transaction elsewhere kept below the horizon's reach until now.
-            var caughtUp = 0
-            while true {
-                let n = try c.transaction {
-                    try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                    return try Projector.step(on: c, window: window, limit: 20_000)
-                }
-                caughtUp += n
-                if n == 20_000 { continue }
-                guard let head else { break }
-                let reached = try c.transaction {
-                    try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                    return try c.query(ProjectorSQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
-                }
-                if reached { break }
-                if n == 0 { try c.execute("SELECT pg_sleep(0.05)") }
-            }
+            let caughtUp = try Projector.catchUp(on: c, to: head, window: window, limit: 20_000,
+                                                 pause: .milliseconds(50), searchPath: "tracker_rebuild, public")
 
             // 5. The last events and the swap, atomically, while live projectors wait on the lock.
             try c.transaction {
