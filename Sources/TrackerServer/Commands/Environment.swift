@@ -39,3 +39,8 @@ struct CommandFailure: Error, CustomStringConvertible {
     var description: String
     init(_ message: String) { description = message }
 }
+
+extension Duration {
+    /// The duration in seconds, for rates and printed timings.
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

@@ -77,10 +77,6 @@ struct RebuildCommand: AsyncParsableCommand {
     }
 }
 
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}
-
 enum ProgressBar {
     static func draw(_ p: RebuildProgress) {
         let seconds = p.elapsed.seconds

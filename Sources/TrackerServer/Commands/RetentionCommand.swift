@@ -22,15 +22,16 @@ struct RetentionCommand: AsyncParsableCommand {
 
     @OptionGroup var database: DatabaseOptions
 
-    func validate() throws {
-        guard keepDays >= 1 else { throw ValidationError("--keep-days must be at least 1 (today is always kept)") }
-    }
-
     func run() async throws {
         let logger = makeLogger()
         let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: logger)
         defer { pool.close() }
-        let decisions = try await Retention(pool: pool, logger: logger).run(keepDays: keepDays, dryRun: dryRun)
+        let decisions: [RetentionDecision]
+        do {
+            decisions = try await Retention(pool: pool, logger: logger).run(keepDays: keepDays, dryRun: dryRun)
+        } catch let error as RetentionError {
+            throw ValidationError("--\(error.description)")  // the rule lives in Retention, once
+        }
         if decisions.isEmpty {
             print("nothing to drop: no partition is older than \(keepDays) days")
             return

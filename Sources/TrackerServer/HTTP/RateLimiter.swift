@@ -16,9 +16,7 @@ final class RateLimiter: Sendable {
         let capacity = Double(eventsPerSecond)
         return buckets.withLock { b in
             var bucket = b[key] ?? (capacity, now)
-            let elapsed = now - bucket.updated
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            bucket.tokens = min(capacity, bucket.tokens + seconds * capacity)
+            bucket.tokens = min(capacity, bucket.tokens + (now - bucket.updated).seconds * capacity)
             bucket.updated = now
             let allowed = bucket.tokens >= Double(events)
             if allowed { bucket.tokens -= Double(events) }
