@@ -56,6 +56,16 @@ public struct Rebuild: Sendable {
             }
             // 1. The horizon, and a fresh schema shaped like the live projections.
             let head = try Projector.head(on: c)
+            // Let transactions still open elsewhere end (for up to 10 s) so the horizon covers
+            // every event committed before the rebuild began: the bulk phases then copy them
+            // and the progress shows them, instead of the catch-up picking them up unseen.
+            if let head {
+                for _ in 0..<200 {
+                    let final = try c.query("SELECT $1::xid8 < pg_snapshot_xmin(pg_current_snapshot())", [head.tx]).bool(0, 0)
+                    if final == true { break }
+                    try c.query("SELECT pg_sleep(0.05)")
+                }
+            }
             let horizon = try c.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").string(0, 0) ?? "0"
             try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
             try c.execute("CREATE SCHEMA tracker_rebuild")
