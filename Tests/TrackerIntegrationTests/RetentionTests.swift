@@ -85,15 +85,49 @@ struct RetentionTests {
         }
     }
 
+    /// Readers of the log lock its parent, then every partition. Retention used to hold the old
+    /// partition exclusively while it waited for the parent: a reader arriving then deadlocked
+    /// with it, and PostgreSQL killed retention (seen in CI as a server that never dropped).
+    @Test func aReaderArrivingWhileRetentionWaitsForTheLogDoesNotDeadlockIt() async throws {
+        try await withTestDatabase { db in
+            try await logOldImpressions(db, daysAgo: 10, count: 5)
+            try await projectAll(db, expected: 5)
+            let reader = Task { () throws -> String? in
+                try await db.pool.withConnection { c in
+                    try c.execute("BEGIN")
+                    try c.execute("LOCK TABLE ONLY events IN ACCESS SHARE MODE")
+                    // Wait (at most 10 s) until retention queues for the parent, then read the partitions.
+                    try c.execute("""
+                        DO $$ BEGIN
+                          FOR i IN 1..500 LOOP
+                            EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted);
+                            PERFORM pg_sleep(0.02);
+                          END LOOP;
+                        END $$
+                        """)
+                    let count = try c.query("SELECT count(*) FROM events").string(0, 0)
+                    try c.execute("COMMIT")
+                    return count
+                }
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            let run = try await runTracker(["retention", "--keep-days", "7"], db)
+            #expect(try await reader.value == "5", "the reader saw the log as it was")
+            #expect(run.status == 0, "\(run.output)")
+            #expect(try await partitionExists(db, daysAgo: 10) == false, "\(run.output)")
+        }
+    }
+
     @Test func aServerWithRetentionDaysDropsOldPartitionsByItself() async throws {
         try await withTestDatabase { db in
             try await logOldImpressions(db, daysAgo: 10, count: 5)
             try await projectAll(db, expected: 5)
-            try await withTracker(db, environment: ["TRACKER_RETENTION_DAYS": "7"]) { _ in
+            try await withTracker(db, environment: ["TRACKER_RETENTION_DAYS": "7"]) { tracker in
                 let dropped = try await eventually(within: .seconds(10)) { () -> Bool? in
                     try await partitionExists(db, daysAgo: 10) ? nil : true
                 }
-                #expect(dropped == true, "the server ran retention at start")
+                let log = (try? String(contentsOf: tracker.output, encoding: .utf8)) ?? ""
+                #expect(dropped == true, "the server ran retention at start; its log:\n\(log)")
             }
             #expect(try await partitionExists(db, daysAgo: 7), "the kept days stay")
             #expect(try await reportRows(db).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) } == 5)

@@ -71,7 +71,8 @@ public struct Retention: Sendable {
                         try Self.retire(partition, day: day, keepDays: keepDays, dryRun: dryRun, on: connection)
                     }
                 }
-            } catch let error as DatabaseError where error.sqlState == "55P03" {  // lock_not_available
+            } catch let error as DatabaseError where ["55P03", "40P01"].contains(error.sqlState) {
+                // lock_not_available (the lock timeout above), deadlock_detected: try again later.
                 decision = RetentionDecision(partition: partition, day: day, events: 0, action: .keptBusy)
             }
             logger.info("retention", metadata: [
@@ -90,8 +91,11 @@ public struct Retention: Sendable {
         precondition(RetentionSQL.isPartitionName(partition))
         _ = try connection.query("SELECT pg_advisory_xact_lock(hashtext('tracker.event_partitions'))")
         if !dryRun {
-            // No writer may add to the partition between the check and the drop.
-            try connection.execute("LOCK TABLE \(partition) IN ACCESS EXCLUSIVE MODE")
+            // No writer may add to the partition between the check and the drop. SHARE, not
+            // ACCESS EXCLUSIVE: readers of the log (the projector) lock the parent and then every
+            // partition, so holding the partition exclusively while waiting for the parent below
+            // would deadlock with them. Readers pass; the exclusive locks come parent first.
+            try connection.execute("LOCK TABLE \(partition) IN SHARE MODE")
         }
         let counts = try connection.query(RetentionSQL.counts(partition))
         let events = Int(counts.int64(0, 0) ?? 0)
@@ -108,6 +112,7 @@ public struct Retention: Sendable {
         // Dropping a partition locks the parent, which queues every writer behind it: give up
         // (and roll back) rather than stall ingestion behind a long reader.
         try connection.execute("SET LOCAL lock_timeout = '2s'")
+        try connection.execute("LOCK TABLE ONLY events IN ACCESS EXCLUSIVE MODE")
         try connection.execute("DROP TABLE \(partition)")
         _ = try connection.query(RetentionSQL.record, [day, partition, String(events), String(forgotten), String(keepDays), checkpoint])
         return RetentionDecision(partition: partition, day: day, events: events, action: .dropped(idsForgotten: forgotten))
@@ -117,31 +122,54 @@ public struct Retention: Sendable {
 /// Runs retention inside `tracker serve` (TRACKER_RETENTION_DAYS): at start, then every `interval`.
 ///
 /// Every node may run it: runs serialise on the partitions' advisory lock, and a partition
-/// another node dropped is simply no longer listed. A failed run is logged and retried at
-/// the next interval; retention is never urgent.
+/// another node dropped is simply no longer listed. A run that failed or left an old
+/// partition behind (busy log, events not yet projected) is retried after `retryDelay`,
+/// doubling up to `interval`, so a passing lock conflict costs seconds, not an interval.
 public struct RetentionService: Service {
     public let keepDays: Int
     public let interval: Duration
+    public let retryDelay: Duration
     private let retention: Retention
     private let logger: Logger
 
-    public init(pool: ConnectionPool, keepDays: Int, interval: Duration = .seconds(3600), logger: Logger) {
+    public init(pool: ConnectionPool, keepDays: Int, interval: Duration = .seconds(3600),
+                retryDelay: Duration = .seconds(2), logger: Logger) {
         self.keepDays = keepDays
         self.interval = interval
+        self.retryDelay = min(retryDelay, interval)
         self.retention = Retention(pool: pool, logger: logger)
         self.logger = logger
     }
 
     public func run() async throws {
         await cancelWhenGracefulShutdown {
+            var delay = retryDelay
             while !Task.isCancelled {
+                var finished = false
                 do {
-                    _ = try await retention.run(keepDays: keepDays, dryRun: false)
+                    let decisions = try await retention.run(keepDays: keepDays, dryRun: false)
+                    finished = decisions.allSatisfy(\.isFinal)
                 } catch {
                     logger.warning("retention failed; retrying later", metadata: ["error": "\(String(reflecting: error))"])
                 }
-                try? await Task.sleep(for: interval)
+                if finished {
+                    delay = retryDelay
+                    try? await Task.sleep(for: interval)
+                } else {
+                    try? await Task.sleep(for: delay)
+                    delay = min(delay * 2, interval)
+                }
             }
+        }
+    }
+}
+
+extension RetentionDecision {
+    /// Nothing is left to do for this partition (until the next day ages out).
+    var isFinal: Bool {
+        switch action {
+        case .dropped, .wouldDrop: true
+        case .keptUnprojected, .keptBusy: false
         }
     }
 }
