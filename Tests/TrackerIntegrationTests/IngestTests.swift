@@ -148,7 +148,14 @@ struct IngestTests {
                 let slow = try tracker.client.startRequest(
                     "POST", "/v1/events", headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
                     bodyPrefix: body.prefix(10), declaredLength: body.count)
-                try await Task.sleep(for: .milliseconds(300))
+                // Until the server has read its head, a probe that can store nothing (wrong content
+                // type: 415 when a place is free) tells whether the place is taken.
+                let taken = try await eventually(within: .seconds(5)) { () -> Bool? in
+                    let probe = try tracker.client.request(
+                        "POST", "/v1/events", headers: ["Authorization": "Bearer \(key)", "Content-Type": "text/plain"], body: body)
+                    return probe.status == 503 ? true : nil
+                }
+                try #require(taken == true, "the half-sent batch never held the place")
                 let refused = try tracker.client.postEvents(body, key: key)
                 #expect(refused.status == 503)
                 #expect(refused.json["error"] as? String == "overloaded")

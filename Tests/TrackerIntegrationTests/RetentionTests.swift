@@ -73,7 +73,7 @@ struct RetentionTests {
                     try c.execute("ROLLBACK")
                 }
             }
-            try await Task.sleep(for: .milliseconds(300))
+            try await waitForLockOnTheLog(db)
             let busy = try await runTracker(["retention", "--keep-days", "7"], db)
             #expect(busy.status == 0)
             #expect(busy.output.contains("the log was busy"), "\(busy.output)")
@@ -100,7 +100,8 @@ struct RetentionTests {
                     try c.execute("""
                         DO $$ BEGIN
                           FOR i IN 1..500 LOOP
-                            EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted);
+                            EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted
+                                            AND database = (SELECT oid FROM pg_database WHERE datname = current_database()));
                             PERFORM pg_sleep(0.02);
                           END LOOP;
                         END $$
@@ -110,7 +111,7 @@ struct RetentionTests {
                     return count
                 }
             }
-            try await Task.sleep(for: .milliseconds(200))
+            try await waitForLockOnTheLog(db)
             let run = try await runTracker(["retention", "--keep-days", "7"], db)
             #expect(try await reader.value == "5", "the reader saw the log as it was")
             #expect(run.status == 0, "\(run.output)")
@@ -141,6 +142,17 @@ struct RetentionTests {
             #expect(run.output.contains("at least 1"))
         }
     }
+}
+
+/// Waits (at most 10 s) until another session holds a lock on the log's parent table.
+func waitForLockOnTheLog(_ db: TestDatabase) async throws {
+    let held = try await eventually(within: .seconds(10)) { () -> Bool? in
+        try await db.scalar("""
+            SELECT count(*) FROM pg_locks WHERE relation = 'events'::regclass AND granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            """) == "0" ? nil : true
+    }
+    try #require(held == true, "the reader never locked the log")
 }
 
 /// Logs `count` impressions (each its own ad) received `daysAgo` UTC days ago at noon, the
