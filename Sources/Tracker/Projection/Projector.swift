@@ -136,6 +136,14 @@ public final class Projector: Service, Sendable {
 
         if !newEvents.isEmpty {
             let existing = try loadAdEvents(Array(newEvents.keys), on: connection)
+            // An id the ad already has is a retry the log stored again because retention had
+            // forgotten its id with its partition (`ad_events` is kept): it changes nothing.
+            for (requestId, added) in newEvents {
+                guard let before = existing[requestId] else { continue }
+                let known = Set(before.lazy.map(\.id))
+                let fresh = added.filter { !known.contains($0.id) }
+                newEvents[requestId] = fresh.isEmpty ? nil : fresh
+            }
             let rules = AdContribution(attributionWindow: window)
             var delta = Contribution()
             for (requestId, added) in newEvents {
@@ -282,6 +290,12 @@ enum ProjectorSQL {
 
     static let reached = """
         SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint) FROM projection_state
+        """
+
+    /// Whether the checkpoint reached `($1, $2)`, and the checkpoint (to see it move).
+    static let reachedFrom = """
+        SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint), checkpoint_tx::text || '/' || checkpoint_seq
+        FROM projection_state
         """
 
     static let adEventsOfAds = """
