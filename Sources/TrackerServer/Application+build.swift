@@ -37,7 +37,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         migrator: Migrator(logger: logger),
         reports: Reports(pool: configuration.reportDatabaseURL.map {
             ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
-        } ?? pool),
+        } ?? pool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         maxConcurrentBatches: configuration.maxConcurrentBatches)
     return Application(

@@ -73,12 +73,41 @@ struct ReportTests {
 
     @Test func reportsCarryProjectionLagInTheirMetadataAndReadyzShowsIt() async throws {
         try await withServedTraffic { _, tracker, key in
-            let meta = try get(tracker, "/v1/reports/sources?from=\(Self.day0)&to=\(Self.day1)", key: key).json["meta"] as? [String: Any]
-            let lag = try #require(meta?["projectionLag"] as? [String: Any])
-            #expect(lag["events"] as? Int == 0)
-            #expect(lag["seconds"] as? Double == 0)
+            let report = try get(tracker, "/v1/reports/sources?from=\(Self.day0)&to=\(Self.day1)", key: key)
+            #expect(Set(report.json.keys) == ["from", "to", "rows"], "the body is exactly SPEC's shape")
+            #expect(report.headers["x-projection-lag-events"] == "0")
+            #expect(report.headers["x-projection-lag-seconds"].flatMap(Double.init) == 0)
             let ready = try tracker.client.request("GET", "/readyz").json
             #expect((ready["projectionLag"] as? [String: Any])?["events"] as? Int == 0)
+        }
+    }
+
+    /// Read your writes: a report asked right after a 200 counts that batch, over HTTP and on the
+    /// command line (the projector polls every 100 ms, so without the wait most rounds would miss).
+    @Test func aReportAskedRightAfterIngestionCountsTheBatch() async throws {
+        try await withTestDatabase { db in
+            let (ingest, report) = (try await db.createKey("app", scope: .ingest), try await db.createKey("analyst", scope: .report))
+            try await withTracker(db) { tracker in
+                let (from, to) = (Wire.isoNow(offsetSeconds: -86_400).prefix(10), Wire.isoNow(offsetSeconds: 86_400).prefix(10))
+                func impressions(_ json: [String: Any]) -> Int {
+                    (json["rows"] as? [[String: Any]] ?? []).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) }
+                }
+                for round in 1...6 {
+                    let batch = Wire.batch([Wire.event(requestId: "ad-\(round)"), Wire.event(requestId: "ad-\(round)")])
+                    #expect(try tracker.client.postEvents(batch, key: ingest).status == 200)
+                    if round.isMultiple(of: 2) {
+                        let (status, out) = try await runTrackerToEnd(["report", "summary", "--from", String(from), "--to", String(to),
+                                                                       "--output", "json", "--database-url", db.url])
+                        #expect(status == 0)
+                        let json = try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any] ?? [:]
+                        #expect(impressions(json) == round, "tracker report after batch \(round): \(out)")
+                    } else {
+                        let r = try get(tracker, "/v1/reports/summary?from=\(from)&to=\(to)", key: report)
+                        #expect(impressions(r.json) == round, "GET after batch \(round): \(r.text)")
+                        #expect(r.headers["x-projection-lag-events"] == "0")
+                    }
+                }
+            }
         }
     }
 

@@ -19,9 +19,10 @@ extension ReportValue {
 }
 
 extension ReportResult {
-    /// `{"from": …, "to": …, "rows": [{…}], "meta": {…}}` (SPEC section 6, plus projection lag).
+    /// `{"from": …, "to": …, "rows": [{…}]}`, exactly SPEC section 6's shape (the projection
+    /// lag travels in the HTTP headers, and on the command line's standard error).
     public var json: String {
-        var out = "{\"report\":\"\(query.kind.rawValue)\",\"from\":\"\(query.from)\",\"to\":\"\(query.to)\",\"rows\":["
+        var out = "{\"from\":\"\(query.from)\",\"to\":\"\(query.to)\",\"rows\":["
         for (i, row) in rows.enumerated() {
             if i > 0 { out += "," }
             out += "{"
@@ -33,11 +34,7 @@ extension ReportResult {
             }
             out += "}"
         }
-        out += "],\"meta\":{\"includeTest\":\(query.includeTest),\"adUnit\":"
-        if let adUnit = query.adUnit { JSONText.appendQuoted(adUnit, to: &out) } else { out += "null" }
-        out += ",\"formatId\":"
-        if let formatId = query.formatId { JSONText.appendQuoted(formatId, to: &out) } else { out += "null" }
-        out += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}}"
+        out += "]}"
         return out
     }
 

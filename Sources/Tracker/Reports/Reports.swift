@@ -1,12 +1,23 @@
 /// Answers report queries from the projection tables (never from the log).
+///
+/// Read your writes: a report first waits (at most `maxWait`) until the projections hold
+/// every event that was committed when it was asked, so a report asked right after a `200`
+/// from ingestion counts that batch. It stops waiting early when the projections have not
+/// moved for `stallLimit` (no projector running, or one held back by a transaction open
+/// elsewhere) and then answers with what they hold; the lag says how far behind that is.
 public struct Reports: Sendable {
     private let pool: ConnectionPool
+    public let maxWait: Duration
+    public let stallLimit: Duration
 
-    public init(pool: ConnectionPool) {
+    public init(pool: ConnectionPool, maxWait: Duration = .seconds(5), stallLimit: Duration = .seconds(1)) {
         self.pool = pool
+        self.maxWait = maxWait
+        self.stallLimit = stallLimit
     }
 
     public func run(_ query: ReportQuery) async throws -> ReportResult {
+        try await waitForProjections()
         let spec = ReportSQL.spec(query.kind)
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         let parameters: [String?] = [query.from.description, query.to.description, classes, query.adUnit, query.formatId]
@@ -24,6 +35,25 @@ public struct Reports: Sendable {
         }
         let lag = try await Projector.lag(pool)
         return ReportResult(query: query, columns: spec.dimensions + spec.measureNames, rows: rows, lag: lag)
+    }
+
+    /// Waits until the projection checkpoint reaches the log's head as of now (see the type).
+    func waitForProjections() async throws {
+        guard maxWait > .zero, let head = try await pool.withConnection({ try Projector.head(on: $0) }) else { return }
+        let start = ContinuousClock.now
+        var checkpoint: String?
+        var moved = start
+        while true {
+            let (reached, now) = try await pool.withConnection { connection in
+                let r = try connection.query(ProjectorSQL.reachedFrom, [head.tx, head.seq])
+                return (r.bool(0, 0) ?? true, r.string(0, 1))
+            }
+            if reached { return }
+            let time = ContinuousClock.now
+            if now != checkpoint { (checkpoint, moved) = (now, time) }
+            if time - start >= maxWait || time - moved >= stallLimit { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 }
 

@@ -105,7 +105,12 @@ extension String {
 struct ReportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Print a report (summary, assets, sources or adchoices) as a table, CSV or JSON.")
+        abstract: "Print a report (summary, assets, sources or adchoices) as a table, CSV or JSON.",
+        discussion: """
+            Reads the projections, from REPORT_DATABASE_URL when it is set and --database-url is not. \
+            Waits up to TRACKER_REPORT_WAIT seconds (5) for the projections to include every event \
+            committed before it started; when they still trail the log, a note on standard error says by how much.
+            """)
 
     enum Output: String, ExpressibleByArgument, CaseIterable {
         case table, csv, json
@@ -135,7 +140,8 @@ struct ReportCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
-        let url = try environment("REPORT_DATABASE_URL") ?? database.resolved()
+        // An explicit --database-url wins; otherwise the read replica when one is configured.
+        let url = try database.databaseURL ?? environment("REPORT_DATABASE_URL") ?? database.resolved()
         let pool = ConnectionPool(conninfo: url, maxConnections: 1, logger: makeLogger())
         defer { pool.close() }
         let query: ReportQuery
@@ -153,7 +159,10 @@ struct ReportCommand: AsyncParsableCommand {
         } catch let error as APIError {
             throw ValidationError(error.message)
         }
-        let result = try await Reports(pool: pool).run(query)
+        let result = try await Reports(pool: pool, maxWait: try reportWait()).run(query)
+        if result.lag.events > 0 {
+            writeToStandardError("note: the projections trail the log by \(result.lag.events) event(s), \(result.lag.seconds) s; these counts leave them out\n")
+        }
         switch output {
         case .table: print(result.table, terminator: "")
         case .csv: print(result.csv, terminator: "")

@@ -17,6 +17,7 @@ struct ServeConfiguration: Sendable {
     var reportDatabaseURL: String?
     var retentionDays: Int?
     var maxConcurrentBatches: Int
+    var reportWait: Duration
 }
 
 struct ServeCommand: AsyncParsableCommand {
@@ -31,7 +32,8 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_PROJECTOR_BATCH_SIZE (log events per projector transaction, 20000), \
             REPORT_DATABASE_URL (a read replica for reports), TRACKER_RETENTION_DAYS (unset: keep the \
             whole log; N: hourly 'tracker retention --keep-days N'), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
-            requests in progress at once; more get 503), TRACKER_LOG_LEVEL (info). \
+            requests in progress at once; more get 503), TRACKER_REPORT_WAIT (5 s a report waits for the \
+            projections to include what was committed before it; 0: answer at once), TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -60,7 +62,8 @@ struct ServeCommand: AsyncParsableCommand {
             projectorBatchSize: try projectorBatchSize(),
             reportDatabaseURL: environment("REPORT_DATABASE_URL"),
             retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
-            maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256)
+            maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256,
+            reportWait: try reportWait())
     }
 
     func run() async throws {
@@ -80,6 +83,16 @@ func positiveInt(_ name: String) throws -> Int? {
 /// `TRACKER_PROJECTOR_BATCH_SIZE`: log events per projector transaction (default 20000).
 func projectorBatchSize() throws -> Int {
     try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? 20_000
+}
+
+/// `TRACKER_REPORT_WAIT` in seconds (default 5, 0 = never wait): how long a report waits for the
+/// projections to include every event committed when it was asked (see `Reports`).
+func reportWait() throws -> Duration {
+    guard let value = environment("TRACKER_REPORT_WAIT") else { return .seconds(5) }
+    guard let seconds = Double(value), seconds >= 0, seconds <= 3600 else {
+        throw ValidationError("TRACKER_REPORT_WAIT must be a number of seconds from 0 to 3600, got '\(value)'")
+    }
+    return .milliseconds(Int64(seconds * 1000))
 }
 
 /// `TRACKER_ATTRIBUTION_WINDOW` in seconds (SPEC: default 1 hour). Changing it needs `tracker rebuild`.
