@@ -104,6 +104,48 @@ struct DatabaseOutageTests {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// A database that turns read-only (a failed-over primary, a standby behind the same name)
+    /// gets 503 with Retry-After, not 500; the read-only connections are replaced, so ingestion
+    /// resumes by itself once the database takes writes again.
+    @Test func aReadOnlyDatabaseGets503AndIngestionResumesWhenItTakesWritesAgain() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db) { tracker in
+                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+                // New sessions start read-only; the tracker's sessions are ended so it reconnects.
+                func setReadOnly(_ on: Bool, endSessions: Bool) async throws {
+                    try await db.pool.withConnection { c in
+                        try c.execute("ALTER DATABASE \(db.name) SET default_transaction_read_only = \(on ? "on" : "off")")
+                        if endSessions {
+                            _ = try c.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                        }
+                    }
+                }
+                try await setReadOnly(true, endSessions: true)
+                let refused = try await eventually(within: .seconds(10)) { () -> HTTPClient.Response? in
+                    let r = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                    return r.status == 503 && r.json["error"] as? String == "database_unavailable" ? r : nil
+                }
+                #expect(refused?.headers["retry-after"] != nil, "503 with Retry-After while the database is read-only")
+                // Concurrent batches make the tracker reopen every pooled session, all read-only now.
+                for _ in 0..<3 {
+                    try await withThrowingTaskGroup(of: Int.self) { group in
+                        for _ in 0..<16 { group.addTask { try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status } }
+                        for try await status in group { #expect(status == 503) }
+                    }
+                }
+                // The tracker's sessions stay open and read-only: only replacing them helps.
+                try await setReadOnly(false, endSessions: false)
+                let resumed = try await eventually(within: .seconds(10)) { () -> Int? in
+                    let status = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status
+                    return status == 200 ? status : nil
+                }
+                #expect(resumed == 200)
+            }
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "2", "the acknowledged events, nothing of the refused ones")
+        }
+    }
+
     private func outage(dir: String, port: Int) async throws {
         let db = try await TestDatabase(adminURL: "postgresql://postgres@127.0.0.1:\(port)/postgres")
         let key = try await db.createKey("app", scope: .ingest)

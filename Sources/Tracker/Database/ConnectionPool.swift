@@ -143,7 +143,7 @@ private final class Slot: @unchecked Sendable {
                     continuation.resume(returning: value)
                 } catch {
                     self.connection?.rollbackIfInTransaction()
-                    if let c = self.connection, !c.isHealthy {
+                    if let c = self.connection, !c.isHealthy || (error as? DatabaseError)?.isReadOnlyServer == true {
                         c.close()
                         self.connection = nil
                         logger.debug("dropped broken database connection")

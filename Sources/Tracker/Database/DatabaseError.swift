@@ -38,10 +38,18 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible, CustomDeb
         if code == .unavailable || code == .poolExhausted { return true }
         guard let state = sqlState else { return false }
         // 08: connection exception; 57P01..57P03: admin shutdown, crash shutdown, cannot connect now;
-        // 53: insufficient resources; 40001/40P01: serialization failure / deadlock.
+        // 53: insufficient resources; 40001/40P01: serialization failure / deadlock;
+        // 25006: read-only transaction (the server is, or became in a failover, a standby);
+        // 57014: statement cancelled (statement_timeout, an operator's pg_cancel_backend);
+        // 55P03: lock timeout.
         return state.hasPrefix("08") || state.hasPrefix("57P") || state.hasPrefix("53")
-            || state == "40001" || state == "40P01"
+            || ["40001", "40P01", "25006", "57014", "55P03"].contains(state)
     }
+
+    /// True when the connection reached a server that cannot take writes: a fresh connection
+    /// may reach the new primary (multi-host conninfo with `target_session_attrs=read-write`,
+    /// or a name that moved in a failover).
+    public var isReadOnlyServer: Bool { sqlState == "25006" }
 
     public var description: String {
         "database error: \(code)" + (sqlState.map { " (SQLSTATE \($0))" } ?? "")
