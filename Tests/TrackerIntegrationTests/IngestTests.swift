@@ -178,14 +178,24 @@ struct IngestTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
-                let tooMany = try tracker.client.postEvents(Wire.batch((0..<11).map { _ in Wire.event() }), key: key)
+                let within = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
+                #expect(within.status == 200, "one second of the limit at once")
+                let tooMany = try tracker.client.postEvents(Wire.batch((0..<9).map { _ in Wire.event() }), key: key)
                 #expect(tooMany.status == 429)
                 #expect(tooMany.json["error"] as? String == "rate_limited")
-                #expect(tooMany.headers["retry-after"] != nil)
-                let within = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
-                #expect(within.status == 200)
+                #expect(tooMany.headers["retry-after"] == "1", "9 events at 10/s are back within a second")
+                // A batch bigger than a second of the limit is not refused forever: once the bucket
+                // is full again it goes through (and leaves the key in debt).
+                let big = Wire.batch((0..<25).map { _ in Wire.event() })
+                let first = try tracker.client.postEvents(big, key: key)
+                #expect(first.status == 429)
+                try await Task.sleep(for: .seconds(Int(first.headers["retry-after"] ?? "") ?? 1))
+                #expect(try tracker.client.postEvents(big, key: key).status == 200, "the retry after Retry-After succeeds")
+                let inDebt = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                #expect(inDebt.status == 429)
+                #expect(Int(inDebt.headers["retry-after"] ?? "") ?? 0 >= 2, "25 events at 10/s: the debt takes more than a second")
             }
-            #expect(try await db.scalar("SELECT count(*) FROM events") == "10")
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "35")
         }
     }
 

@@ -73,8 +73,8 @@ struct IngestRoute: Sendable {
             throw APIError.from(error)
         }
 
-        if let rateLimiter, !rateLimiter.allow(key: principal.name, events: batch.accepted.count) {
-            throw APIError(.tooManyRequests, "rate_limited", "key '\(principal.name)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; retry after the delay", retryAfterSeconds: 1)
+        if let rateLimiter, let wait = rateLimiter.admit(key: principal.name, events: batch.accepted.count) {
+            throw APIError(.tooManyRequests, "rate_limited", "key '\(principal.name)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
         }
 
         let outcome: AppendOutcome

@@ -3,6 +3,9 @@ import Synchronization
 /// A token bucket per key: `eventsPerSecond` sustained, one second of burst.
 ///
 /// Off unless `TRACKER_RATE_LIMIT` is set; a key over its limit gets `429` with `Retry-After`.
+/// A batch larger than one second of the limit is let through when the bucket is full and
+/// leaves it in debt (the key then waits until the debt is repaid): refusing it would refuse
+/// every retry of it too, and SPEC promises that a retried batch can succeed.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
@@ -11,17 +14,22 @@ final class RateLimiter: Sendable {
         self.eventsPerSecond = eventsPerSecond
     }
 
-    func allow(key: String, events: Int) -> Bool {
+    /// `nil` when the batch may go (its events are taken from the bucket), otherwise the whole
+    /// seconds to wait before the same batch would be let through.
+    func admit(key: String, events: Int) -> Int? {
         let now = ContinuousClock.now
-        let capacity = Double(eventsPerSecond)
+        let rate = Double(eventsPerSecond)
         return buckets.withLock { b in
-            var bucket = b[key] ?? (capacity, now)
-            bucket.tokens = min(capacity, bucket.tokens + (now - bucket.updated).seconds * capacity)
+            var bucket = b[key] ?? (rate, now)
+            bucket.tokens = min(rate, bucket.tokens + (now - bucket.updated).seconds * rate)
             bucket.updated = now
-            let allowed = bucket.tokens >= Double(events)
-            if allowed { bucket.tokens -= Double(events) }
-            b[key] = bucket
-            return allowed
+            let needed = min(Double(events), rate)
+            defer { b[key] = bucket }
+            guard bucket.tokens >= needed else {
+                return max(1, Int(((needed - bucket.tokens) / rate).rounded(.up)))
+            }
+            bucket.tokens -= Double(events)
+            return nil
         }
     }
 }
