@@ -84,10 +84,11 @@ struct ReportTests {
 
     /// Read your writes: a report asked right after a 200 counts that batch, over HTTP and on the
     /// command line (the projector polls every 100 ms, so without the wait most rounds would miss).
+    /// The wait is raised from 5 to 60 s: other tests' open transactions hold the projector back.
     @Test func aReportAskedRightAfterIngestionCountsTheBatch() async throws {
         try await withTestDatabase { db in
             let (ingest, report) = (try await db.createKey("app", scope: .ingest), try await db.createKey("analyst", scope: .report))
-            try await withTracker(db) { tracker in
+            try await withTracker(db, environment: ["TRACKER_REPORT_WAIT": "60"]) { tracker in
                 let (from, to) = (Wire.isoNow(offsetSeconds: -86_400).prefix(10), Wire.isoNow(offsetSeconds: 86_400).prefix(10))
                 func impressions(_ json: [String: Any]) -> Int {
                     (json["rows"] as? [[String: Any]] ?? []).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) }
@@ -97,7 +98,8 @@ struct ReportTests {
                     #expect(try tracker.client.postEvents(batch, key: ingest).status == 200)
                     if round.isMultiple(of: 2) {
                         let (status, out) = try await runTrackerToEnd(["report", "summary", "--from", String(from), "--to", String(to),
-                                                                       "--output", "json", "--database-url", db.url])
+                                                                       "--output", "json", "--database-url", db.url],
+                                                                      environment: ["TRACKER_REPORT_WAIT": "60"])
                         #expect(status == 0)
                         let json = try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any] ?? [:]
                         #expect(impressions(json) == round, "tracker report after batch \(round): \(out)")

@@ -292,10 +292,13 @@ enum ProjectorSQL {
         SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint) FROM projection_state
         """
 
-    /// Whether the checkpoint reached `($1, $2)`, and the checkpoint (to see it move).
+    /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
+    /// events beyond it are readable now (else the projector waits for an older transaction).
     static let reachedFrom = """
-        SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint), checkpoint_tx::text || '/' || checkpoint_seq
-        FROM projection_state
+        SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
+               EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
+                                               AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))
+        FROM projection_state s
         """
 
     static let adEventsOfAds = """

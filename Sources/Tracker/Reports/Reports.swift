@@ -2,9 +2,11 @@
 ///
 /// Read your writes: a report first waits (at most `maxWait`) until the projections hold
 /// every event that was committed when it was asked, so a report asked right after a `200`
-/// from ingestion counts that batch. It stops waiting early when the projections have not
-/// moved for `stallLimit` (no projector running, or one held back by a transaction open
-/// elsewhere) and then answers with what they hold; the lag says how far behind that is.
+/// from ingestion counts that batch. It stops waiting early when events are ready for the
+/// projector but the checkpoint has not moved for `stallLimit` (no projector is running),
+/// and then answers with what the projections hold; the lag says how far behind that is.
+/// While the projector waits for a transaction open elsewhere (the log's ordering rule) the
+/// report waits too, up to `maxWait`.
 public struct Reports: Sendable {
     private let pool: ConnectionPool
     public let maxWait: Duration
@@ -44,13 +46,13 @@ public struct Reports: Sendable {
         var checkpoint: String?
         var moved = start
         while true {
-            let (reached, now) = try await pool.withConnection { connection in
+            let (reached, now, readable) = try await pool.withConnection { connection in
                 let r = try connection.query(ProjectorSQL.reachedFrom, [head.tx, head.seq])
-                return (r.bool(0, 0) ?? true, r.string(0, 1))
+                return (r.bool(0, 0) ?? true, r.string(0, 1), r.bool(0, 2) ?? false)
             }
             if reached { return }
             let time = ContinuousClock.now
-            if now != checkpoint { (checkpoint, moved) = (now, time) }
+            if now != checkpoint || !readable { (checkpoint, moved) = (now, time) }
             if time - start >= maxWait || time - moved >= stallLimit { return }
             try await Task.sleep(for: .milliseconds(20))
         }
