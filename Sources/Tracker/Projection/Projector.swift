@@ -288,13 +288,9 @@ enum ProjectorSQL {
     /// (`events.tx`: a bare `tx` would sort by the output column, the text, where '1000' < '999'.)
     static let head = "SELECT tx::text, seq FROM events ORDER BY events.tx DESC, events.seq DESC LIMIT 1"
 
-    static let reached = """
-        SELECT (checkpoint_tx, checkpoint_seq) >= ($1::xid8, $2::bigint) FROM projection_state
-        """
-
     /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
     /// events beyond it are readable now (else the projector waits for an older transaction).
-    static let reachedFrom = """
+    static let reached = """
         SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
                EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
                                                AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))

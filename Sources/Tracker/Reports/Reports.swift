@@ -46,13 +46,13 @@ public struct Reports: Sendable {
         var checkpoint: String?
         var moved = start
         while true {
-            let (reached, now, readable) = try await pool.withConnection { connection in
-                let r = try connection.query(ProjectorSQL.reachedFrom, [head.tx, head.seq])
+            let (reached, current, readable) = try await pool.withConnection { connection in
+                let r = try connection.query(ProjectorSQL.reached, [head.tx, head.seq])
                 return (r.bool(0, 0) ?? true, r.string(0, 1), r.bool(0, 2) ?? false)
             }
             if reached { return }
             let time = ContinuousClock.now
-            if now != checkpoint || !readable { (checkpoint, moved) = (now, time) }
+            if current != checkpoint || !readable { (checkpoint, moved) = (current, time) }
             if time - start >= maxWait || time - moved >= stallLimit { return }
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -5,7 +5,7 @@ import Synchronization
 /// Off unless `TRACKER_RATE_LIMIT` is set; a key over its limit gets `429` with `Retry-After`.
 /// A batch larger than one second of the limit is let through when the bucket is full and
 /// leaves it in debt (the key then waits until the debt is repaid): refusing it would refuse
-/// every retry of it too, and SPEC promises that a retried batch can succeed.
+/// every retry of it too, so a client following `Retry-After` would never get through.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
