@@ -275,9 +275,12 @@ func summaryRow(_ db: TestDatabase, day: String) async throws -> [String: String
     return Dictionary(uniqueKeysWithValues: zip(lines[0], lines[1]))
 }
 
-/// The environment the tracker binary runs with in tests: quiet logs, plus `extra`.
+/// The environment the tracker binary runs with in tests: quiet logs, no database inherited
+/// from the shell (each test names its own), plus `extra`.
 func trackerEnvironment(_ extra: [String: String]) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
+    env["DATABASE_URL"] = nil
+    env["REPORT_DATABASE_URL"] = nil
     env["TRACKER_LOG_LEVEL"] = "warning"
     for (k, v) in extra { env[k] = v }
     return env
@@ -290,19 +293,31 @@ func runTracker(_ arguments: [String], environment: [String: String] = [:]) thro
 
 /// Runs the tracker binary to its end; returns the exit status and stdout + stderr.
 func runTrackerToEnd(_ arguments: [String], environment: [String: String] = [:]) async throws -> (Int32, String) {
-    let out = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-cli-\(UUID().uuidString).out").path
-    defer { try? FileManager.default.removeItem(atPath: out) }
-    let status = try await Subprocess.run(try #require(TestEnvironment.binary), arguments,
-                                          environment: trackerEnvironment(environment), outputPath: out)
-    return (status, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
+    let run = try await runTrackerCommand(arguments, environment: environment)
+    return (run.status, run.output)
+}
+
+/// Runs the tracker binary to its end: the exit status, stdout alone, and stdout + stderr.
+func runTrackerCommand(_ arguments: [String], environment: [String: String] = [:]) async throws
+    -> (status: Int32, stdout: String, output: String) {
+    let binary = try #require(TestEnvironment.binary)
+    let files = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-run-\(UUID().uuidString)").path
+    defer { for f in [files + ".out", files + ".err"] { try? FileManager.default.removeItem(atPath: f) } }
+    var env = trackerEnvironment(environment)
+    env["TRACKER_STDERR"] = files + ".err"
+    // The shell only separates stderr from stdout (Subprocess joins them).
+    let status = try await Subprocess.run("/bin/sh", ["-c", "exec \"$@\" 2>\"$TRACKER_STDERR\"", "sh", binary] + arguments,
+                                          environment: env, outputPath: files + ".out")
+    let stdout = (try? String(contentsOfFile: files + ".out", encoding: .utf8)) ?? ""
+    let stderr = (try? String(contentsOfFile: files + ".err", encoding: .utf8)) ?? ""
+    return (status, stdout, stdout + stderr)
 }
 
 /// Polls /readyz until the projections have caught up with the log.
 func waitUntilCaughtUp(_ tracker: TrackerProcess) async throws {
-    for _ in 0..<600 {
-        let r = try tracker.client.request("GET", "/readyz")
-        if let lag = r.json["projectionLag"] as? [String: Any], lag["events"] as? Int == 0 { return }
-        try await Task.sleep(for: .milliseconds(25))
+    let caughtUp = try await eventually(within: .seconds(15)) { () -> Bool? in
+        let lag = try tracker.client.request("GET", "/readyz").json["projectionLag"] as? [String: Any]
+        return lag?["events"] as? Int == 0 ? true : nil
     }
-    Issue.record("the projector did not catch up within 15 s")
+    #expect(caughtUp == true, "the projector did not catch up within 15 s")
 }

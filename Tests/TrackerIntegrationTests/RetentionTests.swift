@@ -214,20 +214,7 @@ func reportRows(_ db: TestDatabase) async throws -> [[String: AnyHashable]] {
     return (json?["rows"] as? [[String: Any]] ?? []).map { $0.compactMapValues { $0 as? AnyHashable } }
 }
 
-/// Runs the tracker binary with a command against `db`; `output` is stdout and stderr together.
+/// Runs the tracker binary with a command against `db` (see `runTrackerCommand`).
 func runTracker(_ arguments: [String], _ db: TestDatabase) async throws -> (status: Int32, stdout: String, output: String) {
-    let binary = try #require(TestEnvironment.binary)
-    let files = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-run-\(UUID().uuidString)").path
-    defer { for f in [files + ".out", files + ".err"] { try? FileManager.default.removeItem(atPath: f) } }
-    var env = ProcessInfo.processInfo.environment
-    env["DATABASE_URL"] = db.url
-    env["REPORT_DATABASE_URL"] = nil
-    env["TRACKER_LOG_LEVEL"] = "warning"
-    env["TRACKER_STDERR"] = files + ".err"
-    // The shell only separates stderr from stdout (Subprocess joins them).
-    let status = try await Subprocess.run("/bin/sh", ["-c", "exec \"$@\" 2>\"$TRACKER_STDERR\"", "sh", binary] + arguments,
-                                          environment: env, outputPath: files + ".out")
-    let stdout = (try? String(contentsOfFile: files + ".out", encoding: .utf8)) ?? ""
-    let stderr = (try? String(contentsOfFile: files + ".err", encoding: .utf8)) ?? ""
-    return (status, stdout, stdout + stderr)
+    try await runTrackerCommand(arguments, environment: ["DATABASE_URL": db.url])
 }

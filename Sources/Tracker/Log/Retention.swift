@@ -39,8 +39,9 @@ public enum RetentionError: Error, Sendable, Equatable, CustomStringConvertible 
 ///
 /// A partition goes only when every event in it is at or behind the projection checkpoint,
 /// so the projections (which are kept) already hold its counts. Its ids leave `event_ids`
-/// in the same transaction: the idempotency horizon is the kept log, and a retry of an
-/// event older than that would be stored again. Each partition is dropped in its own
+/// in the same transaction: the log's idempotency horizon is the kept log, and a retry of an
+/// event older than that is stored again (the projector still knows its id from `ad_events`
+/// and does not count it twice). Each partition is dropped in its own
 /// transaction, recorded in `retention_runs`.
 public struct Retention: Sendable {
     private let pool: ConnectionPool

@@ -8,8 +8,9 @@ struct RetentionCommand: AsyncParsableCommand {
         discussion: """
             Keeps today's partition and the N UTC days before it (days of received_at). A partition \
             is dropped only when the projector has read all of it; its event ids are forgotten with it, \
-            so a retry of an event older than the kept log would be stored again. The projections are \
-            kept, so reports of dropped days do not change; 'tracker rebuild' replays only the kept \
+            so a retry of an event older than the kept log is stored in the log again (the projections \
+            still know its id and do not count it twice). The projections are kept, so reports of \
+            dropped days do not change; 'tracker rebuild' replays only the kept \
             log. Every drop is recorded in the retention_runs table. Safe to run from cron while the \
             server runs.
             """)
