@@ -10,7 +10,6 @@ cd "$(dirname "$0")/.."
 duration=${1:-20}
 . scripts/bench/common.sh
 bench_setup capacity
-command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null
 http=$((40000 + RANDOM % 20000))
 key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
 sql() { psql "$DATABASE_URL" -qAtc "$1"; }

@@ -11,7 +11,6 @@ cd "$(dirname "$0")/.."
 duration=${1:-20}
 . scripts/bench/common.sh
 bench_setup bench
-for tool in wrk bc; do command -v $tool >/dev/null || apt-get install -y -qq $tool >/dev/null; done
 out=bench-results; mkdir -p "$out"
 key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
 count() { psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events"; }

@@ -17,7 +17,6 @@ fullscan_runs=${FULLSCAN_RUNS:-1}
 ingest_seconds=${INGEST_SECONDS:-60}
 . scripts/bench/common.sh
 bench_setup bench
-command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
 pgbin=$(pg_config --bindir 2>/dev/null || true); [ -x "$pgbin/pgbench" ] || pgbin=/usr/lib/postgresql/15/bin
 out=bench-results; mkdir -p "$out"; report="$out/report.txt"; : >"$report"
 http=$((40000 + RANDOM % 20000))

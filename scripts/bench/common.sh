@@ -5,6 +5,10 @@
 bench_setup() {
   local database=$1
   scripts/setup.sh
+  . scripts/lib/packages.sh
+  # wrk drives HTTP load, bc does the arithmetic, time and procps measure CPU, git names
+  # the commit in the results.
+  need_packages wrk bc time procps git
   swift build -c release --product tracker >/dev/null
   bin="$(swift build -c release --show-bin-path)/tracker"
   dir=$(mktemp -d /tmp/tracker-bench-pg.XXXXXX); chmod 755 "$dir"
