@@ -29,8 +29,13 @@ let package = Package(
             providers: [.apt(["libpq-dev"])]
         ),
         .target(
+            name: "TrackerModel",
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "Tracker",
             dependencies: [
+                "TrackerModel",
                 "CLibPQ",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,17 +1,3 @@
-/// The limits of SPEC section 1.
-public struct IngestLimits: Sendable {
-    public var maxEventsPerBatch = 500
-    /// The body after decompression.
-    public var maxBodyBytes = 512 * 1024
-    /// One event as written in the body.
-    public var maxEventBytes = 16 * 1024
-    public var maxAttributes = 32
-    /// The `attributes` object serialized as compact JSON.
-    public var maxAttributeBytes = 2 * 1024
-
-    public init() {}
-}
-
 /// The field rules of SPEC section 1 for one event, and the time correction of section 3.
 ///
 /// Every message names the field and the rule, and shows what was sent, so the app
