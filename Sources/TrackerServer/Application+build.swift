@@ -1,4 +1,6 @@
 import Hummingbird
+import HummingbirdCore
+import NIOCore
 import Logging
 import ServiceLifecycle
 import Tracker
@@ -12,6 +14,7 @@ struct ServerDependencies: Sendable {
     var reports: Reports
     var rateLimiter: RateLimiter?
     var maxConcurrentBatches: Int
+    var bodyBudgetBytes: Int
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -20,7 +23,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
-                admission: Admission(limit: deps.maxConcurrentBatches))
+                admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes))
         .register(on: router)
     return router
 }
@@ -39,10 +42,20 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
             ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
         } ?? pool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
-        maxConcurrentBatches: configuration.maxConcurrentBatches)
+        maxConcurrentBatches: configuration.maxConcurrentBatches,
+        bodyBudgetBytes: configuration.bodyBudgetBytes)
+    let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
+    let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
         router: buildRouter(deps),
-        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),
+        server: .http1(configuration: HTTP1Channel.Configuration(
+            additionalChannelHandlers: [ConnectionGuard(counter: connections, requestTimeout: requestTimeout)],
+            idleTimeout: .nanoseconds(Int64(configuration.idleTimeout.microseconds) * 1000))),
+        configuration: .init(
+            address: .hostname(configuration.host, port: configuration.port), serverName: "tracker",
+            // The listener stops accepting before the process runs out of descriptors; the
+            // guard's (lower) limit answers the connections in between with 503.
+            availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
         services: backgroundServices(configuration, pool: pool, log: log, logger: logger),
         logger: logger)
 }

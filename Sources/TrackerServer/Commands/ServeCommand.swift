@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import ArgumentParser
 import Hummingbird
 import Logging
@@ -18,6 +21,31 @@ struct ServeConfiguration: Sendable {
     var retentionDays: Int?
     var maxConcurrentBatches: Int
     var reportWait: Duration
+    /// A connection with no request in progress (or a header still arriving) is closed after this.
+    var idleTimeout: Duration
+    /// A request must arrive whole within this time of its head.
+    var requestTimeout: Duration
+    var bodyBudgetBytes: Int
+    var connections: ConnectionLimits
+}
+
+/// How many connections the server keeps open, from the process's descriptor limit.
+struct ConnectionLimits: Sendable, Equatable {
+    /// Beyond this many open connections, new ones are answered 503 and closed.
+    var maxConnections: Int
+    /// Beyond this many the listener stops accepting (they wait in the kernel's backlog), so
+    /// descriptors remain for the database connections and the runtime.
+    var acceptLimit: Int
+
+    /// Descriptors kept for everything that is not a client connection: the database pools,
+    /// the event loops, the runtime's own files.
+    static func reserve(poolSize: Int) -> Int { 64 + 4 * poolSize }
+
+    static func resolve(descriptorLimit: Int, poolSize: Int, requested: Int?) -> ConnectionLimits {
+        let acceptLimit = max(16, descriptorLimit - reserve(poolSize: poolSize))
+        let ceiling = max(8, acceptLimit - 32)
+        return ConnectionLimits(maxConnections: min(requested ?? 10_000, ceiling), acceptLimit: acceptLimit)
+    }
 }
 
 struct ServeCommand: AsyncParsableCommand {
@@ -33,7 +61,12 @@ struct ServeCommand: AsyncParsableCommand {
             REPORT_DATABASE_URL (a read replica for reports), TRACKER_RETENTION_DAYS (unset: keep the \
             whole log; N: hourly 'tracker retention --keep-days N'), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
             requests in progress at once; more get 503), TRACKER_REPORT_WAIT (5 s a report waits for the \
-            projections to include what was committed before it; 0: answer at once), TRACKER_LOG_LEVEL (info). \
+            projections to include what was committed before it; 0: answer at once), TRACKER_IDLE_TIMEOUT \
+            (15 s: an idle keep-alive connection, or one whose request header is still arriving, is closed), \
+            TRACKER_REQUEST_TIMEOUT (30 s for a request to arrive whole after its header; then 408 and close), \
+            TRACKER_MAX_CONNECTIONS (10000, and at most the descriptor limit minus a reserve; more get 503), \
+            TRACKER_BODY_BUFFER_MIB (256 MiB of request bodies being read at once; more get 503), \
+            TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -63,7 +96,13 @@ struct ServeCommand: AsyncParsableCommand {
             reportDatabaseURL: environment("REPORT_DATABASE_URL"),
             retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
             maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256,
-            reportWait: try reportWait())
+            reportWait: try reportWait(),
+            idleTimeout: .seconds(try positiveInt("TRACKER_IDLE_TIMEOUT") ?? 15),
+            requestTimeout: .seconds(try positiveInt("TRACKER_REQUEST_TIMEOUT") ?? 30),
+            bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? 256) * 1024 * 1024,
+            connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
+                                                  poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
+                                                  requested: try positiveInt("TRACKER_MAX_CONNECTIONS")))
     }
 
     func run() async throws {
@@ -72,6 +111,22 @@ struct ServeCommand: AsyncParsableCommand {
         let app = buildApplication(configuration, logger: logger)
         try await app.runService()
     }
+}
+
+/// Raises the soft limit on open descriptors to the hard limit (at most 1 Mi) and returns it.
+///
+/// Every connection holds a descriptor; at the soft limit `accept` fails and, worse, the
+/// runtime cannot open the files it needs. Containers often start with a low soft limit.
+func raiseDescriptorLimit() -> Int {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+    let target = min(limit.rlim_max, 1 << 20)
+    if limit.rlim_cur < target {
+        var raised = limit
+        raised.rlim_cur = target
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+    }
+    return Int(limit.rlim_cur)
 }
 
 func positiveInt(_ name: String) throws -> Int? {

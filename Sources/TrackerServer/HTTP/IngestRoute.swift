@@ -11,9 +11,13 @@ struct IngestRoute: Sendable {
     let log: EventLog
     let decoder: BatchDecoder
     let rateLimiter: RateLimiter?
-    /// Requests being read, decoded or written at once; more get `503` at once, so memory
-    /// stays bounded (each holds at most one body) instead of queueing without limit.
+    /// Batches being decoded or written at once; more get `503` at once. A place is taken only
+    /// once the body is in, so clients that send slowly or stall cannot hold the places.
     let admission: Admission
+    /// Bytes of bodies still arriving, across all requests: a client holds only what it
+    /// really sent, and beyond the budget new bytes get `503` (the connection guard's request
+    /// deadline bounds how long any of it is held).
+    let bodyBudget: BodyBudget
 
     var limits: IngestLimits { decoder.limits }
 
@@ -29,11 +33,6 @@ struct IngestRoute: Sendable {
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
         let principal = try await keys.principal(for: request, requiring: .ingest)
-        guard admission.enter() else {
-            throw APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(admission.limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
-        }
-        defer { admission.leave() }
-
         guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the batch with 'Content-Type: application/json'")
         }
@@ -49,12 +48,12 @@ struct IngestRoute: Sendable {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > wireLimit {
             throw tooLarge()
         }
-        var body: ByteBuffer
-        do {
-            body = try await request.body.collect(upTo: wireLimit)
-        } catch let error as HTTPError where error.status == .contentTooLarge {
-            throw tooLarge()
+        var body = try await readBody(request, upTo: wireLimit)
+
+        guard admission.enter() else {
+            throw APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(admission.limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
         }
+        defer { admission.leave() }
         if gzip {
             do {
                 body = try body.decompress(with: .gzip(), maxSize: limits.maxBodyBytes)
@@ -86,6 +85,24 @@ struct IngestRoute: Sendable {
         return Self.receipt(outcome: outcome, rejected: batch.rejected)
     }
 
+    /// The whole body, at most `limit` bytes (`413` beyond, whether or not it declared its
+    /// length), each chunk counted against the body budget while the body is being read.
+    private func readBody(_ request: Request, upTo limit: Int) async throws -> ByteBuffer {
+        var body = ByteBuffer()
+        var held = 0
+        defer { bodyBudget.release(held) }
+        for try await chunk in request.body {
+            guard body.readableBytes + chunk.readableBytes <= limit else { throw tooLarge() }
+            guard bodyBudget.take(chunk.readableBytes) else {
+                throw APIError(.serviceUnavailable, "overloaded", "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+            }
+            held += chunk.readableBytes
+            var chunk = chunk
+            body.writeBuffer(&chunk)
+        }
+        return body
+    }
+
     private func tooLarge() -> APIError {
         APIError(.contentTooLarge, "payload_too_large", "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
     }
@@ -108,6 +125,27 @@ struct IngestRoute: Sendable {
         }
         body += "]}"
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}
+
+/// Bytes held by request bodies that are still arriving, with a ceiling.
+final class BodyBudget: Sendable {
+    let limitBytes: Int
+    private let held = Atomic<Int>(0)
+
+    init(limitBytes: Int) {
+        self.limitBytes = limitBytes
+    }
+
+    /// Takes `bytes`, or returns false (taking nothing) when they would pass the ceiling.
+    func take(_ bytes: Int) -> Bool {
+        if held.add(bytes, ordering: .relaxed).newValue <= limitBytes { return true }
+        held.subtract(bytes, ordering: .relaxed)
+        return false
+    }
+
+    func release(_ bytes: Int) {
+        held.subtract(bytes, ordering: .relaxed)
     }
 }
 

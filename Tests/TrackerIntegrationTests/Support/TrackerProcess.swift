@@ -7,8 +7,10 @@ final class TrackerProcess: Sendable {
     let process: Subprocess
     let output: URL
 
-    /// `port` fixes the port, e.g. to restart a tracker where a load balancer expects it.
-    init(databaseURL: String, port: Int? = nil, environment extra: [String: String] = [:]) async throws {
+    /// `port` fixes the port, e.g. to restart a tracker where a load balancer expects it;
+    /// `descriptorLimit` starts it with that soft and hard limit on open files (as a container's ulimit).
+    init(databaseURL: String, port: Int? = nil, environment extra: [String: String] = [:],
+         descriptorLimit: Int? = nil) async throws {
         let binary = try #require(TestEnvironment.binary, "run the integration tests through scripts/test.sh")
         let port = port ?? freeLoopbackPort()
         self.port = port
@@ -17,8 +19,13 @@ final class TrackerProcess: Sendable {
         env["TRACKER_LOG_LEVEL"] = "warning"
         for (k, v) in extra { env[k] = v }
         output = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-\(port).log")
-        process = try Subprocess(binary, ["serve", "--host", "127.0.0.1", "--port", String(port)],
-                                 environment: env, outputPath: output.path)
+        let serve = ["serve", "--host", "127.0.0.1", "--port", String(port)]
+        if let descriptorLimit {
+            process = try Subprocess("/bin/sh", ["-c", "ulimit -n \(descriptorLimit) && exec \"$0\" \"$@\"", binary] + serve,
+                                     environment: env, outputPath: output.path)
+        } else {
+            process = try Subprocess(binary, serve, environment: env, outputPath: output.path)
+        }
         try await waitUntilHealthy()
     }
 
@@ -60,8 +67,9 @@ final class TrackerProcess: Sendable {
 }
 
 /// Runs a tracker against `db` for the duration of `body`.
-func withTracker(_ db: TestDatabase, environment: [String: String] = [:], _ body: (TrackerProcess) async throws -> Void) async throws {
-    let tracker = try await TrackerProcess(databaseURL: db.url, environment: environment)
+func withTracker(_ db: TestDatabase, environment: [String: String] = [:], descriptorLimit: Int? = nil,
+                 _ body: (TrackerProcess) async throws -> Void) async throws {
+    let tracker = try await TrackerProcess(databaseURL: db.url, environment: environment, descriptorLimit: descriptorLimit)
     do {
         try await body(tracker)
     } catch {
