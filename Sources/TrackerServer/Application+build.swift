@@ -12,6 +12,7 @@ struct ServerDependencies: Sendable {
     var reports: Reports
     var rateLimiter: RateLimiter?
     var maxConcurrentBatches: Int
+    var chartLibraryPath: String
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -22,6 +23,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: Admission(limit: deps.maxConcurrentBatches))
         .register(on: router)
+    DocumentRoutes().register(on: router)
+    DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
     return router
 }
 
@@ -39,7 +42,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
             ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
         } ?? pool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
-        maxConcurrentBatches: configuration.maxConcurrentBatches)
+        maxConcurrentBatches: configuration.maxConcurrentBatches,
+        chartLibraryPath: configuration.chartLibraryPath)
     return Application(
         router: buildRouter(deps),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "tracker"),

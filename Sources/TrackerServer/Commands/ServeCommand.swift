@@ -18,12 +18,13 @@ struct ServeConfiguration: Sendable {
     var retentionDays: Int?
     var maxConcurrentBatches: Int
     var reportWait: Duration
+    var chartLibraryPath: String
 }
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the HTTP server: ingestion, reports, /healthz and /readyz.",
+        abstract: "Run the HTTP server: ingestion, reports, /healthz, /readyz, /openapi.yaml and the dashboard at /.",
         discussion: """
             Environment: DATABASE_URL (required unless --database-url), TRACKER_HOST (127.0.0.1), \
             TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
@@ -33,7 +34,9 @@ struct ServeCommand: AsyncParsableCommand {
             REPORT_DATABASE_URL (a read replica for reports), TRACKER_RETENTION_DAYS (unset: keep the \
             whole log; N: hourly 'tracker retention --keep-days N'), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
             requests in progress at once; more get 503), TRACKER_REPORT_WAIT (5 s a report waits for the \
-            projections to include what was committed before it; 0: answer at once), TRACKER_LOG_LEVEL (info). \
+            projections to include what was committed before it; 0: answer at once), TRACKER_CHARTJS_PATH \
+            (the dashboard's Chart.js, /usr/share/javascript/chart.js/chart.min.js from libjs-chart.js), \
+            TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -63,7 +66,8 @@ struct ServeCommand: AsyncParsableCommand {
             reportDatabaseURL: environment("REPORT_DATABASE_URL"),
             retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
             maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256,
-            reportWait: try reportWait())
+            reportWait: try reportWait(),
+            chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath)
     }
 
     func run() async throws {
