@@ -238,3 +238,35 @@ def test_schemathesis_finds_no_response_outside_the_document(database, tracker):
     print(output[-3000:])
     assert result.returncode == 0, f"schemathesis found responses outside the document (test-results/schemathesis.log):\n{output[-12000:]}"
     assert "No issues found" in output or "passed" in output.lower(), output[-2000:]
+
+
+def fake_response(status, body, content_type="application/json", headers=None):
+    response = requests.models.Response()
+    response.status_code = status
+    response._content = body.encode() if isinstance(body, str) else body
+    response.headers.update({"Content-Type": content_type, **(headers or {})})
+    return response
+
+
+def test_the_checker_refuses_answers_the_document_does_not_allow(contract):
+    """The walk above can fail: each of these breaks the document in one way."""
+    lag = {"X-Projection-Lag-Events": "0", "X-Projection-Lag-Seconds": "0.0"}
+    contract.check("/v1/events", "post", fake_response(200, '{"accepted":1,"duplicates":0,"rejected":[]}'))
+    breaking = [
+        ("/v1/events", fake_response(200, '{"accepted":1,"rejected":[]}'), "duplicates"),
+        ("/v1/events", fake_response(200, '{"accepted":1,"duplicates":0,"rejected":[],"extra":1}'), "extra"),
+        ("/v1/events", fake_response(418, '{"error":"teapot","message":"x"}'), "not documented"),
+        ("/v1/events", fake_response(401, '{"error":"forbidden","message":"x"}'), "unauthorized"),
+        ("/v1/events", fake_response(401, '{"error":"unauthorized"}'), "message"),
+        ("/v1/events", fake_response(503, '{"error":"overloaded","message":"x"}'), "Retry-After"),
+        ("/v1/events", fake_response(200, "accepted=1", content_type="text/plain"), "Content-Type"),
+        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[]}'), "X-Projection-Lag-Events"),
+        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[{"day":"2026-01-01"}]}', headers=lag), "adUnit"),
+        ("/v1/reports/adchoices", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[{"day":"2026-01-01","adUnit":"/1/a","formatId":"1",'
+                                                     '"eeaReservationImpressions":1,"withAdChoices":2,"share":2.0,"adchoicesClicks":0}]}', headers=lag), "maximum"),
+    ]
+    for path, response, hint in breaking:
+        method = "post" if path == "/v1/events" else "get"
+        with pytest.raises(AssertionError) as refused:
+            contract.check(path, method, response)
+        assert hint in str(refused.value), f"{path} {response.status_code}: {refused.value}"
