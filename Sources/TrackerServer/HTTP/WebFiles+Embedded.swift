@@ -728,6 +728,13 @@ components:
         One event (SPEC section 1). Unknown members are ignored; `null` for an optional member
         means absent. A repeated member keeps its last value, as `JSON.parse`.
       required: [id, type, requestId, adUnit, formatId, occurredAt]
+      if:
+        properties: {type: {const: click}}
+        required: [type]
+      then:
+        required: [assetKey]
+        properties:
+          assetKey: {$ref: "#/components/schemas/AssetKey"}
       properties:
         id:
           description: The idempotency key; any UUID version (v7 recommended), either case, stored lower-case.
