@@ -66,6 +66,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "TrackerServerTests",
+            dependencies: ["TrackerServer"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "TrackerIntegrationTests",
             dependencies: ["Tracker"],
             swiftSettings: swiftSettings

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/test.sh [swift test arguments…]
 # Runs the whole test suite: unit tests, and integration tests against a real PostgreSQL
-# 15 cluster that this script starts in a temporary folder and removes afterwards.
+# 15 cluster that this script starts in a temporary folder and removes afterwards; then, when
+# no arguments narrow the run, the HTTP contract and dashboard tests (Python, Tests/Python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -18,3 +19,11 @@ export TRACKER_TEST_PG_PORT="$port"
 export TRACKER_TEST_PG_SCRIPT="$PWD/scripts/pg.sh"
 export TRACKER_BINARY="$(swift build --show-bin-path)/tracker"
 swift test --skip-build "$@"
+if [ $# -eq 0 ]; then
+  # The HTTP contract (docs/openapi.yaml against the running server) and the dashboard in a
+  # real Chromium, on the same cluster and binary.
+  scripts/test-contract.sh
+  scripts/test-dashboard.sh
+else
+  echo "arguments given: scripts/test-contract.sh and scripts/test-dashboard.sh were not run" >&2
+fi

@@ -15,6 +15,7 @@ struct ServerDependencies: Sendable {
     var rateLimiter: RateLimiter?
     var maxConcurrentBatches: Int
     var bodyBudgetBytes: Int
+    var chartLibraryPath: String
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -25,6 +26,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes))
         .register(on: router)
+    DocumentRoutes().register(on: router)
+    DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
     return router
 }
 
@@ -43,7 +46,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         } ?? pool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         maxConcurrentBatches: configuration.maxConcurrentBatches,
-        bodyBudgetBytes: configuration.bodyBudgetBytes)
+        bodyBudgetBytes: configuration.bodyBudgetBytes,
+        chartLibraryPath: configuration.chartLibraryPath)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(

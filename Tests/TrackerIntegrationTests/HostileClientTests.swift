@@ -62,7 +62,8 @@ import Tracker
 
     @Test func idleConnectionsAndTrickledHeadersAreClosedAndConnectionsOverTheLimitGet503() async throws {
         try await withTestDatabase { db in
-            let environment = ["TRACKER_IDLE_TIMEOUT": "2", "TRACKER_MAX_CONNECTIONS": "8"]
+            // The idle timeout leaves time to open the nine connections on a loaded machine.
+            let environment = ["TRACKER_IDLE_TIMEOUT": "5", "TRACKER_MAX_CONNECTIONS": "8"]
             try await withTracker(db, environment: environment) { tracker in
                 let idle = try (0..<7).map { _ in try RawSocket(port: tracker.port) }
                 let trickle = try RawSocket(port: tracker.port)
@@ -86,7 +87,7 @@ import Tracker
                     }
                 }
                 #expect(trickleClosed, "a trickled header is closed after the idle timeout")
-                #expect(ContinuousClock.now - started < .seconds(8))
+                #expect(ContinuousClock.now - started < .seconds(10))
                 for socket in idle {
                     #expect(socket.read(timeout: .seconds(5)).closed, "an idle connection is closed")
                 }

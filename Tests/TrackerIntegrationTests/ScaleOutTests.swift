@@ -32,7 +32,7 @@ struct ScaleOutTests {
                 await withTaskGroup(of: Void.self) { group in
                     for s in 0..<Self.senders {
                         let mine = Array(bodies[(s * Self.batchesPerSender)..<((s + 1) * Self.batchesPerSender)])
-                        group.addTask { await deliver(mine, key: ingestKey, via: balancer.client, progress: stream) }
+                        group.addTask { await deliver(mine, key: ingestKey, via: balancer.client, progress: stream, pausingForKill: true) }
                     }
                 }
             }
@@ -42,6 +42,7 @@ struct ScaleOutTests {
             }
             await first.kill9()
             let beforeKill = stream.acknowledgedBatches
+            stream.killed()
             await sending.value
             let retries = try balancer.retries()
             print("scale-out: killed t1 after \(beforeKill) of \(bodies.count) batches; served by \(stream.servedBy); " +
@@ -107,16 +108,35 @@ final class StreamProgress: @unchecked Sendable {
         }
     }
 
+    private let kill = NSCondition()
+    private var _killed = false
+
+    /// Lets senders waiting in `waitForKill` go on.
+    func killed() {
+        kill.withLock { _killed = true }
+        kill.broadcast()
+    }
+
+    /// Waits until `killed()` was called, at most 60 s.
+    func waitForKill() {
+        let deadline = Date().addingTimeInterval(60)
+        kill.withLock {
+            while !_killed, kill.wait(until: deadline) {}
+        }
+    }
+
     func retried() { lock.withLock { _retries += 1 } }
     func failed() { lock.withLock { _failedBatches += 1 } }
 }
 
 /// Sends each batch until it is acknowledged (a 200), at most 40 tries 100 ms apart, as a
 /// client SDK would. Runs on a thread of its own: the HTTP client blocks.
-func deliver(_ bodies: [Data], key: String, via client: HTTPClient, progress: StreamProgress) async {
+func deliver(_ bodies: [Data], key: String, via client: HTTPClient, progress: StreamProgress, pausingForKill: Bool = false) async {
     await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
         Thread.detachNewThread {
-            for body in bodies {
+            for (index, body) in bodies.enumerated() {
+                // The last third waits for the kill, so it comes mid-stream however the threads are scheduled.
+                if pausingForKill, index == bodies.count * 2 / 3 { progress.waitForKill() }
                 var acknowledged = false
                 for attempt in 0..<40 where !acknowledged {
                     if attempt > 0 {

@@ -27,6 +27,7 @@ struct ServeConfiguration: Sendable {
     var requestTimeout: Duration
     var bodyBudgetBytes: Int
     var connections: ConnectionLimits
+    var chartLibraryPath: String
 }
 
 /// How many connections the server keeps open, from the process's descriptor limit.
@@ -51,7 +52,7 @@ struct ConnectionLimits: Sendable, Equatable {
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the HTTP server: ingestion, reports, /healthz and /readyz.",
+        abstract: "Run the HTTP server: ingestion, reports, /healthz, /readyz, /openapi.yaml and the dashboard at /.",
         discussion: """
             Environment: DATABASE_URL (required unless --database-url), TRACKER_HOST (127.0.0.1), \
             TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
@@ -66,6 +67,7 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_REQUEST_TIMEOUT (30 s for a request to arrive whole after its header; then 408 and close), \
             TRACKER_MAX_CONNECTIONS (10000, and at most the descriptor limit minus a reserve; more get 503), \
             TRACKER_BODY_BUFFER_MIB (256 MiB of request bodies being read at once; more get 503), \
+            TRACKER_CHARTJS_PATH (the dashboard's Chart.js, /usr/share/javascript/chart.js/chart.min.js from libjs-chart.js), \
             TRACKER_LOG_LEVEL (info). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
@@ -102,7 +104,8 @@ struct ServeCommand: AsyncParsableCommand {
             bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? 256) * 1024 * 1024,
             connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
                                                   poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
-                                                  requested: try positiveInt("TRACKER_MAX_CONNECTIONS")))
+                                                  requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),
+            chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath)
     }
 
     func run() async throws {
