@@ -99,6 +99,8 @@ extension AdTracker {
         public var rejected = 0
         /// Events dropped unsent, by reason.
         public var dropped: [DropReason: Int] = [:]
+        /// Damaged bytes cut off the queue's files when they were opened (`Notice.damagedQueueData`).
+        public var damagedBytes = 0
         /// Events waiting now.
         public var pending = 0
         /// Bytes of the waiting events, with their record headers.

@@ -308,4 +308,61 @@ import Testing
             request.accept()
         }
     }
+
+    @Test func flushDeliversByItselfWhenRunIsNotRunning() async throws {
+        let harness = Harness { $0.flushAt = 100 }
+        let tracker = try harness.open()
+        let ids = tracker.recordImpressions(3)
+        async let outcome = tracker.flush()
+        let request = await harness.server.next()
+        #expect(request.batch.ids == ids)
+        request.accept()
+        #expect(await outcome == .delivered)
+        #expect(tracker.statistics.pending == 0)
+        harness.removeFolder()
+    }
+
+    @Test func runTakesOverFromAFlushThatIsDelivering() async throws {
+        let harness = Harness { $0.flushAt = 100 }
+        let tracker = try harness.open()
+        let first = tracker.recordImpressions(2)
+        async let outcome = tracker.flush()
+        let request = await harness.server.next()
+        let delivery = Task { await tracker.run() }
+        request.accept()
+        #expect(await outcome == .delivered)
+        #expect(request.batch.ids == first)
+        // run() delivers from now on: the next events go at flushInterval without a flush.
+        let later = tracker.recordImpressions(1)
+        harness.clock.advance(by: await harness.clock.nextSleep())
+        let next = await harness.server.next()
+        #expect(next.batch.ids == later)
+        next.accept()
+        delivery.cancel()
+        await delivery.value
+        harness.removeFolder()
+    }
+
+    @Test func writesAreForcedToStorageEverySyncIntervalEvenWhileDeliveryWaits() async throws {
+        let harness = Harness {
+            $0.flushAt = 100
+            $0.flushInterval = .seconds(10)
+            $0.syncInterval = .seconds(1)
+        }
+        try await withDelivery(harness) { tracker in
+            _ = tracker.recordImpressions(1)
+            #expect(tracker.queue.hasUnsyncedWrites)
+            #expect(await harness.clock.nextSleep() == .seconds(1), "the sync comes before the 10 s flush")
+            harness.clock.advance(by: .seconds(1))
+            #expect(await harness.clock.nextSleep() == .seconds(10))
+            #expect(!tracker.queue.hasUnsyncedWrites)
+            harness.clock.advance(by: .seconds(9))
+            await harness.server.next().refuse(503, error: "overloaded", message: "retry", retryAfter: "60")
+            _ = tracker.recordImpressions(1)
+            #expect(await harness.clock.nextSleep() == .seconds(11), "during a 60 s backoff the new write is synced within 1 s")
+            harness.clock.advance(by: .seconds(1))
+            #expect(await harness.clock.nextSleep() == .seconds(70))
+            #expect(!tracker.queue.hasUnsyncedWrites)
+        }
+    }
 }

@@ -53,7 +53,8 @@ struct Courier: Sendable {
 
             if let until = retryAt, now < until {
                 if untilFlushed { break }
-                try? await clock.sleep(until: min(until, syncDeadline ?? until))
+                // New events do not cut the backoff short, but a write still gets its sync.
+                await idle(until: min(until, syncDeadline ?? until))
                 continue
             }
             retryAt = nil

@@ -98,6 +98,7 @@ final class EventQueue: Sendable {
         s.segments = recovery.segments
         s.nextSegment = recovery.nextSegment
         s.statistics.recovered = recovery.records.count
+        s.statistics.damagedBytes = recovery.damagedBytes
         s.storageFailing = files == nil
         var pending: [AdTracker.Notice] = []
         Self.trim(&s, now: clock.wallMicros(), limits: limits, files: files, notices: &pending)
@@ -114,6 +115,7 @@ final class EventQueue: Sendable {
         let frame = files == nil ? [] : QueueFiles.frame(payload: payload, enqueuedAt: enqueuedAt)
         var pending: [AdTracker.Notice] = []
         let wake = state.withLock { s -> Bool in
+            let wasSynced = s.unsynced.isEmpty
             let storage = store(frame, payload: payload, in: &s, notices: &pending)
             let event = QueuedEvent(sequence: s.nextSequence, storage: storage, length: payload.count, enqueuedAt: enqueuedAt)
             s.events.append(event)
@@ -121,8 +123,10 @@ final class EventQueue: Sendable {
             s.nextSequence += 1
             s.statistics.recorded += 1
             Self.trim(&s, now: enqueuedAt, limits: limits, files: files, notices: &pending)
+            // The delivery task plans anew when the first event waits (the flush timer starts),
+            // when flushAt is reached, and when a write awaits its sync.
             let waiting = s.events.count - s.inFlight
-            return waiting == 1 || waiting >= flushAt
+            return waiting == 1 || waiting == flushAt || (wasSynced && !s.unsynced.isEmpty)
         }
         for notice in pending { notices.yield(notice) }
         if wake { wakeup.signal() }
