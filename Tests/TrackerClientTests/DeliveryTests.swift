@@ -365,4 +365,24 @@ import Testing
             #expect(!tracker.queue.hasUnsyncedWrites)
         }
     }
+
+    @Test func flushWithoutRunWaitsOutTheBackoffThenSendsAgain() async throws {
+        let harness = Harness { $0.flushAt = 100 }
+        let tracker = try harness.open()
+        let ids = tracker.recordImpressions(2)
+        async let first = tracker.flush()
+        await harness.server.next().refuse(429, error: "rate_limited", message: "slow down", retryAfter: "5")
+        #expect(await first == .willRetry(after: .seconds(5), reason: .status(429, error: "rate_limited", message: "slow down")))
+        harness.clock.advance(by: .seconds(4))
+        #expect(await tracker.flush() == .willRetry(after: .seconds(1), reason: .status(429, error: "rate_limited", message: "slow down")),
+                "a flush does not cut Retry-After short")
+        #expect(harness.server.requestCount == 1)
+        harness.clock.advance(by: .seconds(1))
+        async let second = tracker.flush()
+        let request = await harness.server.next()
+        #expect(request.batch.ids == ids)
+        request.accept()
+        #expect(await second == .delivered)
+        harness.removeFolder()
+    }
 }

@@ -37,9 +37,8 @@ struct Courier: Sendable {
     /// `untilFlushed` as soon as no `flush()` waits.
     private func deliver(untilFlushed: Bool) async {
         let largestBatch = max(1, min(configuration.maxBatchEvents, limits.maxEventsPerBatch))
-        var failures = 0
         var batchCap = largestBatch
-        var retryAt: Duration?
+        var retryAt = queue.retryUntil
         var lastSync = clock.monotonic()
         func done() -> Bool { Task.isCancelled || (untilFlushed && !queue.hasFlushWaiters) }
         while !done() {
@@ -76,12 +75,11 @@ struct Courier: Sendable {
             case .send:
                 switch await sendOneBatch(maxEvents: batchCap) {
                 case .delivered:
-                    failures = 0
                     batchCap = min(batchCap * 2, largestBatch)
                 case .shrink(let events):
                     batchCap = max(1, events / 2)
                 case .retry(let retryAfter, let reason):
-                    failures += 1
+                    let failures = queue.recordFailure()
                     let delay = configuration.backoff.delay(afterFailures: failures, retryAfter: retryAfter, random: random())
                     retryAt = clock.monotonic() + delay
                     queue.retrying(until: retryAt!, after: delay, reason: reason)

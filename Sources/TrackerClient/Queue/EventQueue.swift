@@ -56,7 +56,11 @@ final class EventQueue: Sendable {
         var storageFailing = false
         var statistics = AdTracker.Statistics()
         var stop: AdTracker.StopReason?
+        /// The next attempt after a failure (monotonic), kept here so that whichever task
+        /// delivers next (`run()`, a `flush()`) honours it.
         var retry: (until: Duration, reason: AdTracker.RetryReason)?
+        /// Failed attempts since the last answered one: the backoff's exponent.
+        var failures = 0
         var flushThrough: UInt64?
         var flushWaiters: [(through: UInt64, ticket: FlushTicket)] = []
         /// Whether a task delivers now (`run()`, or a `flush()` standing in for it).
@@ -315,6 +319,7 @@ final class EventQueue: Sendable {
                 s.bytes -= s.events.removeFirst().bytes
             }
             s.inFlight = 0
+            s.failures = 0
             s.statistics.accepted += accepted
             s.statistics.duplicates += duplicates
             s.statistics.rejected += rejected.count
@@ -346,6 +351,19 @@ final class EventQueue: Sendable {
     }
 
     /// A request failed; the next attempt is at `until` on the monotonic clock.
+    /// Counts a failed attempt; the number of failures in a row.
+    func recordFailure() -> Int {
+        state.withLock { s in
+            s.failures += 1
+            return s.failures
+        }
+    }
+
+    /// When the next attempt may be made, if a failure set one.
+    var retryUntil: Duration? {
+        state.withLock { $0.retry?.until }
+    }
+
     func retrying(until: Duration, after: Duration, reason: AdTracker.RetryReason) {
         let waiters = state.withLock { s in
             s.retry = (until, reason)
@@ -384,7 +402,10 @@ final class EventQueue: Sendable {
         let ticket = FlushTicket()
         let (immediate, deliver) = state.withLock { s -> (AdTracker.FlushOutcome?, Bool) in
             if let stop = s.stop { return (.stopped(stop), false) }
-            if let retry = s.retry { return (.willRetry(after: max(.zero, retry.until - now), reason: retry.reason), false) }
+            // A flush does not cut a backoff short; once it has passed, the flush goes.
+            if let retry = s.retry, s.delivering || retry.until > now {
+                return (.willRetry(after: max(.zero, retry.until - now), reason: retry.reason), false)
+            }
             guard s.events.count > 0 else { return (.delivered, false) }
             let through = s.nextSequence - 1
             s.flushThrough = max(s.flushThrough ?? 0, through)
