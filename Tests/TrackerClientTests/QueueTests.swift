@@ -239,6 +239,16 @@ import Testing
         }
     }
 
+    @Test func aQueueFolderIsCreatedWithItsParents() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-client-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let harness = Harness(folder: root.appendingPathComponent("Library/Application Support/TrackerQueue"))
+        let tracker = try harness.open()
+        _ = tracker.recordImpressions(2)
+        #expect(tracker.statistics.pendingInMemory == 0, "on disk, not in memory")
+        #expect(try segmentFiles(harness.folder).count == 1)
+    }
+
     @Test func aSecondTrackerOnTheSameFolderIsRefused() throws {
         let harness = Harness()
         let first = try harness.open()

@@ -4,6 +4,7 @@ import Darwin
 import Glibc
 #endif
 import CTrackerZlib
+import Foundation
 
 /// The queue's folder on disk: numbered append-only segment files of framed records, a cursor
 /// file naming the first record not yet delivered, and a lock file.
@@ -21,10 +22,15 @@ struct QueueFiles: Sendable {
     private let lock: DescriptorOwner
 
     /// Opens (creating when missing) and locks the folder, and reads back what it holds.
-    /// Throws `queueInUse` when another tracker holds the lock; any other failure is
-    /// `Errno`, and the caller carries on with a queue in memory.
+    /// Throws `inUse` when another tracker holds the lock; any other failure is
+    /// `storage(errno)`, and the caller carries on with a queue in memory.
     static func open(directory: String) throws(QueueOpenFailure) -> (QueueFiles, Recovery) {
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST { throw .storage(errno) }
+        // With its parents: on iOS not even Application Support exists until an app makes it.
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                 attributes: [.posixPermissions: 0o700])
+        var status = stat()
+        guard stat(directory, &status) == 0 else { throw .storage(errno) }
+        guard status.st_mode & S_IFMT == S_IFDIR else { throw .storage(ENOTDIR) }
         let lockPath = directory + "/lock"
         let fd = systemOpen(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .storage(errno) }
