@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report migrations web smoke-test
+.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-client migrations web smoke-test
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -21,6 +21,9 @@ bench-report:   ## report benchmark: 10 M events, report p50 vs full scans, rebu
 
 bench-capacity: ## CPU time and bytes per event, for sizing (docs/SCALING.md)
 	scripts/bench-capacity.sh
+
+bench-client:   ## TrackerClient: events/s one client process hands over and delivers, its memory
+	scripts/bench-client.sh
 
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh

@@ -10,10 +10,11 @@ let swiftSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "tracker",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v15), .iOS(.v16)],
     products: [
         .executable(name: "tracker", targets: ["TrackerServer"]),
         .library(name: "Tracker", targets: ["Tracker"]),
+        .library(name: "TrackerClient", targets: ["TrackerClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -32,6 +33,24 @@ let package = Package(
         ),
         .target(
             name: "TrackerModel",
+            swiftSettings: swiftSettings
+        ),
+        // TrackerClient: what apps and services link to send events. Foundation only (and
+        // the system's zlib), no server code, so an iOS app can depend on it.
+        .systemLibrary(
+            name: "CTrackerZlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .target(
+            name: "TrackerClient",
+            dependencies: ["TrackerModel", "CTrackerZlib"],
+            swiftSettings: swiftSettings
+        ),
+        // A small program over TrackerClient that the integration tests kill mid-delivery
+        // and that scripts/bench-client.sh measures.
+        .executableTarget(
+            name: "TrackerClientProbe",
+            dependencies: ["TrackerClient"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -72,7 +91,12 @@ let package = Package(
         ),
         .testTarget(
             name: "TrackerIntegrationTests",
-            dependencies: ["Tracker"],
+            dependencies: ["Tracker", "TrackerClient"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "TrackerClientTests",
+            dependencies: ["TrackerClient", "CTrackerZlib"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -18,6 +18,7 @@ export TRACKER_TEST_PG_DIR="$tmp"
 export TRACKER_TEST_PG_PORT="$port"
 export TRACKER_TEST_PG_SCRIPT="$PWD/scripts/pg.sh"
 export TRACKER_BINARY="$(swift build --show-bin-path)/tracker"
+export TRACKER_CLIENT_PROBE="$(swift build --show-bin-path)/TrackerClientProbe"
 swift test --skip-build "$@"
 if [ $# -eq 0 ]; then
   # The HTTP contract (docs/openapi.yaml against the running server) and the dashboard in a

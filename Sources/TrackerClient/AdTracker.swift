@@ -1,0 +1,154 @@
+import Foundation
+
+/// Sends an app's native-ad events (load, impression, click, AdChoices, video) to the tracker.
+///
+/// Recording is synchronous and cheap (the event is appended to a file in the app's storage
+/// before the call returns, about the cost of one `write`; no network, no `fsync`), so it can
+/// be called from the main actor right next to the ads SDK's own calls. Delivery runs in
+/// `run()`: batches at `flushAt` events or after `flushInterval`, gzipped, retried with the
+/// same event ids until the server has them, with backoff that honours `Retry-After`.
+/// docs/CLIENT.md describes the guarantees.
+public final class AdTracker: Sendable {
+    public let configuration: Configuration
+    /// What happens to the events: deliveries, rejections with the server's message, drops,
+    /// retries, stops. One consumer; the newest 1024 are kept while nobody reads.
+    public let notices: AsyncStream<Notice>
+
+    let queue: EventQueue
+    let courier: Courier
+    let clock: any TrackerClock
+
+    /// Why a tracker could not be created.
+    public enum OpenError: Error, Sendable, Hashable, CustomStringConvertible {
+        /// Another `AdTracker` (in this or another process) uses the queue folder.
+        case queueInUse(path: String)
+
+        public var description: String {
+            switch self {
+            case .queueInUse(let path): "the queue folder \(path) is in use by another AdTracker; give each one its own folder"
+            }
+        }
+    }
+
+    /// Opens the queue (recovering what an earlier run left unsent) and prepares delivery;
+    /// nothing is sent before `run()`.
+    ///
+    /// Throws only when another tracker holds the queue folder. When the folder cannot be
+    /// used at all (no permission, a full disk), the tracker keeps events in memory and says
+    /// so with `Notice.storageFailing`.
+    public convenience init(configuration: Configuration) throws(OpenError) {
+        try self.init(configuration: configuration,
+                      transport: URLSessionTransport(endpoint: configuration.endpoint, ingestKey: configuration.ingestKey,
+                                                     timeout: configuration.requestTimeout),
+                      clock: SystemClock(),
+                      random: { Double.random(in: 0..<1) })
+    }
+
+    init(configuration: Configuration, transport: any IngestTransport, clock: any TrackerClock,
+         random: @escaping @Sendable () -> Double) throws(OpenError) {
+        let (notices, continuation) = AsyncStream.makeStream(of: Notice.self, bufferingPolicy: .bufferingNewest(1024))
+        var files: QueueFiles?
+        var recovery = Recovery()
+        var openFailure: Int32?
+        do {
+            (files, recovery) = try QueueFiles.open(directory: configuration.queueDirectory.path)
+        } catch {
+            switch error {
+            case .inUse: throw .queueInUse(path: configuration.queueDirectory.path)
+            case .storage(let code): openFailure = code
+            }
+        }
+        if let openFailure { continuation.yield(.storageFailing(errno: openFailure)) }
+        if recovery.damagedBytes > 0 { continuation.yield(.damagedQueueData(bytes: recovery.damagedBytes)) }
+        self.configuration = configuration
+        self.notices = notices
+        self.clock = clock
+        queue = EventQueue(files: files, recovery: recovery, limits: configuration.queueLimits, flushAt: configuration.flushAt,
+                           segmentBytes: configuration.segmentBytes, clock: clock, notices: continuation)
+        courier = Courier(queue: queue, transport: transport, clock: clock, configuration: configuration, random: random)
+    }
+
+    deinit {
+        // Whoever reads `notices` sees the stream end with the tracker.
+        queue.notices.finish()
+    }
+
+    /// Delivers events until the calling task is cancelled. Start it once, e.g. at app launch
+    /// (`Task { await tracker.run() }`); a second call waits until the first has ended.
+    ///
+    /// Cancelling it mid-request loses nothing: the batch stays queued and goes again later
+    /// (the server counts it as duplicates if it had stored it).
+    public func run() async {
+        await courier.run()
+    }
+
+    /// Sends everything recorded so far without waiting for `flushAt` or `flushInterval`, and
+    /// returns when it has left the queue, or as soon as delivery has to wait (no network, a
+    /// `Retry-After`) or is stopped. For an app going to the background, or a service exiting.
+    ///
+    /// Works with or without `run()`: when no task delivers, the calling task does until the
+    /// flush is done (so a command-line tool can record, flush and exit).
+    @discardableResult
+    public func flush() async -> FlushOutcome {
+        await courier.flush()
+    }
+
+    /// Restarts delivery after `Notice.stopped` (e.g. once the app has a valid key again).
+    public func resume() {
+        queue.resume()
+    }
+
+    public var statistics: Statistics {
+        queue.statistics
+    }
+
+    /// Records `ad_loaded` for an ad the ads SDK has just delivered
+    /// (`adLoader(_:didReceive:)`), and returns it for its later events.
+    ///
+    /// - Parameters:
+    ///   - requestId: the ad response this ad object belongs to; one loaded ad, one id.
+    ///   - source: who detects this ad's events unless a call says otherwise: `.app` for a
+    ///     custom native ad (the app calls recordImpression / performClickOnAsset), `.sdk` for
+    ///     a system format the ads SDK tracks, `.mediation` when a mediation adapter handles
+    ///     impressions and clicks itself.
+    ///   - adapter: the mediation adapter or network that served it, if any.
+    public func adLoaded(requestId: String, adUnit: String, format: NativeAdFormat, eea: Bool = false,
+                         reservation: Bool = false, test: Bool = false, source: EventSource = .app, adapter: String? = nil,
+                         attributes: [String: AttributeValue] = [:]) -> TrackedAd {
+        var ad = self.ad(requestId: requestId, adUnit: adUnit, format: format, eea: eea, reservation: reservation, test: test,
+                         source: source, adapter: adapter, attributes: attributes)
+        ad.loadEventID = ad.record(.adLoaded, source: nil, assetKey: nil, clickAction: nil, attributes: [:])
+        return ad
+    }
+
+    /// An ad whose `ad_loaded` was recorded elsewhere (another screen, an adapter): its events
+    /// only need the same fields.
+    public func ad(requestId: String, adUnit: String, format: NativeAdFormat, eea: Bool = false, reservation: Bool = false,
+                   test: Bool = false, source: EventSource = .app, adapter: String? = nil,
+                   attributes: [String: AttributeValue] = [:]) -> TrackedAd {
+        TrackedAd(tracker: self, requestId: requestId, adUnit: adUnit, format: format, eea: eea, reservation: reservation,
+                  test: test, source: source, adapter: adapter, attributes: attributes)
+    }
+
+    /// Encodes one event and appends it to the queue; its id.
+    func record(_ type: EventType, of ad: TrackedAd, source: EventSource?, assetKey: String?, clickAction: ClickAction?,
+                attributes: [String: AttributeValue]) -> UUID {
+        let now = clock.wallMicros()
+        let id = EventID.make(wallMicros: now)
+        var merged = configuration.attributes
+        for (key, value) in ad.attributes { merged[key] = value }
+        for (key, value) in attributes { merged[key] = value }
+        let json = EventJSON.encode(id: id, type: type, ad: ad, source: source ?? ad.source, assetKey: assetKey,
+                                    clickAction: clickAction, occurredAtMicros: now, attributes: merged)
+        let limit = IngestLimits().maxEventBytes
+        guard json.count <= limit else {
+            queue.rejectUnsent(AdTracker.RejectedEvent(
+                id: id, status: 0,
+                message: "the event is \(json.count) bytes; the tracker takes at most \(limit) bytes per event: trim its attributes",
+                event: String(decoding: json, as: UTF8.self)))
+            return id
+        }
+        queue.append(json, enqueuedAt: now)
+        return id
+    }
+}
