@@ -719,8 +719,12 @@ def log_id_counts(cluster, database):
     return {r[0]: int(r[1]) for r in rows}, int(ids[0][0])
 
 
-def verify_log(checks, cluster, database, load, prefix=""):
-    """Every acknowledged event exactly once; every abandoned batch all or nothing; nothing foreign."""
+def verify_log(checks, cluster, database, load, part=""):
+    """Every acknowledged event exactly once; every abandoned batch all or nothing; nothing foreign.
+
+    `part` names the part of a suite (its checks become `<suite>.<part>.<check>`)."""
+    prefix = part.replace("-", "_") + "_" if part else ""
+    named = (part + ".") if part else ""
     counts, id_rows = log_id_counts(cluster, database)
     acked = load.acknowledged_ids()
     missing = [i for i in acked if counts.get(i, 0) == 0]
@@ -740,14 +744,14 @@ def verify_log(checks, cluster, database, load, prefix=""):
     checks.figure(prefix + "batches_acknowledged", sum(1 for b in load.batches if b.acked))
     checks.figure(prefix + "batches_abandoned_unacknowledged", len(abandoned))
     checks.figure(prefix + "abandoned_batches_found_whole", stored_abandoned)
-    checks.check("every-acknowledged-event-is-in-the-log", not missing,
+    checks.check(named + "every-acknowledged-event-is-in-the-log", not missing,
                  f"{len(acked)} acknowledged, {len(missing)} missing" + (f" (e.g. {missing[:3]})" if missing else ""))
-    checks.check("no-event-is-in-the-log-twice", not doubled and id_rows == len(counts),
+    checks.check(named + "no-event-is-in-the-log-twice", not doubled and id_rows == len(counts),
                  f"{len(doubled)} ids stored more than once, {id_rows} event_ids rows for {len(counts)} distinct logged ids")
-    checks.check("unacknowledged-batches-are-all-or-nothing", not partial,
+    checks.check(named + "unacknowledged-batches-are-all-or-nothing", not partial,
                  f"{len(abandoned)} batches abandoned without an answer, {stored_abandoned} stored whole, "
                  f"{len(abandoned) - stored_abandoned - len(partial)} not at all, {len(partial)} partly {partial[:3]}")
-    checks.check("the-log-holds-only-events-that-were-sent", not foreign, f"{len(foreign)} unknown ids")
+    checks.check(named + "the-log-holds-only-events-that-were-sent", not foreign, f"{len(foreign)} unknown ids")
 
 
 PROJECTION_TABLES = {
