@@ -15,6 +15,7 @@ regresses later then fails again). A defect that shows only in some runs is list
 import gzip
 import json
 import os
+import queue
 import random
 import resource
 import shutil
