@@ -18,3 +18,8 @@ export TRACKER_TEST_PG_PORT="$port"
 export TRACKER_TEST_PG_SCRIPT="$PWD/scripts/pg.sh"
 export TRACKER_BINARY="$(swift build --show-bin-path)/tracker"
 swift test --skip-build "$@"
+# Then the fault, hostile-client, fuzz and storage suites in their short form (a few minutes;
+# docs/RELIABILITY.md). Not when only part of the tests was asked for; TRACKER_SUITES=off skips them.
+if [ $# -eq 0 ] && [ "${TRACKER_SUITES:-short}" != "off" ]; then
+  scripts/suites.sh short
+fi
