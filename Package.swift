@@ -75,5 +75,8 @@ if Context.environment["TRACKER_FUZZ"] != nil {
         name: "BatchDecoderFuzz",
         dependencies: ["Tracker"],
         path: "Fuzz/BatchDecoderFuzz",
-        swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])]))
+        swiftSettings: swiftSettings,
+        // main.swift finds libFuzzer's driver with dlsym: make the linker take it from the archive.
+        linkerSettings: [.unsafeFlags(["-Xlinker", "--undefined=LLVMFuzzerRunDriver",
+                                       "-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
 }

@@ -36,8 +36,8 @@ for target in "${targets[@]}"; do
     -artifact_prefix="suite-results/fuzz/$name-" "$work" "Fuzz/corpus/$name" >"$log" 2>&1
   rc=$?
   set -e
-  runs=$(awk -F: '/stat::number_of_executed_units/ {gsub(/ /, "", $2); print $2}' "$log")
-  speed=$(awk -F: '/stat::average_exec_per_sec/ {gsub(/ /, "", $2); print $2}' "$log")
+  runs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log")
+  speed=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log")
   corpus=$(ls "$work" | wc -l)
   rm -rf "$work"
   if [ "$rc" -eq 0 ]; then
