@@ -2,17 +2,18 @@
 # Usage: scripts/fuzz.sh short|long [TARGET...]
 # libFuzzer over the domain's parsers (docs/RELIABILITY.md). Each target is an executable in
 # Fuzz/<Target>/ that exports LLVMFuzzerTestOneInput; Package.swift adds it only when
-# TRACKER_FUZZ is set, and it is built apart (.build-fuzz, release, -sanitize=fuzzer,address)
+# TRACKER_FUZZ is set, and it is built apart (.build-fuzz, debug: under the sanitizers as fast
+# as release, and built in a minute)
 # so normal builds never see it. The committed corpus (Fuzz/corpus/<name>/) and dictionary
 # (Fuzz/<name>.dict) seed a copy in a temporary folder: new inputs are not written back.
-# short: 45 s per target (the test command); long: 10 million executions per target (at most
+# short: 30 s per target (the test command); long: 10 million executions per target (at most
 # 2 hours). A crash leaves its input in suite-results/fuzz/ and fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 short|long [TARGET...]" >&2; exit 2; }
 mode=$1; shift
 case "$mode" in
-  short) limits=(-max_total_time="${FUZZ_SECONDS:-45}") ;;
+  short) limits=(-max_total_time="${FUZZ_SECONDS:-30}") ;;
   long)  limits=(-runs="${FUZZ_RUNS:-10000000}" -max_total_time=7200) ;;
   *) echo "usage: $0 short|long [TARGET...]" >&2; exit 2 ;;
 esac
@@ -27,8 +28,8 @@ for target in "${targets[@]}"; do
   # BatchDecoderFuzz -> batch-decoder (its corpus folder and dictionary)
   name=$(echo "${target%Fuzz}" | sed -E 's/([a-z0-9])([A-Z])/\1-\2/g' | tr 'A-Z' 'a-z')
   echo "== fuzz $target ($mode): building in .build-fuzz"
-  TRACKER_FUZZ=1 swift build --scratch-path .build-fuzz -c release -Xswiftc -sanitize=fuzzer,address --product "$target" 2>&1 | tail -3
-  bin="$(TRACKER_FUZZ=1 swift build --scratch-path .build-fuzz -c release --show-bin-path)/$target"
+  TRACKER_FUZZ=1 swift build --scratch-path .build-fuzz -c debug -Xswiftc -sanitize=fuzzer,address --product "$target" 2>&1 | tail -3
+  bin="$(TRACKER_FUZZ=1 swift build --scratch-path .build-fuzz -c debug --show-bin-path)/$target"
   work=$(mktemp -d /tmp/tracker-fuzz.XXXXXX)
   log=suite-results/fuzz/$name.log
   set +e

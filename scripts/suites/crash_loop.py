@@ -5,7 +5,7 @@ answer are abandoned instead, to prove a batch is stored all or nothing). Afterw
 acknowledged event must be in the log exactly once, and the projections, caught up after
 the last crash, must equal a rebuild from the log.
 
-short: 8 cycles (about a minute); long: 120 cycles. SUITE_CYCLES overrides.
+short: 8 cycles (about 30 s); long: 120 cycles. SUITE_CYCLES overrides.
 """
 
 import os

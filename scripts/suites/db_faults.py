@@ -5,7 +5,7 @@ While PostgreSQL cannot take a write the tracker must answer 503 with Retry-Afte
 500, never a hang), lose nothing it acknowledged, and recover by itself, without a restart,
 with the projector resuming from its checkpoint (the projections then equal a rebuild).
 
-short: 2 stop/restart cycles (fast, immediate), the other faults once (about 3 minutes).
+short: 2 stop/restart cycles (fast, immediate), the other faults once (about 2 minutes).
 long: 24 stop/restart cycles (12 fast, 12 immediate). SUITE_CYCLES overrides.
 """
 
@@ -125,7 +125,7 @@ def frozen_and_locked(checks, binary):
         def timed(method, path, body=None, headers=None):
             start = time.time()
             try:
-                r = s.request(tracker.port, method, path, headers, body, timeout=15)
+                r = s.request(tracker.port, method, path, headers, body, timeout=12)
                 return r.status, r.headers.get("retry-after"), time.time() - start
             except OSError as error:
                 return type(error).__name__, None, time.time() - start
@@ -141,7 +141,7 @@ def frozen_and_locked(checks, binary):
         checks.figure("frozen_database_ingest_answer", f"{ingest[0]} after {ingest[2]:.1f} s")
         checks.figure("frozen_database_readyz_answer", f"{ready[0]} after {ready[2]:.1f} s")
         checks.check("a-frozen-database-gets-503-within-10-s", ingest[0] == 503 and ingest[1] and ingest[2] <= 10,
-                     f"PostgreSQL under SIGSTOP: POST /v1/events answered {ingest[0]} after {ingest[2]:.1f} s (client gave up at 15 s)")
+                     f"PostgreSQL under SIGSTOP: POST /v1/events answered {ingest[0]} after {ingest[2]:.1f} s (client gave up at 12 s)")
         checks.check("readyz-answers-within-10-s-when-the-database-is-frozen", ready[0] == 503 and ready[2] <= 10,
                      f"/readyz answered {ready[0]} after {ready[2]:.1f} s")
         time.sleep(2)
@@ -341,9 +341,9 @@ def main():
     if "frozen" in parts:
         frozen_and_locked(checks, binary)
     if "async" in parts:
-        asynchronous_commit_default(checks, binary, tries=3 if s.mode() == "short" else 10)
+        asynchronous_commit_default(checks, binary, tries=2 if s.mode() == "short" else 10)
     if "full" in parts:
-        disk_full(checks, binary)
+        disk_full(checks, binary, size_mib=24 if s.mode() == "short" else 64)
     if "failover" in parts:
         failover(checks, binary)
     return checks.finish()

@@ -12,7 +12,7 @@ a dictionary), gzip bodies (valid, cut, corrupted, several members), chunked bod
 queries with hostile parameters, odd paths and methods. A failure is saved to
 suite-results/http-fuzz/<n>.http (the exact bytes sent) for replay with `nc`.
 
-short: 40 s of random requests; long: 600 s. SUITE_SECONDS and SUITE_SEED override.
+short: 25 s of random requests; long: 600 s. SUITE_SECONDS and SUITE_SEED override.
 """
 
 import copy
@@ -258,7 +258,7 @@ def reproducers(checks, port, ingest, report):
 def main():
     checks = s.Checks("fuzz-http")
     binary = s.tracker_binary()
-    seconds = float(os.environ.get("SUITE_SECONDS", "40" if s.mode() == "short" else "600"))
+    seconds = float(os.environ.get("SUITE_SECONDS", "25" if s.mode() == "short" else "600"))
     seed = int(os.environ.get("SUITE_SEED", "1234"))
     cluster = s.Cluster("fuzzhttp").start()
     tracker = None

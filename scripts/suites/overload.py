@@ -100,6 +100,7 @@ def main():
         cursor = [used]
         health = []
         unsent = [0]
+        dispatched = [0]
 
         def dispatcher():
             per_second = offered_rate / BATCH
@@ -113,6 +114,7 @@ def main():
                     else:
                         jobs.put(cursor[0] % len(pool))
                         cursor[0] += 1
+                        dispatched[0] += 1
                     sent += 1
                 time.sleep(0.002)
 
@@ -162,7 +164,7 @@ def main():
             statuses[e[1]] = statuses.get(e[1], 0) + 1
         # What the generator offered: sent, plus what it could not send because every one of
         # the 512 connections was still waiting for an answer.
-        offered = (len(results) + unsent[0]) * BATCH / seconds
+        offered = (dispatched[0] + unsent[0]) * BATCH / seconds
         refusal_times = [e[2] for e in results if e[1] in (429, 503)]
         admitted = [e[2] for e in results if e[1] == 200]
         refused = [e for e in results if e[1] in (429, 503)]
