@@ -3,8 +3,7 @@
 # libFuzzer over the domain's parsers (docs/RELIABILITY.md). Each target is an executable in
 # Fuzz/<Target>/ that exports LLVMFuzzerTestOneInput; Package.swift adds it only when
 # TRACKER_FUZZ is set, and it is built apart (.build-fuzz, debug: under the sanitizers as fast
-# as release, and built in a minute)
-# so normal builds never see it. The committed corpus (Fuzz/corpus/<name>/) and dictionary
+# as release, and built in a minute) so normal builds never see it. The committed corpus (Fuzz/corpus/<name>/) and dictionary
 # (Fuzz/<name>.dict) seed a copy in a temporary folder: new inputs are not written back.
 # short: 30 s per target (the test command); long: 10 million executions per target (at most
 # 2 hours). A crash leaves its input in suite-results/fuzz/ and fails the run.
