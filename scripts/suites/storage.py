@@ -61,7 +61,13 @@ def main():
         url = s.new_database(cluster, binary)
         ingest = s.create_key(binary, url, "storage-app", "ingest")
         report = s.create_key(binary, url, "storage-dashboard", "report")
-        tracker = s.Tracker(binary, url, name="storage").start()
+        # Statement logging on, as an operator chasing a slow query would set it: keys, valid or
+        # not, must not reach any log in plain text.
+        cluster.psql("ALTER SYSTEM SET log_min_duration_statement = 0")
+        cluster.psql("SELECT pg_reload_conf()")
+        tracker = s.Tracker(binary, url, name="storage", env={"TRACKER_LOG_LEVEL": "debug"}).start()
+        wrong_key = "wrong-" + s.uuid7()
+        s.post_batch(tracker.port, wrong_key, s.batch_body([s.event()]))
         port = tracker.port
         now = time.time()
         occurred = s.iso(now - 5)
@@ -230,6 +236,14 @@ def main():
         stored = int(cluster.psql("SELECT count(*) FROM events", "tracker")[0][0])
         checks.check("refused-events-are-not-stored", stored == len(body_events), f"{stored} events in the log, {len(body_events)} accepted")
         checks.check("the-tracker-survived", tracker.alive(), tracker.log_tail(5) if not tracker.alive() else "")
+        tracker_log = tracker.log_text()
+        leaked = [name for name, k in (("ingest", ingest), ("report", report), ("unknown", wrong_key)) if k in tracker_log]
+        checks.check("keys-never-appear-in-the-tracker-output", not leaked, f"keys found in the tracker's output (debug level): {leaked}")
+        with open(os.path.join(cluster.dir, "server.log"), errors="replace") as f:
+            pg_log = f.read()
+        leaked = [name for name, k in (("ingest", ingest), ("report", report), ("unknown", wrong_key)) if k in pg_log]
+        checks.check("keys-never-appear-in-the-postgresql-log", not leaked,
+                     f"with log_min_duration_statement = 0, these keys were in PostgreSQL's log in plain text: {leaked}")
     finally:
         if tracker:
             tracker.kill()

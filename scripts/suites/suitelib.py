@@ -13,6 +13,7 @@ regresses later then fails again). A defect that shows only in some runs is list
 """
 
 import gzip
+import itertools
 import json
 import os
 import queue
@@ -542,10 +543,18 @@ def event(**fields):
     return e
 
 
-def random_event(rng, ads=200):
-    """An event of a random ad of `ads`: impressions, clicks, AdChoices, from several sources,
-    so the projections have duplicates, attribution and cross-source tracking to get right."""
-    ad = rng.randrange(ads)
+_events_made = itertools.count()
+
+
+def random_event(rng, ads=None):
+    """An event of a random ad: impressions, clicks, AdChoices, from several sources, so the
+    projections have duplicates, attribution and cross-source tracking to get right.
+
+    Without `ads`, ads come and go as in real traffic: each event goes to one of the 16 ads
+    after the (n / 8)th, so an ad gets about 8 events, some after newer ads started (late
+    events). A fixed set of a few hundred ads would give each ad thousands of events, a load
+    no app sends, under which the projector reloads every ad's history at every step."""
+    ad = next(_events_made) // 8 + rng.randrange(16) if ads is None else rng.randrange(ads)
     kind = rng.choices(["impression", "click", "ad_loaded", "adchoices_impression", "video_play"], [5, 4, 1, 1, 1])[0]
     e = event(type=kind, requestId=f"ad-{ad}", adUnit=AD_UNITS[ad % len(AD_UNITS)],
               occurredAt=iso(time.time() - rng.uniform(0, 600)),
@@ -776,9 +785,9 @@ def projection_snapshot(cluster, database):
 def compare_with_rebuild(checks, binary, cluster, database, name="projections-equal-a-rebuild"):
     """Catches the projector up (tracker project --once), snapshots, rebuilds, compares."""
     url = cluster.url(database)
-    run_tracker_command(binary, ["project", "--once"], url)
+    run_tracker_command(binary, ["project", "--once"], url, timeout=1800)
     before = projection_snapshot(cluster, database)
-    run_tracker_command(binary, ["rebuild"], url)
+    run_tracker_command(binary, ["rebuild"], url, timeout=1800)
     after = projection_snapshot(cluster, database)
     differences = []
     for table in PROJECTION_TABLES:
