@@ -1,5 +1,6 @@
-"""Database faults under load: PostgreSQL stopped and restarted, frozen, locked, out of disk,
-configured for asynchronous commit, and failed over to a promoted standby.
+"""Database faults under load: PostgreSQL stopped and restarted, down when the tracker starts,
+frozen, locked, out of disk, configured for asynchronous commit, and failed over to a
+promoted standby; and a client's retry racing its first attempt through two trackers.
 
 While PostgreSQL cannot take a write the tracker must answer 503 with Retry-After (never a
 500, never a hang), lose nothing it acknowledged, and recover by itself, without a restart,
@@ -331,17 +332,122 @@ def failover(checks, binary):
         primary.remove()
 
 
+def boot_without_database(checks, binary):
+    """`tracker serve` started while PostgreSQL is down: it must serve /healthz, answer 503,
+    and take writes once the database is up, without a restart."""
+    cluster = s.Cluster("dbboot").start()
+    tracker = None
+    try:
+        url = s.new_database(cluster, binary)
+        key = s.create_key(binary, url, "boot-app", "ingest")
+        cluster.stop("fast")
+        tracker = s.Tracker(binary, url, name="dbboot")
+        tracker.start(wait=False)
+        healthy = None
+        deadline = time.time() + 10
+        while time.time() < deadline and tracker.alive():
+            try:
+                if s.request(tracker.port, "GET", "/healthz", timeout=2).status == 200:
+                    healthy = True
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        time.sleep(3)
+        alive_while_down = tracker.alive()
+        answer = None
+        if alive_while_down and healthy:
+            try:
+                answer = s.post_batch(tracker.port, key, s.batch_body([s.event()]), timeout=12).status
+            except OSError as error:
+                answer = type(error).__name__
+        cluster.restart()
+        recovered = None
+        start = time.time()
+        while alive_while_down and tracker.alive() and time.time() - start < 15:
+            try:
+                if s.post_batch(tracker.port, key, s.batch_body([s.event()]), timeout=5).status == 200:
+                    recovered = time.time() - start
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        checks.figure("boot_without_database_answer", answer)
+        checks.figure("boot_without_database_seconds_to_first_200", None if recovered is None else round(recovered, 2))
+        checks.check("boot-without-database.the-tracker-starts-and-answers-503", alive_while_down and healthy and answer == 503,
+                     f"started with PostgreSQL down: /healthz {'200' if healthy else 'never 200'}, alive after 3 s: {alive_while_down}, "
+                     f"ingest answered {answer}" + ("" if alive_while_down else f"; exit {tracker.process.returncode}: {tracker.log_tail(3).strip()}"))
+        checks.check("boot-without-database.ingestion-starts-when-the-database-comes-up", recovered is not None,
+                     f"first 200 {recovered} s after PostgreSQL started")
+    finally:
+        if tracker:
+            tracker.kill()
+        cluster.remove()
+
+
+def concurrent_retries(checks, binary, pairs):
+    """A client's retry racing its first attempt through two nodes: the same ids in opposite
+    orders, written at once. Each id stored once, and no deadlock (each costs a 1 s stall and a 503)."""
+    cluster = s.Cluster("dbdeadlock").start()
+    trackers = []
+    try:
+        url = s.new_database(cluster, binary)
+        key = s.create_key(binary, url, "retry-app", "ingest")
+        trackers = [s.Tracker(binary, url, name=f"dbdeadlock{i}").start() for i in range(2)]
+        statuses = {}
+        lock = threading.Lock()
+        ids = []
+
+        def send(port, body):
+            try:
+                st = s.post_batch(port, key, body, timeout=30).status
+            except OSError as error:
+                st = type(error).__name__
+            with lock:
+                statuses[st] = statuses.get(st, 0) + 1
+
+        for _ in range(pairs):
+            events = [s.event(requestId=f"retry-{s.uuid7()}") for _ in range(50)]
+            ids += [e["id"] for e in events]
+            forward, backward = s.batch_body(events), s.batch_body(list(reversed(events)))
+            threads = [threading.Thread(target=send, args=(trackers[0].port, forward)),
+                       threading.Thread(target=send, args=(trackers[1].port, backward))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        counts, id_rows = s.log_id_counts(cluster, "tracker")
+        with open(os.path.join(cluster.dir, "server.log"), errors="replace") as f:
+            deadlocks = f.read().count("deadlock detected")
+        doubled = sum(1 for i in ids if counts.get(i, 0) != 1)
+        checks.figure("concurrent_retry_pairs", pairs)
+        checks.figure("concurrent_retry_answers", {str(k): v for k, v in statuses.items()})
+        checks.figure("concurrent_retry_deadlocks", deadlocks)
+        checks.check("concurrent-retries.each-id-stored-once", doubled == 0, f"{doubled} of {len(ids)} ids missing or doubled")
+        checks.check("concurrent-retries.no-deadlock-and-no-503", deadlocks == 0 and set(statuses) == {200},
+                     f"{pairs} pairs of 50-event batches with the same ids in opposite orders through two trackers: "
+                     f"answers {statuses}, {deadlocks} deadlocks in PostgreSQL's log")
+    finally:
+        for t in trackers:
+            t.kill()
+        cluster.remove()
+
+
 def main():
     checks = s.Checks("db")
     binary = s.tracker_binary()
     cycles = int(os.environ.get("SUITE_CYCLES", "2" if s.mode() == "short" else "24"))
-    parts = os.environ.get("SUITE_PARTS", "cycles,frozen,async,full,failover").split(",")
+    parts = os.environ.get("SUITE_PARTS", "cycles,boot,frozen,async,retries,full,failover").split(",")
     if "cycles" in parts:
         stop_restart_cycles(checks, binary, cycles)
+    if "boot" in parts:
+        boot_without_database(checks, binary)
     if "frozen" in parts:
         frozen_and_locked(checks, binary)
     if "async" in parts:
         asynchronous_commit_default(checks, binary, tries=2 if s.mode() == "short" else 10)
+    if "retries" in parts:
+        concurrent_retries(checks, binary, pairs=100 if s.mode() == "short" else 300)
     if "full" in parts:
         disk_full(checks, binary, size_mib=24 if s.mode() == "short" else 64)
     if "failover" in parts:
