@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-client migrations web smoke-test
+.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-client migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -33,3 +33,31 @@ web:            ## re-embed docs/openapi.yaml and web/dashboard/ into the binary
 
 smoke-test:     ## the container image end to end with Podman (root; see docs/DEPLOY.md)
 	deploy/smoke-test
+
+# Fault-injection, hostile-client, fuzz and storage suites (docs/RELIABILITY.md). Each runs
+# its documented long form; MODE=short runs the form that `make test` runs.
+MODE ?= long
+
+suites:         ## every suite below in its short form (what make test runs after swift test)
+	scripts/suites.sh short
+
+fault-crash:    ## crash loop: SIGKILL at random moments under a retrying load (long: 120 cycles)
+	scripts/suites.sh $(MODE) crash
+
+fault-db:       ## PostgreSQL stopped, frozen, locked, out of disk, async commit, failover (long: 24 restarts)
+	scripts/suites.sh $(MODE) db
+
+fault-overload: ## 10 x the sustainable rate: 503/429, bounded memory and latency (long: 120 s)
+	scripts/suites.sh $(MODE) overload
+
+fault-clients:  ## slowloris, stalled uploads, idle and flooding connections, size limits (ulimit -n 1024)
+	scripts/suites.sh $(MODE) clients
+
+fuzz:           ## libFuzzer over BatchDecoder.decode (long: 10 M executions; .build-fuzz)
+	scripts/suites.sh $(MODE) fuzz
+
+fuzz-http:      ## mutational HTTP client: 2xx or 4xx with the JSON error shape, never 5xx or a hang (long: 600 s)
+	scripts/suites.sh $(MODE) fuzz-http
+
+test-storage:   ## byte-exact round trips of hostile text into the log and out through reports
+	scripts/suites.sh $(MODE) storage

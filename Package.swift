@@ -101,3 +101,16 @@ let package = Package(
         ),
     ]
 )
+
+// libFuzzer targets (scripts/fuzz.sh, docs/RELIABILITY.md): only when TRACKER_FUZZ is set, so
+// normal builds never see them. Built with -sanitize=fuzzer,address in .build-fuzz.
+if Context.environment["TRACKER_FUZZ"] != nil {
+    package.targets.append(.executableTarget(
+        name: "BatchDecoderFuzz",
+        dependencies: ["Tracker"],
+        path: "Fuzz/BatchDecoderFuzz",
+        swiftSettings: swiftSettings,
+        // main.swift finds libFuzzer's driver with dlsym: make the linker take it from the archive.
+        linkerSettings: [.unsafeFlags(["-Xlinker", "--undefined=LLVMFuzzerRunDriver",
+                                       "-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
+}

@@ -25,6 +25,11 @@ if [ $# -eq 0 ]; then
   # real Chromium, on the same cluster and binary.
   scripts/test-contract.sh
   scripts/test-dashboard.sh
+  # Then the fault, hostile-client, fuzz and storage suites in their short form (a few minutes;
+  # docs/RELIABILITY.md). TRACKER_SUITES=off skips them.
+  if [ "${TRACKER_SUITES:-short}" != "off" ]; then
+    scripts/suites.sh short
+  fi
 else
-  echo "arguments given: scripts/test-contract.sh and scripts/test-dashboard.sh were not run" >&2
+  echo "arguments given: the contract, dashboard and suites scripts were not run" >&2
 fi
