@@ -5,13 +5,22 @@
 #  (b) the tracker's accepted events/s, batches of 100 events from 16 connections;
 #  (c) single-event requests/s from 32 connections, with p50/p99 latency;
 #  (d) the server's peak RSS.
+# With the projector in the server (the default), each phase also reports the projection lag a
+# user would see (/readyz every 0.5 s: p50, p99, max) and how long the projector took to catch
+# up after the load stopped; the next phase starts only once it has, so one phase's backlog is
+# not charged to the next. BENCH_STATEMENTS=1 also prints each phase's statements
+# (pg_stat_statements: time, buffers, WAL per 1 000 events).
 # Starts its own PostgreSQL cluster and a release build of the tracker; needs wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-20}
 . scripts/bench/common.sh
 bench_setup bench
+. scripts/bench/measure.sh
+[ "${BENCH_STATEMENTS:-0}" = 1 ] && bench_enable_stat_statements
 out=bench-results; mkdir -p "$out"
+projector=${TRACKER_PROJECTOR:-on}
+http=$((40000 + RANDOM % 20000))
 key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
 count() { psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events"; }
 
@@ -40,29 +49,73 @@ psql "$DATABASE_URL" -qc "DROP TABLE bench_copy; DROP TABLE bench_source"
 printf '(a) psql \\copy baseline: %d rows in %.2f s = %.0f rows/s\n' "$rows" "$(echo "$end - $start" | bc -l)" "$copy_rate" | tee "$out/ingest.txt"
 
 # TRACKER_PROJECTOR=off measures ingestion alone (the projector can run elsewhere: tracker project).
-echo "server: TRACKER_PROJECTOR=${TRACKER_PROJECTOR:-on} TRACKER_WRITERS=${TRACKER_WRITERS:-3}" | tee -a "$out/ingest.txt"
-TRACKER_LOG_LEVEL=warning "$bin" serve --port 18080 >"$out/server.log" 2>&1 &
+echo "server: TRACKER_PROJECTOR=$projector TRACKER_WRITERS=${TRACKER_WRITERS:-3}, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources sql || echo "+changes")${BENCH_BIN:+ (binary $BENCH_BIN)}, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"
+TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$out/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:18080/healthz >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do curl -sf http://127.0.0.1:$http/healthz >/dev/null && break; sleep 0.1; done
+
+# The projection lag a user would see (/readyz), sampled while a phase runs; after it, the
+# seconds until the projector has caught up (at most 300 s).
+lag_sampler=""
+trap '[ -n "$lag_sampler" ] && kill "$lag_sampler" 2>/dev/null; bench_cleanup' EXIT
+start_lag() {
+  [ "$projector" = off ] && return 0
+  : >"$out/lag-$1.txt"
+  ( while true; do
+      curl -s http://127.0.0.1:$http/readyz | grep -o '"projectionLag":{[^}]*}' >>"$out/lag-$1.txt" || true
+      sleep 0.5
+    done ) &
+  lag_sampler=$!
+}
+finish_lag() {
+  [ "$projector" = off ] && return 0
+  kill "$lag_sampler"; wait "$lag_sampler" 2>/dev/null || true
+  local began now behind=1
+  began=$(date +%s.%N)
+  for _ in $(seq 600); do
+    behind=$(curl -s http://127.0.0.1:$http/readyz | sed -nE 's/.*"projectionLag":\{"events":([0-9]+).*/\1/p')
+    [ "$behind" = 0 ] && break
+    sleep 0.5
+  done
+  now=$(date +%s.%N)
+  sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/lag-$1.txt" | sort -k2 -g |
+    awk -v caught="$(printf '%.1f' "$(echo "$now - $began" | bc -l)")" -v behind="$behind" '
+      {e[NR]=$1; s[NR]=$2; if ($1>me) me=$1}
+      END {printf "    projection lag during the load: p50 %.2f s, p99 %.2f s, max %.2f s, max %d events behind (%d samples); caught up %s s after it%s\n",
+                  s[int((NR+1)/2)], s[int(NR*0.99+0.5)], s[NR], me, NR, caught, (behind == "0" ? "" : " (NOT caught up: " behind " events behind)")}' |
+    tee -a "$out/ingest.txt"
+}
+statements() {
+  [ "${BENCH_STATEMENTS:-0}" = 1 ] && statement_report "$1" "$2" | tee -a "$out/ingest.txt"
+  return 0
+}
+[ "${BENCH_STATEMENTS:-0}" = 1 ] && psql "$DATABASE_URL" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
 
 # (b) Batches of 100 from 16 connections; accepted events counted in the database.
 before=$(count); start=$(date +%s.%N)
-wrk -t2 -c16 -d"${duration}s" --latency -s scripts/bench/events.lua http://127.0.0.1:18080 -- "$key" 100 1 >"$out/wrk-batch.txt"
+start_lag batch
+wrk -t2 -c16 -d"${duration}s" --latency -s scripts/bench/events.lua http://127.0.0.1:$http -- "$key" 100 1 >"$out/wrk-batch.txt"
 end=$(date +%s.%N); after=$(count)
 batch_rate=$(echo "($after - $before) / ($end - $start)" | bc -l)
 printf '(b) batches of 100, 16 connections: %d events accepted in %.1f s = %.0f events/s (%.2f x baseline)\n' \
   "$((after - before))" "$(echo "$end - $start" | bc -l)" "$batch_rate" "$(echo "$batch_rate / $copy_rate" | bc -l)" | tee -a "$out/ingest.txt"
 grep -E "Requests/sec|non-2xx|50%|99%" "$out/wrk-batch.txt" | sed 's/^/    /' | tee -a "$out/ingest.txt"
+finish_lag batch
+statements "(b) and its catch-up" "$((after - before))"
 
 # (c) Single-event requests from 32 connections.
-wrk -t2 -c32 -d"${duration}s" --latency -s scripts/bench/events.lua http://127.0.0.1:18080 -- "$key" 1 2 >"$out/wrk-single.txt"
+before=$(count)
+start_lag single
+wrk -t2 -c32 -d"${duration}s" --latency -s scripts/bench/events.lua http://127.0.0.1:$http -- "$key" 1 2 >"$out/wrk-single.txt"
 rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-single.txt")
 p50=$(awk '$1=="50%" {print $2}' "$out/wrk-single.txt"); p99=$(awk '$1=="99%" {print $2}' "$out/wrk-single.txt")
 printf '(c) single events, 32 connections: %s requests/s, p50 %s, p99 %s\n' "$rps" "$p50" "$p99" | tee -a "$out/ingest.txt"
 grep -E "non-2xx" "$out/wrk-single.txt" | sed 's/^/    /' | tee -a "$out/ingest.txt"
+finish_lag single
+statements "(c) and its catch-up" "$(($(count) - before))"
 
 # (d) Peak RSS of the server over the whole run.
 hwm=$(awk '/VmHWM/ {print $2}' /proc/$server_pid/status)
 printf '(d) server peak RSS: %.1f MiB\n' "$(echo "$hwm / 1024" | bc -l)" | tee -a "$out/ingest.txt"
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
-echo "lag after run: $(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events") events logged"
+echo "$(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events") events logged, $(psql "$DATABASE_URL" -qAtc "SELECT events_projected FROM projection_state") projected; load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"

@@ -1,6 +1,7 @@
 # Sourced by the benchmark scripts (not run alone): bench_setup DATABASE builds the release
 # tracker and starts a private PostgreSQL cluster with one migrated database, removed again
-# when the script exits. It sets bin, dir, port and DATABASE_URL; a script that starts the
+# when the script exits (BENCH_BIN=path uses that tracker binary instead of building). It sets
+# bin, dir, port and DATABASE_URL; a script that starts the
 # server stores its pid in server_pid so the cleanup stops it.
 bench_setup() {
   local database=$1
@@ -9,8 +10,13 @@ bench_setup() {
   # wrk drives HTTP load, bc does the arithmetic, time and procps measure CPU, git names
   # the commit in the results.
   need_packages wrk bc time procps git
-  swift build -c release --product tracker >/dev/null
-  bin="$(swift build -c release --show-bin-path)/tracker"
+  # BENCH_BIN runs another build (an older commit's, for a baseline in the same session).
+  if [ -n "${BENCH_BIN:-}" ]; then
+    bin=$BENCH_BIN
+  else
+    swift build -c release --product tracker >/dev/null
+    bin="$(swift build -c release --show-bin-path)/tracker"
+  fi
   dir=$(mktemp -d /tmp/tracker-bench-pg.XXXXXX); chmod 755 "$dir"
   port=$((20000 + RANDOM % 20000))
   server_pid=""

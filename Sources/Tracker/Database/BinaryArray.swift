@@ -7,6 +7,8 @@ public struct BinaryArray {
     /// Type OIDs of the element types we send.
     public enum Element: UInt32, Sendable {
         case bool = 16
+        case bytea = 17
+        case tid = 27
         case int8 = 20
         case text = 25
         case timestamptz = 1184
@@ -17,6 +19,8 @@ public struct BinaryArray {
         public var arrayOID: UInt32 {
             switch self {
             case .bool: 1000
+            case .bytea: 1001
+            case .tid: 1010
             case .int8: 1016
             case .text: 1009
             case .timestamptz: 1185
@@ -85,6 +89,13 @@ public struct BinaryArray {
 
     public mutating func append(_ value: Timestamp?) {
         if let value { append(value) } else { appendNull() }
+    }
+
+    /// Appends raw bytes as one element (`bytea`, or a value already in its binary send format, e.g. a `tid`).
+    public mutating func append(bytes value: some Collection<UInt8>) {
+        appendInt32(Int32(value.count))
+        bytes.append(contentsOf: value)
+        count += 1
     }
 
     /// Appends a canonical UUID text as its 16 bytes.

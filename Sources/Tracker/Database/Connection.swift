@@ -83,6 +83,13 @@ public final class Connection {
     /// Runs one statement with typed parameters (text or binary) and returns its rows.
     @discardableResult
     public func query(_ sql: String, _ parameters: [Parameter]) throws(DatabaseError) -> QueryResult {
+        try query(sql, parameters, binaryResults: false)
+    }
+
+    /// Runs one statement and returns its rows in PostgreSQL's binary format (read them with
+    /// `QueryResult.bytes`): no text to format on the server or to parse here.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [Parameter], binaryResults: Bool) throws(DatabaseError) -> QueryResult {
         let count = Int32(parameters.count)
         var types = [Oid](repeating: 0, count: parameters.count)
         var lengths = [Int32](repeating: 0, count: parameters.count)
@@ -105,7 +112,7 @@ public final class Connection {
             }
         }
         let result: OpaquePointer? = withPointers(buffers) { values in
-            PQexecParams(handle, sql, count, types, values, lengths, formats, 0)
+            PQexecParams(handle, sql, count, types, values, lengths, formats, binaryResults ? 1 : 0)
         }
         return try check(result, sql: sql)
     }
@@ -134,6 +141,43 @@ public final class Connection {
         // Drain: libpq wants a NULL result before the connection is idle again.
         while let extra = PQgetResult(handle) { PQclear(extra) }
         return Int(end.affectedRows)
+    }
+
+    /// Streams the rows of `COPY … TO STDOUT` to `consume`, one row's data per call (binary
+    /// COPY: the header arrives with the first row, the trailer as its own call).
+    ///
+    /// A throw from `consume` cancels the COPY and is rethrown once the connection is idle again.
+    public func copyOut(_ sql: String, _ consume: (UnsafeRawBufferPointer) throws -> Void) throws {
+        guard let start = PQexec(handle, sql) else {
+            throw DatabaseError(.unavailable, serverMessage: String(cString: PQerrorMessage(handle)))
+        }
+        guard PQresultStatus(start) == PGRES_COPY_OUT else {
+            _ = try check(start, sql: sql)
+            throw DatabaseError(.unexpectedResult, serverMessage: "COPY did not enter COPY OUT state")
+        }
+        PQclear(start)
+        var failure: (any Error)?
+        while true {
+            var buffer: UnsafeMutablePointer<CChar>?
+            let length = PQgetCopyData(handle, &buffer, 0)
+            if length < 0 { break }  // -1: done, -2: error (reported by PQgetResult below)
+            if let buffer {
+                if failure == nil {
+                    do { try consume(UnsafeRawBufferPointer(start: buffer, count: Int(length))) } catch {
+                        failure = error
+                        _ = PQrequestCancel(handle)
+                    }
+                }
+                PQfreemem(buffer)
+            }
+        }
+        let end = PQgetResult(handle)
+        while let extra = PQgetResult(handle) { PQclear(extra) }
+        if let failure {
+            if let end { PQclear(end) }
+            throw failure
+        }
+        _ = try check(end, sql: sql)
     }
 
     /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws.

@@ -48,6 +48,14 @@ public final class QueryResult {
         return negative ? -value : value
     }
 
+    /// The raw bytes of a value (binary results: PostgreSQL's send format); empty for NULL.
+    /// Valid only while this result lives.
+    public func bytes(_ row: Int, _ column: Int) -> UnsafeRawBufferPointer {
+        let length = Int(PQgetlength(result, Int32(row), Int32(column)))
+        guard length > 0, let p = PQgetvalue(result, Int32(row), Int32(column)) else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        return UnsafeRawBufferPointer(start: p, count: length)
+    }
+
     public func bool(_ row: Int, _ column: Int) -> Bool? {
         if isNull(row, column) { return nil }
         return PQgetvalue(result, Int32(row), Int32(column))?.pointee == CChar(UInt8(ascii: "t"))

@@ -29,6 +29,23 @@ public struct AdEvent: Sendable, Hashable {
         self.isTest = test || AdEvent.testAdUnits.contains(adUnit)
     }
 
+    /// An event read back from the projector's own storage, whose `isTest` was computed when
+    /// it was first projected (no second look-up of the test ad units).
+    init(id: UUIDText, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String, assetKey: String?,
+         source: EventSource, adapter: String?, eea: Bool, reservation: Bool, isTest: Bool) {
+        self.id = id
+        self.type = type
+        self.correctedAt = correctedAt
+        self.adUnit = adUnit
+        self.formatId = formatId
+        self.assetKey = assetKey
+        self.source = source
+        self.adapter = adapter
+        self.eea = eea
+        self.reservation = reservation
+        self.isTest = isTest
+    }
+
     public init(_ event: TrackingEvent) {
         self.init(id: event.id, type: event.type, correctedAt: event.correctedAt, adUnit: event.adUnit,
                   formatId: event.formatId, assetKey: event.assetKey, source: event.source, adapter: event.adapter,

@@ -3,11 +3,13 @@ import ServiceLifecycle
 
 /// How far the projections trail the log.
 public struct ProjectionLag: Sendable, Hashable {
-    /// Log events not yet projected (capped at `cap` to keep the count cheap).
+    /// Log events not yet projected: counted up to `cap`, estimated beyond it from the log's
+    /// sequence (a count of 100 000 rows cost 70-300 ms on every `/readyz` and report).
     public var events: Int
-    /// Seconds since the oldest unprojected event was received; 0 when caught up.
+    /// Seconds since the oldest unprojected event was received (of the first `cap` in log
+    /// order); 0 when caught up.
     public var seconds: Double
-    public static let cap = 100_000
+    public static let cap = 1_000
 }
 
 /// Maintains the projection tables from the log, exactly once.
@@ -117,47 +119,24 @@ public final class Projector: Service, Sendable {
     }
 
     static func step(on connection: Connection, window: Duration, limit: Int) throws -> Int {
-        // Projections can be rebuilt from the log and the checkpoint commits with them,
-        // so a lost commit is only work to redo: no need to wait for the WAL flush.
-        try connection.execute("SET LOCAL synchronous_commit = off")
+        // Projections can be rebuilt from the log and the checkpoint commits with them, so a
+        // lost commit is only work to redo: no need to wait for the WAL flush. The planner
+        // settings keep every statement of the step on its index (see ProjectorSQL.stepSettings).
+        try connection.execute(ProjectorSQL.stepSettings)
         try connection.query("SELECT pg_advisory_xact_lock(hashtext('tracker.projector'))")
         let (tx, seq) = try lockState(on: connection, window: window)
-        let rows = try connection.query(ProjectorSQL.nextEvents, [tx, String(seq), String(limit)])
+        let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
+                                        binaryResults: true)
         guard rows.rowCount > 0 else { return 0 }
 
-        var newEvents: [String: [AdEvent]] = [:]
-        for r in 0..<rows.rowCount {
-            guard let event = ProjectorSQL.adEvent(rows, r), let requestId = rows.string(r, 0) else { continue }
-            if AdEvent.isProjected(event.type) { newEvents[requestId, default: []].append(event) }
-        }
-        let last = rows.rowCount - 1
-        let lastTx = rows.string(last, 12) ?? tx
-        let lastSeq = rows.int64(last, 13) ?? seq
-
-        if !newEvents.isEmpty {
-            let existing = try loadAdEvents(Array(newEvents.keys), on: connection)
-            // An id the ad already has is a retry the log stored again because retention had
-            // forgotten its id with its partition (`ad_events` is kept): it changes nothing.
-            for (requestId, added) in newEvents {
-                guard let before = existing[requestId] else { continue }
-                let known = Set(before.lazy.map(\.id))
-                let fresh = added.filter { !known.contains($0.id) }
-                newEvents[requestId] = fresh.isEmpty ? nil : fresh
-            }
-            let rules = AdContribution(attributionWindow: window)
-            var delta = Contribution()
-            for (requestId, added) in newEvents {
-                let before = existing[requestId] ?? []
-                if !before.isEmpty { delta.subtract(rules.contribution(of: before)) }
-                delta.add(rules.contribution(of: before + added))
-            }
-            delta.removeZeros()
-            try insertAdEvents(newEvents, on: connection)
-            try ProjectionWriter.apply(delta, on: connection)
+        var strings = StringTable()
+        let batch = try LogBatch(rows, strings: &strings)
+        if !batch.events.isEmpty {
+            try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window), strings: &strings, on: connection)
         }
         try connection.query(
             "UPDATE projection_state SET checkpoint_tx = $1::xid8, checkpoint_seq = $2::bigint, events_projected = events_projected + $3::bigint, updated_at = now()",
-            [lastTx, String(lastSeq), String(rows.rowCount)])
+            [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
         return rows.rowCount
     }
 
@@ -178,52 +157,6 @@ public final class Projector: Service, Sendable {
         return (tx, seq)
     }
 
-    static func loadAdEvents(_ requestIds: [String], on connection: Connection) throws -> [String: [AdEvent]] {
-        var ids = BinaryArray(.text, capacity: requestIds.count)
-        for id in requestIds { ids.append(id) }
-        let rows = try connection.query(ProjectorSQL.adEventsOfAds, [ids.parameter])
-        var out: [String: [AdEvent]] = [:]
-        for r in 0..<rows.rowCount {
-            guard let requestId = rows.string(r, 0), let event = ProjectorSQL.adEvent(rows, r) else { continue }
-            out[requestId, default: []].append(event)
-        }
-        return out
-    }
-
-    static func insertAdEvents(_ events: [String: [AdEvent]], on connection: Connection) throws {
-        let count = events.values.reduce(0) { $0 + $1.count }
-        var requestId = BinaryArray(.text, capacity: count)
-        var id = BinaryArray(.uuid, capacity: count)
-        var type = BinaryArray(.text, capacity: count)
-        var correctedAt = BinaryArray(.timestamptz, capacity: count)
-        var adUnit = BinaryArray(.text, capacity: count)
-        var formatId = BinaryArray(.text, capacity: count)
-        var assetKey = BinaryArray(.text, capacity: count)
-        var source = BinaryArray(.text, capacity: count)
-        var adapter = BinaryArray(.text, capacity: count)
-        var eea = BinaryArray(.bool, capacity: count)
-        var reservation = BinaryArray(.bool, capacity: count)
-        var isTest = BinaryArray(.bool, capacity: count)
-        for (ad, list) in events {
-            for e in list {
-                requestId.append(ad)
-                id.append(e.id)
-                type.append(e.type.rawValue)
-                correctedAt.append(e.correctedAt)
-                adUnit.append(e.adUnit)
-                formatId.append(e.formatId)
-                assetKey.append(e.assetKey)
-                source.append(e.source.rawValue)
-                adapter.append(e.adapter)
-                eea.append(e.eea)
-                reservation.append(e.reservation)
-                isTest.append(e.isTest)
-            }
-        }
-        try connection.query(ProjectorSQL.insertAdEvents, [requestId, id, type, correctedAt, adUnit, formatId, assetKey,
-                                                          source, adapter, eea, reservation, isTest].map(\.parameter))
-    }
-
     /// Events and seconds the projections trail the log.
     public func lag() async throws -> ProjectionLag {
         try await Self.lag(pool)
@@ -232,7 +165,10 @@ public final class Projector: Service, Sendable {
     public static func lag(_ pool: ConnectionPool) async throws -> ProjectionLag {
         try await pool.withConnection { connection in
             let r = try connection.query(ProjectorSQL.lag, [String(ProjectionLag.cap)])
-            return ProjectionLag(events: Int(r.int64(0, 0) ?? 0), seconds: Double(r.string(0, 1) ?? "0") ?? 0)
+            let counted = Int(r.int64(0, 0) ?? 0)
+            let estimated = Int(r.int64(0, 2) ?? 0)
+            return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
+                                 seconds: Double(r.string(0, 1) ?? "0") ?? 0)
         }
     }
 }
@@ -263,15 +199,29 @@ public enum ProjectorError: Error, Sendable, CustomStringConvertible {
 }
 
 enum ProjectorSQL {
-    /// Columns: 0 request_id, 1 id, 2 type, 3 corrected_at (µs), 4 ad_unit, 5 format_id, 6 asset_key,
-    /// 7 source, 8 adapter, 9 eea, 10 reservation, 11 test, 12 tx, 13 seq.
+    /// Every statement of a step wants its index: the log in (tx, seq) order, `ad_state` by
+    /// request id or ctid, the day tables by primary key. The planner does not always see it:
+    /// before autovacuum has analysed today's partition (or after it grew since) it estimates
+    /// a few thousand rows behind the checkpoint and sorts the whole partition instead of
+    /// reading the index in order (1 s instead of 40 ms per step of 20 000 events on 300 000
+    /// logged events, docs/PROJECTOR-DESIGN.md). A disabled plan's cost (10^10) is above
+    /// `jit_above_cost`, and compiling a one-row UPDATE with LLVM took 50-90 ms: no JIT (the
+    /// step's statements are short). SET LOCAL ends with the step's transaction.
+    static let stepSettings = """
+        SET LOCAL synchronous_commit = off; SET LOCAL jit = off; SET LOCAL enable_sort = off;
+        SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off;
+        SET LOCAL enable_mergejoin = off
+        """
+
+    /// Binary columns: 0 request_id, 1 id, 2 type, 3 corrected_at, 4 ad_unit, 5 format_id, 6 asset_key,
+    /// 7 source, 8 adapter, 9 eea, 10 reservation, 11 test, 12 tx, 13 seq (read by `LogBatch`).
     static let nextEvents = """
-        SELECT request_id, id::text, type::text, (extract(epoch FROM corrected_at) * 1000000)::bigint,
-               ad_unit, format_id, asset_key, source::text, adapter, eea, reservation, test, tx::text, seq
+        SELECT request_id, id, type, corrected_at, ad_unit, format_id, asset_key, source, adapter, eea, reservation,
+               test, tx, seq
         FROM events
         WHERE (tx, seq) > ($1::xid8, $2::bigint)
           AND tx < pg_snapshot_xmin(pg_current_snapshot())
-        ORDER BY events.tx, events.seq  -- the table's xid8, not the text column of the same name
+        ORDER BY events.tx, events.seq  -- the table's xid8 (a text column of the same name would sort as text)
         LIMIT $3::int
         """
 
@@ -297,26 +247,13 @@ enum ProjectorSQL {
         FROM projection_state s
         """
 
-    static let adEventsOfAds = """
-        SELECT request_id, id::text, type::text, (extract(epoch FROM corrected_at) * 1000000)::bigint,
-               ad_unit, format_id, asset_key, source::text, adapter, eea, reservation, is_test
-        FROM ad_events
-        WHERE request_id = ANY($1::text[])
-        """
-
-    static let insertAdEvents = """
-        INSERT INTO ad_events (request_id, id, type, corrected_at, ad_unit, format_id, asset_key, source,
-                               adapter, eea, reservation, is_test)
-        SELECT r, i, t::event_type, c, u, f, a, s::event_source, d, e, v, x
-        FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[],
-                    $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[])
-            AS n(r, i, t, c, u, f, a, s, d, e, v, x)
-        """
-
     /// The checkpoint goes in as scalar subqueries, which the planner turns into parameters
     /// of an index condition on (tx, seq); joined in as a row it scanned the whole log.
+    /// Column 2 estimates the events behind from `event_seq` (every logged event took a number;
+    /// off by at most the 64 numbers each writer connection caches).
     static let lag = """
-        SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text
+        SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
+               (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)
         FROM (
             SELECT received_at FROM events
             WHERE (tx, seq) > ((SELECT checkpoint_tx FROM projection_state), (SELECT checkpoint_seq FROM projection_state))
@@ -324,17 +261,4 @@ enum ProjectorSQL {
             LIMIT $1::int
         ) pending
         """
-
-    /// Reads an event from a row laid out as `nextEvents` / `adEventsOfAds` (columns 1...11).
-    static func adEvent(_ rows: QueryResult, _ r: Int) -> AdEvent? {
-        guard let idText = rows.string(r, 1), let id = UUIDText(idText),
-              let type = rows.string(r, 2).flatMap(EventType.init(rawValue:)),
-              let micros = rows.int64(r, 3),
-              let adUnit = rows.string(r, 4), let formatId = rows.string(r, 5),
-              let source = rows.string(r, 7).flatMap(EventSource.init(rawValue:))
-        else { return nil }
-        return AdEvent(id: id, type: type, correctedAt: Timestamp(microseconds: micros), adUnit: adUnit,
-                       formatId: formatId, assetKey: rows.string(r, 6), source: source, adapter: rows.string(r, 8),
-                       eea: rows.bool(r, 9) ?? false, reservation: rows.bool(r, 10) ?? false, test: rows.bool(r, 11) ?? false)
-    }
 }

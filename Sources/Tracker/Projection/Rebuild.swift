@@ -13,18 +13,21 @@ public struct RebuildProgress: Sendable {
 /// The fresh tables live in the schema `tracker_rebuild` while they are built, so the server
 /// keeps serving reports from the current ones. Phases:
 /// 1. take the log horizon H (the snapshot's xmin: every event with tx < H is final);
-/// 2. copy those events' projected fields into `tracker_rebuild.ad_events` inside PostgreSQL;
-/// 3. read them back ordered by ad and sum every ad's contribution (the same pure function
-///    the incremental projector uses) into the new day tables;
-/// 4. catch up from H with the incremental projector, pointed at the new schema, at least to
+/// 2. "copying": stream every final event out of the log (binary COPY, partition by
+///    partition, in the log's physical order) into spill files by a hash of the ad
+///    (`RebuildBuckets`), so each ad's events end up in one file;
+/// 3. "projecting": one file at a time, group the events by ad, sum every ad's contribution
+///    (the same pure function the incremental projector uses) and stream each ad's packed
+///    state into the new `ad_state` (binary COPY); then write the day tables;
+/// 4. "indexing": the primary key of the new `ad_state`;
+/// 5. catch up from H with the incremental projector, pointed at the new schema, at least to
 ///    the newest event committed when the rebuild began;
-/// 5. under the projector lock, project the last events and swap the schemas in one transaction.
+/// 6. under the projector lock, project the last events and swap the schemas in one transaction.
 public struct Rebuild: Sendable {
     private let pool: ConnectionPool
     private let attributionWindow: Duration
     private let logger: Logger
-    static let projectionTables = ["ad_events", "format_day", "asset_day", "source_day", "projection_state"]
-    static let fetchSize = 50_000
+    static let projectionTables = ["ad_state", "format_day", "asset_day", "source_day", "projection_state"]
 
     public init(pool: ConnectionPool, attributionWindow: Duration = .seconds(3600), logger: Logger) {
         self.pool = pool
@@ -70,69 +73,115 @@ public struct Rebuild: Sendable {
             try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
             try c.execute("CREATE SCHEMA tracker_rebuild")
             for table in Self.projectionTables {
-                // ad_events gets its index after the bulk copy: building it once is far cheaper.
-                let indexes = table == "ad_events" ? " EXCLUDING INDEXES" : ""
+                // ad_state gets its primary key after the bulk copy: building it once is far cheaper.
+                let indexes = table == "ad_state" ? " EXCLUDING INDEXES" : ""
                 try c.execute("CREATE TABLE tracker_rebuild.\(table) (LIKE public.\(table) INCLUDING ALL\(indexes))")
+                // LIKE copies no storage parameters (ad_state's fillfactor).
+                if let options = try c.query(RebuildSQL.storageOptions, ["public.\(table)"]).string(0, 0), !options.isEmpty {
+                    try c.execute("ALTER TABLE tracker_rebuild.\(table) SET (\(options))")
+                }
             }
-            let total = Int(try c.query("SELECT count(*) FROM events WHERE tx < $1::xid8", [horizon]).int64(0, 0) ?? 0)
+            // The planner's row estimates, for the progress bar only; the rows read are counted.
+            let estimate = Int(try c.query(RebuildSQL.estimatedEvents).int64(0, 0) ?? 0)
 
-            // 2. The per-ad copy of the log, one partition at a time so progress can be shown.
+            // 2. The log, partition by partition, into spill files by ad.
             let partitions = try c.query("""
                 SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                 WHERE i.inhparent = 'public.events'::regclass ORDER BY c.relname
                 """).rows.compactMap { $0.first ?? nil }
                 // Partition names are ours (events_YYYYMMDD); anything else is not read.
                 .filter { $0.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F } }
-            var copied = 0
-            progress(RebuildProgress(phase: "copying", done: 0, total: total, elapsed: ContinuousClock.now - started))
+            let buckets = try RebuildBuckets(expectedEvents: estimate)
+            func report(_ phase: String, _ done: Int, _ total: Int) {
+                progress(RebuildProgress(phase: phase, done: done, total: total, elapsed: ContinuousClock.now - started))
+            }
+            report("copying", 0, estimate)
             // The rebuilt tables are not live until the swap, whose commit is durable.
             try c.execute("SET synchronous_commit = off")
-            try c.execute("SET work_mem = '256MB'")
             try c.execute("SET maintenance_work_mem = '512MB'")
-            defer { try? c.execute("RESET synchronous_commit; RESET work_mem; RESET maintenance_work_mem") }
-            for partition in partitions {
-                copied += try c.query(RebuildSQL.copyAdEvents(from: partition), [horizon]).affectedRows
-                progress(RebuildProgress(phase: "copying", done: copied, total: total, elapsed: ContinuousClock.now - started))
+            defer { try? c.execute("RESET synchronous_commit; RESET maintenance_work_mem") }
+            guard let horizonNumber = UInt64(horizon) else {
+                throw DatabaseError(.unexpectedResult, serverMessage: "snapshot xmin is not a number: \(horizon)")
             }
+            var lastReport = ContinuousClock.now
+            for partition in partitions {
+                var stream = RebuildBuckets.CopyStream()
+                try c.copyOut(RebuildSQL.copyLog(from: partition, below: horizonNumber)) { message in
+                    try buckets.spill(message, &stream)
+                    if buckets.rowsRead & 0xFFFF == 0, ContinuousClock.now - lastReport > .milliseconds(200) {
+                        lastReport = ContinuousClock.now
+                        report("copying", buckets.rowsRead, max(estimate, buckets.rowsRead))
+                    }
+                }
+            }
+            try buckets.finishSpilling()
+            let total = buckets.rowsRead
+            let projected = buckets.eventsSpilled
+            report("copying", total, total)
 
-            try c.execute("ANALYZE tracker_rebuild.ad_events")
-
-            // 3. Every ad's contribution, summed in memory (the day tables are small), then written.
+            // 3. Every ad's contribution and packed state, one spill file at a time.
             let rules = AdContribution(attributionWindow: window)
             var sum = Contribution()
-            var read = 0
-            try c.transaction {
-                try c.execute(RebuildSQL.declareCursor)
-                var currentAd: String?
-                var events: [AdEvent] = []
-                while true {
-                    let rows = try c.query(RebuildSQL.fetch)
-                    if rows.rowCount == 0 { break }
-                    for r in 0..<rows.rowCount {
-                        guard let ad = rows.string(r, 0), let event = ProjectorSQL.adEvent(rows, r) else { continue }
-                        if ad != currentAd {
-                            if !events.isEmpty { rules.accumulate(events, into: &sum) }
-                            events.removeAll(keepingCapacity: true)
-                            currentAd = ad
-                        }
-                        events.append(event)
-                    }
-                    read += rows.rowCount
-                    progress(RebuildProgress(phase: "projecting", done: read, total: copied, elapsed: ContinuousClock.now - started))
+            var strings = StringTable()
+            var done = 0
+            var bucket = 0
+            var failure: (any Error)?
+            report("projecting", 0, projected)
+            // Binary COPY: "PGCOPY\n\377\r\n\0", no flags, no header extension.
+            let header: [UInt8] = [0x50, 0x47, 0x43, 0x4F, 0x50, 0x59, 0x0A, 0xFF, 0x0D, 0x0A, 0x00, 0, 0, 0, 0, 0, 0, 0, 0]
+            var sentHeader = false
+            var finished = false
+            let chunks = AnyIterator<[UInt8]> {
+                if finished { return nil }
+                var out: [UInt8] = []
+                if !sentHeader { out = header; sentHeader = true }
+                guard bucket < buckets.count else {
+                    out += [0xFF, 0xFF]  // the trailer
+                    finished = true
+                    return out
                 }
-                if !events.isEmpty { rules.accumulate(events, into: &sum) }
-                sum.removeZeros()
+                do {
+                    let ads = try buckets.ads(in: bucket, strings: &strings)
+                    out.reserveCapacity(out.count + ads.count * 80)
+                    var state: [UInt8] = []
+                    for (ad, events) in ads {
+                        rules.accumulate(events, into: &sum)
+                        state.removeAll(keepingCapacity: true)
+                        AdState.encode(events, into: &state)
+                        out += [0, 2]
+                        RebuildBuckets.appendI32(ad.utf8.count, &out)
+                        out.append(contentsOf: ad.utf8)
+                        RebuildBuckets.appendI32(state.count, &out)
+                        out.append(contentsOf: state)
+                        done += events.count
+                    }
+                } catch {
+                    failure = error
+                    finished = true
+                    return nil  // ends the COPY early; the error is rethrown below
+                }
+                bucket += 1
+                report("projecting", done, projected)
+                return out
+            }
+            try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)",
+                         chunks: IteratorSequence(chunks))
+            if let failure { throw failure }
+            sum.removeZeros()
+            try c.transaction {
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
                 try ProjectionWriter.apply(sum, on: c)
                 try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds)])
             }
+            let read = done
 
-            // The incremental projector finds an ad's events by this index from now on.
-            progress(RebuildProgress(phase: "indexing", done: read, total: copied, elapsed: ContinuousClock.now - started))
-            try c.execute("CREATE INDEX ad_events_by_ad ON tracker_rebuild.ad_events (request_id)")
+            // The incremental projector finds an ad's state by this key from now on.
+            report("indexing", read, projected)
+            try c.execute("ALTER TABLE tracker_rebuild.ad_state ADD PRIMARY KEY (request_id)")
+            try c.execute("ANALYZE tracker_rebuild.ad_state")
 
             // 4. Catch up with what arrived meanwhile, in the new schema.
-            progress(RebuildProgress(phase: "catch-up+swap", done: read, total: copied, elapsed: ContinuousClock.now - started))
+            report("catch-up+swap", read, projected)
             // Every event committed before the rebuild started is in before the swap, even one
             // that an open transaction elsewhere kept below the horizon's reach until now.
             let caughtUp = try Projector.catchUp(on: c, to: head, window: window, limit: 20_000,
@@ -162,28 +211,26 @@ enum RebuildSQL {
     /// Days retention dropped from the log (`tracker retention`): a rebuild cannot reproduce them.
     static let droppedDays = "SELECT count(*), min(day)::text, max(day)::text FROM retention_runs"
 
-    /// The projected fields of one partition's final events (the table name comes from pg_class).
-    static func copyAdEvents(from partition: String) -> String {
+    /// Every final event of one partition, the columns `RebuildBuckets.spill` reads (the table name
+    /// comes from pg_class, the horizon is a number).
+    static func copyLog(from partition: String, below horizon: UInt64) -> String {
         """
-        INSERT INTO tracker_rebuild.ad_events (request_id, id, type, corrected_at, ad_unit, format_id, asset_key,
-                                               source, adapter, eea, reservation, is_test)
-        SELECT request_id, id, type, corrected_at, ad_unit, format_id, asset_key, source, adapter, eea, reservation,
-               test OR ad_unit IN ('/6499/example/native', '/6499/example/native-backfill',
-                                   '/21775744923/example/native', '/21775744923/example/native-backfill')
-        FROM public.\(partition)
-        WHERE tx < $1::xid8 AND type NOT IN ('video_pause', 'video_mute', 'video_unmute')
+        COPY (SELECT request_id, id, type, corrected_at, ad_unit, format_id, asset_key, source, adapter, eea,
+                     reservation, test
+              FROM public.\(partition) WHERE tx < '\(horizon)'::xid8) TO STDOUT (FORMAT binary)
         """
     }
 
-    static let declareCursor = """
-        DECLARE rebuild_ads NO SCROLL CURSOR FOR
-        SELECT request_id, id::text, type::text, (extract(epoch FROM corrected_at) * 1000000)::bigint,
-               ad_unit, format_id, asset_key, source::text, adapter, eea, reservation, is_test
-        FROM tracker_rebuild.ad_events
-        ORDER BY request_id
+    /// The log's size as the planner estimates it, or from its bytes (about 200 per event) for a
+    /// partition not analysed yet: it sizes the spill files and the first progress bar.
+    static let estimatedEvents = """
+        SELECT COALESCE(sum(GREATEST(c.reltuples, pg_relation_size(c.oid) / 200)), 0)::bigint
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'public.events'::regclass
         """
 
-    static let fetch = "FETCH \(Rebuild.fetchSize) FROM rebuild_ads"
+    /// A table's storage parameters (`fillfactor=90`), comma-separated, or NULL.
+    static let storageOptions = "SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = $1::regclass"
 
     /// Checkpoint just below the horizon: everything with tx < H is in, nothing at or above it.
     static let initialState = """

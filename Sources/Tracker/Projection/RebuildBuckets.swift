@@ -1,0 +1,200 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The rebuild's way from the log, in log order, to every ad's events together, without a
+/// sort in PostgreSQL and without holding the whole log in memory.
+///
+/// The log arrives as `COPY … (FORMAT binary)`; each projected event goes, packed as an
+/// `AdState` record behind its request id, into one of `count` spill files chosen by a hash of
+/// the request id. Every ad therefore lands in exactly one file, and one file at a time fits in
+/// memory: reading it back and grouping by request id gives each ad's whole history.
+final class RebuildBuckets {
+    let count: Int
+    private let directory: String
+    private var files: [UnsafeMutablePointer<FILE>]
+    private var buffers: [[UInt8]]
+    private static let flushAt = 1 << 18
+    /// Log rows read (projected or not) and projected events spilled.
+    private(set) var rowsRead = 0
+    private(set) var eventsSpilled = 0
+
+    /// About `eventsPerBucket` events per file for `expectedEvents`, between 1 and 256 files.
+    init(expectedEvents: Int, eventsPerBucket: Int = 500_000) throws {
+        count = max(1, min(256, (expectedEvents + eventsPerBucket - 1) / eventsPerBucket))
+        let base = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
+        var template = Array((base + "/tracker-rebuild-XXXXXX").utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw RebuildError.spill("cannot create a directory in \(base) (set TMPDIR)")
+        }
+        directory = String(cString: made)
+        files = []
+        buffers = Array(repeating: [], count: count)
+        for i in 0..<count {
+            guard let f = fopen("\(directory)/\(i)", "w+") else {
+                for f in files { fclose(f) }
+                throw RebuildError.spill("cannot create a spill file in \(directory)")
+            }
+            files.append(f)
+        }
+    }
+
+    deinit {
+        for f in files { fclose(f) }
+        for i in 0..<count { unlink("\(directory)/\(i)") }
+        rmdir(directory)
+    }
+
+    // MARK: Spilling the log
+
+    /// Where a binary COPY of one log partition stands: its header comes with the first row.
+    struct CopyStream {
+        var headerSeen = false
+    }
+
+    /// Reads one message of a binary COPY with the columns of `RebuildSQL.copyLog`.
+    func spill(_ message: UnsafeRawBufferPointer, _ stream: inout CopyStream) throws {
+        var offset = 0
+        if !stream.headerSeen {
+            // "PGCOPY\n\377\r\n\0", flags (i32), header extension length (i32) and extension.
+            guard message.count >= 19, message[0] == UInt8(ascii: "P") else { throw RebuildError.copyFormat }
+            offset = 19 + Int(Self.i32(message, 15))
+            stream.headerSeen = true
+            if offset >= message.count { return }
+        }
+        let fields = Int(Int16(bitPattern: UInt16(message[offset]) << 8 | UInt16(message[offset + 1])))
+        if fields == -1 { return }  // the trailer
+        guard fields == 12 else { throw RebuildError.copyFormat }
+        offset += 2
+        var spans: [(start: Int, length: Int)] = []
+        spans.reserveCapacity(12)
+        for _ in 0..<12 {
+            guard offset + 4 <= message.count else { throw RebuildError.copyFormat }
+            let length = Int(Self.i32(message, offset))
+            offset += 4
+            spans.append((offset, length))
+            if length > 0 { offset += length }
+        }
+        rowsRead += 1
+        // 0 request_id, 1 id, 2 type, 3 corrected_at, 4 ad_unit, 5 format_id, 6 asset_key,
+        // 7 source, 8 adapter, 9 eea, 10 reservation, 11 test
+        func field(_ i: Int) -> UnsafeRawBufferPointer {
+            let s = spans[i]
+            return s.length > 0 ? UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length]) : UnsafeRawBufferPointer(start: nil, count: 0)
+        }
+        guard let type = LogBatch.label(field(2), in: LogBatch.types), let source = LogBatch.label(field(7), in: LogBatch.sources),
+              spans[1].length == 16, spans[3].length == 8 else { throw RebuildError.copyFormat }
+        guard AdEvent.isProjected(type) else { return }
+        let requestId = field(0), adUnit = field(4)
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
+        let bucket = Int(hash % UInt64(count))
+        let test = LogBatch.bool(field(11)) || AdState.isTestAdUnit(adUnit)
+        var flags: UInt8 = 0
+        if LogBatch.bool(field(9)) { flags |= AdState.Flag.eea }
+        if LogBatch.bool(field(10)) { flags |= AdState.Flag.reservation }
+        if test { flags |= AdState.Flag.test }
+        if spans[6].length >= 0 { flags |= AdState.Flag.hasAssetKey }
+        if spans[8].length >= 0 { flags |= AdState.Flag.hasAdapter }
+        let micros = UInt64(bitPattern: Self.i64(message, spans[3].start) &+ BinaryArray.postgresEpochOffset)
+        var out = buffers[bucket]
+        buffers[bucket] = []
+        Self.appendU16(requestId.count, &out)
+        out.append(contentsOf: requestId)
+        out.append(UInt8(truncatingIfNeeded: AdState.types.firstIndex(of: type)!))
+        out.append(UInt8(truncatingIfNeeded: AdState.sources.firstIndex(of: source)!))
+        out.append(flags)
+        out.append(contentsOf: field(1))
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: micros >> UInt64(shift))) }
+        for i in [4, 5, 6, 8] where spans[i].length >= 0 {
+            Self.appendU16(spans[i].length, &out)
+            out.append(contentsOf: field(i))
+        }
+        eventsSpilled += 1
+        if out.count >= Self.flushAt {
+            try write(out, to: bucket)
+            out.removeAll(keepingCapacity: true)
+        }
+        buffers[bucket] = out
+    }
+
+    /// Writes what is still buffered; call once the whole log has been spilled.
+    func finishSpilling() throws {
+        for i in 0..<count where !buffers[i].isEmpty {
+            try write(buffers[i], to: i)
+            buffers[i] = []
+        }
+    }
+
+    private func write(_ bytes: [UInt8], to bucket: Int) throws {
+        let written = bytes.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, files[bucket]) }
+        guard written == bytes.count else { throw RebuildError.spill("cannot write a spill file in \(directory) (disk full?)") }
+    }
+
+    // MARK: Reading a bucket back
+
+    /// Every ad of bucket `index` with all its projected events (in no particular order).
+    func ads(in index: Int, strings: inout StringTable) throws -> [String: [AdEvent]] {
+        let f = files[index]
+        fflush(f)
+        fseek(f, 0, SEEK_END)
+        let size = ftell(f)
+        fseek(f, 0, SEEK_SET)
+        var bytes = [UInt8](repeating: 0, count: size)
+        let read = bytes.withUnsafeMutableBytes { fread($0.baseAddress, 1, size, f) }
+        guard read == size else { throw RebuildError.spill("cannot read back a spill file in \(directory)") }
+        var ads: [String: [AdEvent]] = [:]
+        try bytes.withUnsafeBytes { all in
+            var reader = ByteReader(all)
+            var unit = "", format = ""
+            while !reader.isAtEnd {
+                guard let length = reader.u16(), let requestId = reader.take(length),
+                      let event = AdState.decodeRecord(&reader, unit: &unit, format: &format, first: true, strings: &strings)
+                else { throw RebuildError.spillFormat }
+                ads[String(decoding: requestId, as: UTF8.self), default: []].append(event)
+            }
+        }
+        return ads
+    }
+
+    // MARK: Binary helpers
+
+    static func i32(_ b: UnsafeRawBufferPointer, _ at: Int) -> Int32 {
+        Int32(bitPattern: UInt32(b[at]) << 24 | UInt32(b[at + 1]) << 16 | UInt32(b[at + 2]) << 8 | UInt32(b[at + 3]))
+    }
+
+    static func i64(_ b: UnsafeRawBufferPointer, _ at: Int) -> Int64 {
+        var v: UInt64 = 0
+        for i in 0..<8 { v = v << 8 | UInt64(b[at + i]) }
+        return Int64(bitPattern: v)
+    }
+
+    static func appendU16(_ v: Int, _ out: inout [UInt8]) {
+        out.append(UInt8(truncatingIfNeeded: v >> 8))
+        out.append(UInt8(truncatingIfNeeded: v))
+    }
+
+    static func appendI32(_ v: Int, _ out: inout [UInt8]) {
+        let u = UInt32(truncatingIfNeeded: v)
+        out.append(UInt8(truncatingIfNeeded: u >> 24))
+        out.append(UInt8(truncatingIfNeeded: u >> 16))
+        out.append(UInt8(truncatingIfNeeded: u >> 8))
+        out.append(UInt8(truncatingIfNeeded: u))
+    }
+}
+
+enum RebuildError: Error, Sendable, CustomStringConvertible {
+    case spill(String)
+    case spillFormat
+    case copyFormat
+
+    var description: String {
+        switch self {
+        case .spill(let message): "rebuild: \(message)"
+        case .spillFormat: "rebuild: a spill file does not hold what was written to it"
+        case .copyFormat: "rebuild: unexpected binary COPY data from the log"
+        }
+    }
+}
