@@ -36,13 +36,16 @@ struct ScaleOutTests {
                     }
                 }
             }
+            // Every sender stops a third of the way in; once all wait, they go on at a steady pace and
+            // the tracker is killed at once, so requests are in flight and later ones meet the dead
+            // tracker before the balancer's health check (200 ms) marks it down.
             let deadline = ContinuousClock.now + .seconds(60)
-            while stream.acknowledgedBatches < bodies.count / 3, ContinuousClock.now < deadline {
+            while stream.waitingAtGate < Self.senders, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(10))
             }
+            stream.openGate()
             await first.kill9()
             let beforeKill = stream.acknowledgedBatches
-            stream.killed()
             await sending.value
             let retries = try balancer.retries()
             print("scale-out: killed t1 after \(beforeKill) of \(bodies.count) batches; served by \(stream.servedBy); " +
@@ -108,20 +111,24 @@ final class StreamProgress: @unchecked Sendable {
         }
     }
 
-    private let kill = NSCondition()
-    private var _killed = false
+    private let gate = NSCondition()
+    private var _waitingAtGate = 0, _gateOpen = false
 
-    /// Lets senders waiting in `waitForKill` go on.
-    func killed() {
-        kill.withLock { _killed = true }
-        kill.broadcast()
+    /// Senders waiting in `waitAtGate`.
+    var waitingAtGate: Int { gate.withLock { _waitingAtGate } }
+
+    /// Lets the senders waiting in `waitAtGate` go on.
+    func openGate() {
+        gate.withLock { _gateOpen = true }
+        gate.broadcast()
     }
 
-    /// Waits until `killed()` was called, at most 60 s.
-    func waitForKill() {
+    /// Waits until `openGate()` was called, at most 60 s.
+    func waitAtGate() {
         let deadline = Date().addingTimeInterval(60)
-        kill.withLock {
-            while !_killed, kill.wait(until: deadline) {}
+        gate.withLock {
+            _waitingAtGate += 1
+            while !_gateOpen, gate.wait(until: deadline) {}
         }
     }
 
@@ -135,8 +142,10 @@ func deliver(_ bodies: [Data], key: String, via client: HTTPClient, progress: St
     await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
         Thread.detachNewThread {
             for (index, body) in bodies.enumerated() {
-                // The last third waits for the kill, so it comes mid-stream however the threads are scheduled.
-                if pausingForKill, index == bodies.count * 2 / 3 { progress.waitForKill() }
+                if pausingForKill {
+                    if index == bodies.count / 3 { progress.waitAtGate() }
+                    if index > bodies.count / 3 { Thread.sleep(forTimeInterval: 0.025) }
+                }
                 var acknowledged = false
                 for attempt in 0..<40 where !acknowledged {
                     if attempt > 0 {
