@@ -49,8 +49,9 @@ psql "$DATABASE_URL" -qc "DROP TABLE bench_copy; DROP TABLE bench_source"
 printf '(a) psql \\copy baseline: %d rows in %.2f s = %.0f rows/s\n' "$rows" "$(echo "$end - $start" | bc -l)" "$copy_rate" | tee "$out/ingest.txt"
 
 # TRACKER_PROJECTOR=off measures ingestion alone (the projector can run elsewhere: tracker project).
-echo "server: TRACKER_PROJECTOR=$projector TRACKER_WRITERS=${TRACKER_WRITERS:-3}, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources sql || echo "+changes")${BENCH_BIN:+ (binary $BENCH_BIN)}, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"
-TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$out/server.log" 2>&1 &
+echo "server: TRACKER_PROJECTOR=$projector TRACKER_WRITERS=${TRACKER_WRITERS:-3} TRACKER_METRICS=${TRACKER_METRICS:-on} TRACKER_LOG_LEVEL=${TRACKER_LOG_LEVEL:-info}, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources sql || echo "+changes")${BENCH_BIN:+ (binary $BENCH_BIN)}, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"
+# Default settings: metrics on, logs at info as JSON lines (TRACKER_METRICS=off to compare).
+TRACKER_LOG_LEVEL=${TRACKER_LOG_LEVEL:-info} "$bin" serve --port "$http" >"$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:$http/healthz >/dev/null && break; sleep 0.1; done
 

@@ -9,4 +9,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/python-tests.sh
 python_tests_setup libjs-chart.js
-run_pytest test_contract.py "$@"
+run_pytest test_contract.py test_metrics.py "$@"

@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import NIOCore
 import Logging
+import Prometheus
 import ServiceLifecycle
 import Tracker
 
@@ -12,27 +13,42 @@ struct ServerDependencies: Sendable {
     var log: EventLog
     var migrator: Migrator
     var reports: Reports
+    var audit: AdAudit
     var rateLimiter: RateLimiter?
     var maxConcurrentBatches: Int
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
+    /// The Prometheus registry `/metrics` serves; `nil` when metrics are off.
+    var metricsRegistry: PrometheusCollectorRegistry? = nil
+    /// The pools whose connections `/metrics` reports, by name (`primary`, `reports`).
+    var metricsPools: [NamedPool] = []
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     let router = Router()
+    router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
     HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
+    AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
-                admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes))
+                admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
+                metrics: IngestMetrics())
         .register(on: router)
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
+    if let registry = deps.metricsRegistry {
+        MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log).register(on: router)
+    }
     return router
 }
 
-func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> some ApplicationProtocol {
+func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
+                      metricsRegistry: PrometheusCollectorRegistry? = nil) -> some ApplicationProtocol {
     let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize, logger: logger)
+    let reportPool = configuration.reportDatabaseURL.map {
+        ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
+    }
     var logConfiguration = EventLog.Configuration()
     logConfiguration.writers = configuration.writers
     let log = EventLog(pool: pool, configuration: logConfiguration, logger: logger)
@@ -41,13 +57,14 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         keys: APIKeys(pool: pool),
         log: log,
         migrator: Migrator(logger: logger),
-        reports: Reports(pool: configuration.reportDatabaseURL.map {
-            ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
-        } ?? pool, maxWait: configuration.reportWait),
+        reports: Reports(pool: reportPool ?? pool, maxWait: configuration.reportWait),
+        audit: AdAudit(pool: reportPool ?? pool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         maxConcurrentBatches: configuration.maxConcurrentBatches,
         bodyBudgetBytes: configuration.bodyBudgetBytes,
-        chartLibraryPath: configuration.chartLibraryPath)
+        chartLibraryPath: configuration.chartLibraryPath,
+        metricsRegistry: metricsRegistry,
+        metricsPools: [NamedPool(name: "primary", pool: pool)] + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []))
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(

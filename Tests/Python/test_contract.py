@@ -20,10 +20,10 @@ from conftest import REPOSITORY, RESULTS, free_port
 from events import API, click, event
 from openapi_contract import DOCUMENT_PATH, Contract
 
-# Documented endpoints the server does not serve yet (issue 9: the lead adds them). The test
-# asserts they still answer 404, so it fails (and says to move them out of here) once they
-# are served, and from then on checks them like every other endpoint.
-NOT_SERVED_YET = {("/metrics", "get"), ("/v1/ads/{requestId}", "get")}
+# Documented endpoints the server does not serve yet. The test asserts they still answer 404,
+# so it fails (and says to move them out of here) once they are served, and from then on
+# checks them like every other endpoint.
+NOT_SERVED_YET = set()
 
 STATUSES_TO_PROVOKE = {200, 304, 400, 401, 403, 404, 413, 415, 429, 503}
 
@@ -157,6 +157,19 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
         assert bad.json()["error"] == "invalid_parameter"
     contract.check_error_body(reporter.report("clicks", **days), "unknown_report")
 
+    # An ad's audit trail: every event of c-1 with its outcome; its errors.
+    trail = walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1"), 200).json()
+    assert [e["outcome"]["kind"] for e in trail["events"]].count("counted_impression") == 1
+    assert len(trail["events"]) == len(batch)
+    walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1?includeTest=true"), 200)
+    walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1?includeTest=maybe"), 400)
+    walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1", key=""), 401)
+    walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1", key=database.ingest_key), 403)
+    walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/no-such-ad"), 404)
+
+    # Metrics, without a key.
+    walk.check("/metrics", "get", ingest.get("/metrics", key=""), 200)
+
     # What no route answers.
     unknown = ingest.get("/v1/nothing", key="")
     assert unknown.status_code == 404
@@ -185,6 +198,7 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     walk.check("/v1/events", "post", degraded_api.post_events(batch, key=database.ingest_key), 503)
     for name in ("summary", "assets", "sources", "adchoices"):
         walk.check(f"/v1/reports/{name}", "get", degraded_api.report(name, **days), 503)
+    walk.check("/v1/ads/{requestId}", "get", degraded_api.get("/v1/ads/c-1"), 503)
     missing = walk.check("/dashboard/chart.js", "get", degraded_api.get("/dashboard/chart.js", key=""), 404)
     assert "/nonexistent/chart.min.js" in missing.json()["message"] and "libjs-chart.js" in missing.json()["message"]
     notice_page = walk.check("/", "get", degraded_api.get("/", key=""), 200)

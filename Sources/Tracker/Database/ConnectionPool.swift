@@ -31,6 +31,11 @@ public final class ConnectionPool: Sendable {
         self.logger = logger
     }
 
+    /// Connections lent out, connections idle in the pool, and borrowers waiting for one (for the pool gauges).
+    public var usage: (inUse: Int, idle: Int, waiting: Int) {
+        state.withLock { s in (s.slotCount - s.idle.count, s.idle.count, s.waiters.count) }
+    }
+
     /// Runs `body` with a connection of its own; the connection goes back to the pool afterwards.
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         let slot = try await acquire()

@@ -46,6 +46,12 @@ extension Duration {
         let (seconds, attoseconds) = components
         return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
     }
+
+    /// Whole nanoseconds of this duration (truncated toward zero), as timers record them.
+    public var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+    }
 }
 
 /// A UTC calendar day, the unit every report groups by.

@@ -6,6 +6,9 @@ public struct Rejection: Sendable, Hashable {
     public var id: String?
     /// Every rule the event breaks, each naming the field.
     public var error: String
+    /// The field of the first rule it breaks (`event` when it is not an object): a small,
+    /// fixed set of values, for the rejected-events metric.
+    public var reason: String = "event"
 }
 
 /// A batch split into the events to store and the ones refused.
@@ -101,7 +104,7 @@ public struct BatchDecoder: Sendable {
             case .failure(let violations):
                 var id: String?
                 if case .string(let text)? = value.member("id") { id = text }
-                rejected.append(Rejection(index: index, id: id, error: violations.text))
+                rejected.append(Rejection(index: index, id: id, error: violations.text, reason: violations.firstField ?? "event"))
             }
         }
         return DecodedBatch(accepted: accepted, rejected: rejected)

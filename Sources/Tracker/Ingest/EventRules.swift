@@ -41,7 +41,7 @@ struct EventRules {
         }
         let assetKey = v.optional(value, "assetKey") { text in Self.checkIdentifier(text, maxCharacters: 64) }
         if type == .click, assetKey == nil, !v.mentions("assetKey") {
-            v.add("assetKey is required for click: the asset name passed to performClickOnAsset (e.g. MainImage)")
+            v.add(about: "assetKey", "assetKey is required for click: the asset name passed to performClickOnAsset (e.g. MainImage)")
         }
         let clickAction = v.optional(value, "clickAction") { text in
             ClickAction(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(ClickAction.self))")
@@ -59,7 +59,7 @@ struct EventRules {
         if let occurredAt {
             switch correct(occurredAt: occurredAt) {
             case .ok(let t): correctedAt = t
-            case .broken(let message, _): v.add(message)
+            case .broken(let message, _): v.add(about: "occurredAt", message)
             }
         }
 
@@ -164,6 +164,8 @@ enum Check<T> {
 struct Violations: Error, Sendable, Equatable {
     private(set) var messages: [String] = []
     private var fields: Set<String> = []
+    /// The field of the first rule broken (`event` when the event is not an object), for metrics.
+    private(set) var firstField: String?
 
     init(_ messages: [String] = []) {
         self.messages = messages
@@ -176,9 +178,16 @@ struct Violations: Error, Sendable, Equatable {
         messages.append(message)
     }
 
+    /// A broken rule about `field` that the generic checks below do not see.
+    mutating func add(about field: String, _ message: String) {
+        if firstField == nil { firstField = field }
+        messages.append(message)
+    }
+
     func mentions(_ field: String) -> Bool { fields.contains(field) }
 
     private mutating func add(_ field: String, _ message: String) {
+        if firstField == nil { firstField = field }
         fields.insert(field)
         messages.append(message)
     }

@@ -1,4 +1,5 @@
 import Logging
+import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -59,12 +60,25 @@ public final class EventLog: Service, Sendable {
     private let configuration: Configuration
     private let logger: Logger
     private let state = Mutex(State())
+    /// Time of one group's statement and commit (the WAL flush included).
+    private let commitDuration = Timer(label: "tracker_commit_duration_seconds")
+    /// Events and requests sharing one commit: how well group commit groups.
+    private let commitEvents = Recorder(label: "tracker_commit_events")
+    private let commitRequests = Recorder(label: "tracker_commit_requests")
 
     public init(pool: ConnectionPool, configuration: Configuration = Configuration(), logger: Logger) {
         self.pool = pool
         self.configuration = configuration
         self.logger = logger
     }
+
+    /// Events accepted by requests and waiting for a writer (for the queue-depth gauge).
+    public var queuedEvents: Int {
+        state.withLock { $0.queuedEvents }
+    }
+
+    /// The most events that may wait; beyond it appends fail with `.overloaded`.
+    public var queueCapacity: Int { configuration.maxQueuedEvents }
 
     /// Stores `events` durably; returns only after their commit.
     public func append(_ events: [TrackingEvent], keyName: String) async throws(AppendError) -> AppendOutcome {
@@ -170,7 +184,11 @@ public final class EventLog: Service, Sendable {
     private func write(_ group: [Submission]) async {
         let batch = AppendBatch(group.map { ($0.events, $0.keyName) })
         do {
+            let started = ContinuousClock.now
             let stored = try await store(batch)
+            commitDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+            commitEvents.record(group.reduce(0) { $0 + $1.events.count })
+            commitRequests.record(group.count)
             for (i, submission) in group.enumerated() {
                 submission.continuation.resume(returning: batch.outcome(of: i, stored: stored))
             }

@@ -123,17 +123,17 @@ public struct AdContribution: Sendable {
     }
 
     private func add(_ events: [AdEvent], as cls: TrafficClass, to out: inout Contribution) {
-        let sorted = events.sorted(by: AdEvent.earlier)
-        func formatKey(_ e: AdEvent) -> ProjectionKey {
-            ProjectionKey(table: .format, trafficClass: cls, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId)
-        }
-        func assetKey(_ e: AdEvent) -> ProjectionKey {
-            ProjectionKey(table: .asset, trafficClass: cls, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId, assetKey: e.assetKey ?? "")
-        }
-        func sourceKey(_ e: AdEvent) -> ProjectionKey {
-            ProjectionKey(table: .source, trafficClass: cls, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId, adapter: e.adapter ?? "")
-        }
+        var rows = ContributionRows(trafficClass: cls)
+        swap(&rows.out, &out)  // lend `out` to the sink without copying its dictionary
+        fold(events, into: &rows)
+        swap(&rows.out, &out)
+    }
 
+    /// SPEC 5 over the events of one ad (one traffic class): tells `verdicts` what each event
+    /// became. The projections (`ContributionRows`) and the audit trail (`AdExplanation`) both
+    /// consume this, so the rules exist once.
+    func fold<Verdicts: AdVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
+        let sorted = events.sorted(by: AdEvent.earlier)
         var counted: AdEvent?
         var impressionSources = Set<EventSource>()
         var firstLoaded: AdEvent?
@@ -147,89 +147,198 @@ public struct AdContribution: Sendable {
         for e in sorted {
             switch e.type {
             case .impression:
-                if counted == nil {
-                    counted = e
-                    out.add(formatKey(e), Measure.Format.impressions)
+                if let first = counted {
+                    verdicts.duplicateImpression(e, of: first)
                 } else {
-                    out.add(formatKey(e), Measure.Format.duplicateImpressions)
+                    counted = e
+                    verdicts.countedImpression(e)
                 }
                 impressionSources.insert(e.source)
-                let bySource = switch e.source {
-                case .app: Measure.Source.appImpressions
-                case .sdk: Measure.Source.sdkImpressions
-                case .mediation: Measure.Source.mediationImpressions
-                }
-                out.add(sourceKey(e), bySource)
             case .adLoaded:
+                verdicts.adLoaded(e, earliest: firstLoaded == nil)
                 if firstLoaded == nil { firstLoaded = e }
             case .click:
                 if firstClick == nil { firstClick = e }
                 clickSources.insert(e.source)
                 clicksByAsset[e.assetKey ?? "", default: []].append(e)
             case .adchoicesImpression:
-                if firstAdchoicesImpression == nil {
+                if let first = firstAdchoicesImpression {
+                    verdicts.duplicateAdchoicesImpression(e, of: first)
+                } else {
                     firstAdchoicesImpression = e
-                    out.add(formatKey(e), Measure.Format.adchoicesImpressions)
+                    verdicts.countedAdchoicesImpression(e)
                 }
             case .adchoicesClick:
-                out.add(formatKey(e), Measure.Format.adchoicesClicks)
+                verdicts.adchoicesClick(e)
             case .videoPlay:
-                if firstVideoPlay == nil {
-                    firstVideoPlay = e
-                    out.add(formatKey(e), Measure.Format.videoPlays)
-                }
+                verdicts.video(e, countedAs: firstVideoPlay == nil ? .videoPlays : nil)
+                if firstVideoPlay == nil { firstVideoPlay = e }
             case .videoEnd:
-                if firstVideoEnd == nil {
-                    firstVideoEnd = e
-                    out.add(formatKey(e), Measure.Format.videoEnds)
-                }
+                verdicts.video(e, countedAs: firstVideoEnd == nil ? .videoEnds : nil)
+                if firstVideoEnd == nil { firstVideoEnd = e }
             case .videoPause, .videoMute, .videoUnmute:
-                break
+                verdicts.video(e, countedAs: nil)
             }
         }
 
         if let impression = counted {
-            if let loaded = firstLoaded, impression.correctedAt - loaded.correctedAt > Self.staleAfter {
-                out.add(formatKey(impression), Measure.Format.staleImpressions)
-            }
-            if impressionSources.count > 1 {
-                out.add(sourceKey(impression), Measure.Source.doubleTrackedImpressionAds)
-            }
-            if impression.eea && impression.reservation {
-                out.add(formatKey(impression), Measure.Format.eeaReservationImpressions)
-                if firstAdchoicesImpression != nil {
-                    out.add(formatKey(impression), Measure.Format.withAdChoices)
-                }
-            }
+            let stale = firstLoaded.map { impression.correctedAt - $0.correctedAt > Self.staleAfter } ?? false
+            verdicts.countedImpressionFacts(impression, stale: stale, doubleTracked: impressionSources.count > 1,
+                                            withAdChoices: firstAdchoicesImpression != nil)
         }
         if let click = firstClick, clickSources.count > 1 {
-            out.add(sourceKey(click), Measure.Source.doubleTrackedClickAds)
+            verdicts.doubleTrackedClicks(firstClick: click)
         }
 
         for (_, clicks) in clicksByAsset {
             var lastCounted: AdEvent?
             for c in clicks {  // already in SPEC order: sorted above
                 if let last = lastCounted, c.correctedAt - last.correctedAt <= Self.duplicateClickGap {
-                    out.add(formatKey(c), Measure.Format.duplicateClicks)
-                    out.add(assetKey(c), Measure.Asset.duplicateClicks)
+                    verdicts.duplicateClick(c, of: last)
                     continue
                 }
                 lastCounted = c
-                out.add(formatKey(c), Measure.Format.clicks)
-                out.add(assetKey(c), Measure.Asset.clicks)
                 guard let impression = counted else {
-                    out.add(assetKey(c), Measure.Asset.noImpression)
+                    verdicts.countedClick(c, .unattributed(.noImpression))
                     continue
                 }
                 if c.correctedAt < impression.correctedAt - Self.clockTolerance {
-                    out.add(assetKey(c), Measure.Asset.beforeImpression)
+                    verdicts.countedClick(c, .unattributed(.beforeImpression))
                 } else if c.correctedAt > impression.correctedAt + attributionWindow {
-                    out.add(assetKey(c), Measure.Asset.outsideWindow)
+                    verdicts.countedClick(c, .unattributed(.outsideWindow))
                 } else {
-                    out.add(formatKey(c), Measure.Format.attributedClicks)
-                    out.add(assetKey(c), Measure.Asset.attributedClicks)
+                    verdicts.countedClick(c, .attributed(to: impression.id))
                 }
             }
+        }
+    }
+}
+
+/// Why a counted click is not attributed to its ad's impression (SPEC 5).
+public enum UnattributedReason: String, Sendable, Hashable, CaseIterable {
+    case noImpression = "no_impression"
+    case beforeImpression = "before_impression"
+    case outsideWindow = "outside_window"
+}
+
+/// Whether a counted click is attributed, and to which impression.
+public enum ClickAttribution: Sendable, Hashable {
+    case attributed(to: UUIDText)
+    case unattributed(UnattributedReason)
+}
+
+/// The video measures an event can count its ad in (the ad's earliest such event).
+public enum VideoMeasure: String, Sendable, Hashable {
+    case videoPlays, videoEnds
+}
+
+/// What SPEC 5 made of each event of one ad, as `AdContribution.fold` finds it.
+protocol AdVerdicts {
+    mutating func countedImpression(_ e: AdEvent)
+    mutating func duplicateImpression(_ e: AdEvent, of counted: AdEvent)
+    /// After every event: what else the counted impression is.
+    mutating func countedImpressionFacts(_ impression: AdEvent, stale: Bool, doubleTracked: Bool, withAdChoices: Bool)
+    mutating func adLoaded(_ e: AdEvent, earliest: Bool)
+    mutating func countedClick(_ c: AdEvent, _ attribution: ClickAttribution)
+    mutating func duplicateClick(_ c: AdEvent, of counted: AdEvent)
+    /// Clicks of the ad (duplicates included) came from more than one source.
+    mutating func doubleTrackedClicks(firstClick: AdEvent)
+    mutating func countedAdchoicesImpression(_ e: AdEvent)
+    mutating func duplicateAdchoicesImpression(_ e: AdEvent, of counted: AdEvent)
+    mutating func adchoicesClick(_ e: AdEvent)
+    mutating func video(_ e: AdEvent, countedAs measure: VideoMeasure?)
+}
+
+/// The verdicts of one ad as signed rows of the projection tables (SPEC 6: where a row counts a thing).
+struct ContributionRows: AdVerdicts {
+    let trafficClass: TrafficClass
+    var out = Contribution()
+
+    init(trafficClass: TrafficClass) {
+        self.trafficClass = trafficClass
+    }
+
+    private func formatKey(_ e: AdEvent) -> ProjectionKey {
+        ProjectionKey(table: .format, trafficClass: trafficClass, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId)
+    }
+
+    private func assetKey(_ e: AdEvent) -> ProjectionKey {
+        ProjectionKey(table: .asset, trafficClass: trafficClass, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId,
+                      assetKey: e.assetKey ?? "")
+    }
+
+    private func sourceKey(_ e: AdEvent) -> ProjectionKey {
+        ProjectionKey(table: .source, trafficClass: trafficClass, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId,
+                      adapter: e.adapter ?? "")
+    }
+
+    private mutating func impressionBySource(_ e: AdEvent) {
+        let bySource = switch e.source {
+        case .app: Measure.Source.appImpressions
+        case .sdk: Measure.Source.sdkImpressions
+        case .mediation: Measure.Source.mediationImpressions
+        }
+        out.add(sourceKey(e), bySource)
+    }
+
+    mutating func countedImpression(_ e: AdEvent) {
+        out.add(formatKey(e), Measure.Format.impressions)
+        impressionBySource(e)
+    }
+
+    mutating func duplicateImpression(_ e: AdEvent, of counted: AdEvent) {
+        out.add(formatKey(e), Measure.Format.duplicateImpressions)
+        impressionBySource(e)
+    }
+
+    mutating func countedImpressionFacts(_ impression: AdEvent, stale: Bool, doubleTracked: Bool, withAdChoices: Bool) {
+        if stale { out.add(formatKey(impression), Measure.Format.staleImpressions) }
+        if doubleTracked { out.add(sourceKey(impression), Measure.Source.doubleTrackedImpressionAds) }
+        if impression.eea && impression.reservation {
+            out.add(formatKey(impression), Measure.Format.eeaReservationImpressions)
+            if withAdChoices { out.add(formatKey(impression), Measure.Format.withAdChoices) }
+        }
+    }
+
+    mutating func adLoaded(_ e: AdEvent, earliest: Bool) {}
+
+    mutating func countedClick(_ c: AdEvent, _ attribution: ClickAttribution) {
+        out.add(formatKey(c), Measure.Format.clicks)
+        out.add(assetKey(c), Measure.Asset.clicks)
+        switch attribution {
+        case .attributed:
+            out.add(formatKey(c), Measure.Format.attributedClicks)
+            out.add(assetKey(c), Measure.Asset.attributedClicks)
+        case .unattributed(.noImpression): out.add(assetKey(c), Measure.Asset.noImpression)
+        case .unattributed(.beforeImpression): out.add(assetKey(c), Measure.Asset.beforeImpression)
+        case .unattributed(.outsideWindow): out.add(assetKey(c), Measure.Asset.outsideWindow)
+        }
+    }
+
+    mutating func duplicateClick(_ c: AdEvent, of counted: AdEvent) {
+        out.add(formatKey(c), Measure.Format.duplicateClicks)
+        out.add(assetKey(c), Measure.Asset.duplicateClicks)
+    }
+
+    mutating func doubleTrackedClicks(firstClick: AdEvent) {
+        out.add(sourceKey(firstClick), Measure.Source.doubleTrackedClickAds)
+    }
+
+    mutating func countedAdchoicesImpression(_ e: AdEvent) {
+        out.add(formatKey(e), Measure.Format.adchoicesImpressions)
+    }
+
+    mutating func duplicateAdchoicesImpression(_ e: AdEvent, of counted: AdEvent) {}
+
+    mutating func adchoicesClick(_ e: AdEvent) {
+        out.add(formatKey(e), Measure.Format.adchoicesClicks)
+    }
+
+    mutating func video(_ e: AdEvent, countedAs measure: VideoMeasure?) {
+        switch measure {
+        case .videoPlays?: out.add(formatKey(e), Measure.Format.videoPlays)
+        case .videoEnds?: out.add(formatKey(e), Measure.Format.videoEnds)
+        case nil: break
         }
     }
 }

@@ -1,4 +1,5 @@
 import Logging
+import Metrics
 import ServiceLifecycle
 
 /// How far the projections trail the log.
@@ -24,6 +25,10 @@ public final class Projector: Service, Sendable {
     private let pool: ConnectionPool
     private let attributionWindow: Duration
     private let logger: Logger
+    /// Log events consumed (projected or skipped): the projector's throughput as a rate.
+    private let projectedEvents = Counter(label: "tracker_projector_events_total")
+    /// Time of one step's transaction.
+    private let stepDuration = Timer(label: "tracker_projector_step_duration_seconds")
 
     public init(pool: ConnectionPool, attributionWindow: Duration = .seconds(3600), batchSize: Int = 20_000,
                 pollInterval: Duration = .milliseconds(100), logger: Logger) {
@@ -65,11 +70,17 @@ public final class Projector: Service, Sendable {
     public func step() async throws -> Int {
         let window = attributionWindow
         let limit = batchSize
-        return try await pool.withConnection { connection in
+        let started = ContinuousClock.now
+        let consumed = try await pool.withConnection { connection in
             try connection.transaction {
                 try Self.step(on: connection, window: window, limit: limit)
             }
         }
+        if consumed > 0 {
+            stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+            projectedEvents.increment(by: consumed)
+        }
+        return consumed
     }
 
     /// Projects until every event committed before the call is projected; returns the events consumed.

@@ -1,3 +1,5 @@
+import Metrics
+
 /// Answers report queries from the projection tables (never from the log).
 ///
 /// Read your writes: a report first waits (at most `maxWait`) until the projections hold
@@ -11,14 +13,21 @@ public struct Reports: Sendable {
     private let pool: ConnectionPool
     public let maxWait: Duration
     public let stallLimit: Duration
+    /// Time to answer each report, the wait for the projections included.
+    private let durations: [ReportKind: Timer]
 
     public init(pool: ConnectionPool, maxWait: Duration = .seconds(5), stallLimit: Duration = .seconds(1)) {
         self.pool = pool
         self.maxWait = maxWait
         self.stallLimit = stallLimit
+        durations = Dictionary(uniqueKeysWithValues: ReportKind.allCases.map {
+            ($0, Timer(label: "tracker_report_duration_seconds", dimensions: [("report", $0.rawValue)]))
+        })
     }
 
     public func run(_ query: ReportQuery) async throws -> ReportResult {
+        let started = ContinuousClock.now
+        defer { durations[query.kind]?.recordNanoseconds((ContinuousClock.now - started).nanoseconds) }
         try await waitForProjections()
         let spec = ReportSQL.spec(query.kind)
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"

@@ -23,15 +23,21 @@ struct DatabaseOptions: ParsableArguments {
     }
 }
 
-/// The process-wide logger; only the executable bootstraps a log handler.
+/// The process-wide logger; only the executable bootstraps a log handler (`bootstrapLogging`),
+/// which sets the level from `TRACKER_LOG_LEVEL`.
 func makeLogger(label: String = "tracker") -> Logger {
-    var logger = Logger(label: label)
-    logger.logLevel = environment("TRACKER_LOG_LEVEL").flatMap(Logger.Level.init(rawValue:)) ?? .info
-    return logger
+    Logger(label: label)
 }
 
-func bootstrapLogging() {
-    LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
+/// Bootstraps `LineLogHandler` for the command about to run: servers log to standard output,
+/// other commands to standard error (see `LogSettings`).
+func bootstrapLogging(for command: any ParsableCommand) throws {
+    let settings = try LogSettings.resolve(server: command is ServeCommand || command is ProjectCommand,
+                                           format: environment("TRACKER_LOG_FORMAT"),
+                                           level: environment("TRACKER_LOG_LEVEL"))
+    LoggingSystem.bootstrap { label in
+        LineLogHandler(label: label, format: settings.format, stream: settings.stream, level: settings.level)
+    }
 }
 
 /// A command that could not do its work; printed as "Error: <message>" without the usage text.

@@ -4,6 +4,7 @@ import Glibc
 import ArgumentParser
 import Hummingbird
 import Logging
+import Prometheus
 import Tracker
 
 /// Resolved settings of `tracker serve`.
@@ -52,7 +53,7 @@ struct ConnectionLimits: Sendable, Equatable {
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the HTTP server: ingestion, reports, /healthz, /readyz, /openapi.yaml and the dashboard at /.",
+        abstract: "Run the HTTP server: ingestion, reports, ad audit trails, /healthz, /readyz, /metrics, /openapi.yaml and the dashboard at /.",
         discussion: """
             Environment: DATABASE_URL (required unless --database-url), TRACKER_HOST (127.0.0.1), \
             TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
@@ -68,7 +69,9 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_MAX_CONNECTIONS (10000, and at most the descriptor limit minus a reserve; more get 503), \
             TRACKER_BODY_BUFFER_MIB (256 MiB of request bodies being read at once; more get 503), \
             TRACKER_CHARTJS_PATH (the dashboard's Chart.js, /usr/share/javascript/chart.js/chart.min.js from libjs-chart.js), \
-            TRACKER_LOG_LEVEL (info). \
+            TRACKER_LOG_LEVEL (info; trace, debug, info, notice, warning, error, critical), TRACKER_LOG_FORMAT \
+            (json or text; default text on a terminal, JSON lines otherwise; logs go to standard output), \
+            TRACKER_METRICS (on: GET /metrics in Prometheus format; 'off' serves no /metrics and records nothing). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -111,7 +114,13 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         let configuration = try resolve()
         let logger = makeLogger()
-        let app = buildApplication(configuration, logger: logger)
+        let metricsRegistry: PrometheusCollectorRegistry?
+        switch environment("TRACKER_METRICS")?.lowercased() {
+        case nil, "on": metricsRegistry = PrometheusMetrics.bootstrap()
+        case "off": metricsRegistry = nil
+        case let other?: throw ValidationError("TRACKER_METRICS must be on or off, got '\(other)'")
+        }
+        let app = buildApplication(configuration, logger: logger, metricsRegistry: metricsRegistry)
         try await app.runService()
     }
 }

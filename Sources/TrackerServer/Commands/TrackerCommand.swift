@@ -12,13 +12,13 @@ struct TrackerCommand: AsyncParsableCommand {
             Configuration comes from flags, then the environment (DATABASE_URL, TRACKER_HOST, \
             TRACKER_PORT, …), then defaults. Run 'tracker help <command>' for one command.
             """,
-        subcommands: [ServeCommand.self, MigrateCommand.self, KeysCommand.self, ProjectCommand.self, RebuildCommand.self, ReportCommand.self, RetentionCommand.self])
+        subcommands: [ServeCommand.self, MigrateCommand.self, KeysCommand.self, ProjectCommand.self, RebuildCommand.self, ReportCommand.self, ExplainCommand.self, RetentionCommand.self])
 
     static func main() async {
         limitMallocArenas()
-        bootstrapLogging()
         do {
             var command = try parseAsRoot()
+            try bootstrapLogging(for: command)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

@@ -1,6 +1,7 @@
 import CompressNIO
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 import Synchronization
 import Tracker
@@ -18,6 +19,7 @@ struct IngestRoute: Sendable {
     /// really sent, and beyond the budget new bytes get `503` (the connection guard's request
     /// deadline bounds how long any of it is held).
     let bodyBudget: BodyBudget
+    let metrics: IngestMetrics
 
     var limits: IngestLimits { decoder.limits }
 
@@ -51,6 +53,7 @@ struct IngestRoute: Sendable {
         var body = try await readBody(request, upTo: wireLimit)
 
         guard admission.enter() else {
+            metrics.refused(by: .concurrentBatches)
             throw APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(admission.limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
         }
         defer { admission.leave() }
@@ -71,8 +74,10 @@ struct IngestRoute: Sendable {
         } catch {
             throw APIError.from(error)
         }
+        metrics.parsed(events: batch.accepted.count + batch.rejected.count, rejected: batch.rejected)
 
         if let rateLimiter, let wait = rateLimiter.admit(key: principal.name, events: batch.accepted.count) {
+            metrics.refused(by: .rateLimit)
             throw APIError(.tooManyRequests, "rate_limited", "key '\(principal.name)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
         }
 
@@ -80,8 +85,14 @@ struct IngestRoute: Sendable {
         do {
             outcome = try await log.append(batch.accepted.map(\.event), keyName: principal.name)
         } catch {
+            if error == .overloaded { metrics.refused(by: .queue) }
             throw APIError.from(error)
         }
+        metrics.stored(outcome)
+        context.logger.debug("batch stored", metadata: [
+            "tracker.key_name": .string(principal.name), "tracker.accepted": .stringConvertible(outcome.stored),
+            "tracker.duplicates": .stringConvertible(outcome.duplicates), "tracker.rejected": .stringConvertible(batch.rejected.count),
+        ])
         return Self.receipt(outcome: outcome, rejected: batch.rejected)
     }
 
@@ -94,6 +105,7 @@ struct IngestRoute: Sendable {
         for try await chunk in request.body {
             guard body.readableBytes + chunk.readableBytes <= limit else { throw tooLarge() }
             guard bodyBudget.take(chunk.readableBytes) else {
+                metrics.refused(by: .bodyBuffer)
                 throw APIError(.serviceUnavailable, "overloaded", "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
             }
             held += chunk.readableBytes

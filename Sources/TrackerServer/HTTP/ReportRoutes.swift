@@ -35,6 +35,15 @@ struct ReportRoutes: Sendable {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: csv ? result.csv : result.json)))
     }
 
+    /// `includeTest`: absent, `false`/`0` or `true`/`1`.
+    static func includeTest(_ value: String?) throws -> Bool {
+        switch value?.lowercased() {
+        case nil, "", "false", "0": false
+        case "true", "1": true
+        case let other?: throw APIError(.badRequest, "invalid_parameter", "includeTest must be true or false, got '\(other)'")
+        }
+    }
+
     /// Reads and checks the report parameters; every error names the parameter and the rule.
     static func query(report: String, parameter: (String) -> String?) throws -> ReportQuery {
         guard let kind = ReportKind(rawValue: report) else {
@@ -49,12 +58,7 @@ struct ReportRoutes: Sendable {
             }
             return day
         }
-        let includeTest: Bool
-        switch parameter("includeTest")?.lowercased() {
-        case nil, "", "false", "0": includeTest = false
-        case "true", "1": includeTest = true
-        case let other?: throw APIError(.badRequest, "invalid_parameter", "includeTest must be true or false, got '\(other)'")
-        }
+        let includeTest = try includeTest(parameter("includeTest"))
         do {
             return try ReportQuery(kind: kind, from: try day("from"), to: try day("to"),
                                    adUnit: parameter("adUnit").flatMap { $0.isEmpty ? nil : $0 },

@@ -1102,14 +1102,17 @@ components:
         reservation: {type: boolean}
         test: {type: boolean}
         occurredAt:
-          type: string
+          type: [string, "null"]
           format: date-time
-          description: The device's time as stored (UTC, microseconds).
+          description: |
+            The device's time as stored (UTC, microseconds). Null, like `sentAt` and `receivedAt`,
+            for an event whose day retention dropped from the log: the projections keep what the
+            rules need of it, so it is still judged and counted.
         sentAt:
           type: [string, "null"]
           format: date-time
         receivedAt:
-          type: string
+          type: [string, "null"]
           format: date-time
         correctedAt:
           type: string
