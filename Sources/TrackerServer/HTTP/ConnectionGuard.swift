@@ -76,7 +76,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         refused = !counter.opened()
         if refused {
             // A refused connection that sends no request is not kept waiting for one.
-            deadline = context.eventLoop.assumeIsolatedUnsafeUnchecked().scheduleTask(in: .seconds(1)) {
+            deadline = context.eventLoop.assumeIsolatedUnsafeUnchecked().scheduleTask(in: .seconds(5)) {
                 context.close(promise: nil)
             }
         }

@@ -37,9 +37,9 @@ final class RawSocket: @unchecked Sendable {
 
     func write(_ text: String) -> Bool { write(Data(text.utf8)) }
 
-    /// Everything the server sends until it closes the connection or `timeout` passes
-    /// (`closed` says which).
-    func read(timeout: Duration) -> (data: Data, closed: Bool) {
+    /// Everything the server sends until it closes the connection, `timeout` passes
+    /// (`closed` says which) or what arrived is `enough`.
+    func read(timeout: Duration, until enough: (Data) -> Bool = { _ in false }) -> (data: Data, closed: Bool) {
         let deadline = ContinuousClock.now + timeout
         var received = Data()
         var chunk = [UInt8](repeating: 0, count: 65536)
@@ -52,7 +52,13 @@ final class RawSocket: @unchecked Sendable {
             let n = recv(fd, &chunk, chunk.count, 0)
             if n <= 0 { return (received, true) }
             received.append(contentsOf: chunk[0..<n])
+            if enough(received) { return (received, false) }
         }
+    }
+
+    /// The status code of the next response on a kept-alive connection (its head is enough).
+    func responseStatus(timeout: Duration) -> Int? {
+        Self.status(of: read(timeout: timeout) { $0.range(of: Data("\r\n\r\n".utf8)) != nil }.data)
     }
 
     /// The status code of the response in `data`, if a whole status line arrived.
