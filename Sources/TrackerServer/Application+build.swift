@@ -16,6 +16,8 @@ struct ServerDependencies: Sendable {
     var maxConcurrentBatches: Int
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
+    /// `nil` without `TRACKER_BEACON_SECRET`: the beacon endpoints answer 503.
+    var beacons: Beacons?
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -25,6 +27,9 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes))
+        .register(on: router)
+    BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pool),
+                 clickCommitWait: .seconds(2))
         .register(on: router)
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
@@ -47,7 +52,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         maxConcurrentBatches: configuration.maxConcurrentBatches,
         bodyBudgetBytes: configuration.bodyBudgetBytes,
-        chartLibraryPath: configuration.chartLibraryPath)
+        chartLibraryPath: configuration.chartLibraryPath,
+        beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) })
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
