@@ -68,7 +68,7 @@ private func mintError(_ o: BeaconOrder) -> String? {
 }
 
 @Suite struct BeaconTokenTests {
-    @Test func theTokenIsHMACSHA256OverTheBase64URLClaimsAsDocumented() {
+    @Test func theTokenIsHMACSHA256OverTheBase64URLClaimsAsDocumented() throws {
         // Computed independently (Python's hmac module), as docs/CLIENT.md describes the format:
         // base64url(claims JSON) "." base64url(HMAC-SHA256(secret, "tracker-beacon-v1:" + payload)).
         let expected = "eyJ2IjoxLCJpc3MiOiJjbGkiLCJleHAiOjE3OTUwMDAwMDAsImRlc3QiOiJodHRwczovL2FkdmVydGlzZXIuZXhhbXBsZS9sYW5kaW5nP3g9MSIsImV2ZW50Ijp7ImlkIjoiMDE5MmYzYTQtN2IxYy03YzNlLTlhMTAtNWYyZDhlMGM0YjExIiwidHlwZSI6ImNsaWNrIiwicmVxdWVzdElkIjoicmVxLTdmM2MiLCJhZFVuaXQiOiIvNjQ5OS9zaXRlL25hdGl2ZSIsImZvcm1hdElkIjoiMTAwNjMxNzAiLCJhc3NldEtleSI6Ik1haW5JbWFnZSJ9fQ.NcsgnruDvceOpqVG0kFpdImvwfecw372ha6lecHdtNU"

@@ -13,8 +13,8 @@ public struct BeaconRejections: Sendable {
     public func record(_ rejection: BeaconRejection) async throws {
         let r = rejection
         let key = r.eventId ?? "(no id) " + r.eventJSON
-        _ = try await pool.withConnection { connection in
-            try connection.query("""
+        try await pool.withConnection { connection in
+            _ = try connection.query("""
                 INSERT INTO beacon_rejections (event_id, type, request_id, reason, message, event, destination,
                                                expires_at, issuer, first_received_at, last_received_at)
                 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::timestamptz, $9, $10::timestamptz, $10::timestamptz)

@@ -56,8 +56,8 @@ struct BeaconRoutes: Sendable {
     func pixel(_ request: Request, context: some RequestContext) async -> Response {
         let visit: BeaconVisit
         switch verify(request, at: .pixel) {
-        case .success(let v): visit = v
-        case .failure(let refusal): return refusal
+        case .visit(let v): visit = v
+        case .refused(let refusal): return refusal
         }
         let outcome: String
         do {
@@ -79,8 +79,8 @@ struct BeaconRoutes: Sendable {
     func click(_ request: Request, context: some RequestContext) async -> Response {
         let visit: BeaconVisit
         switch verify(request, at: .click) {
-        case .success(let v): visit = v
-        case .failure(let refusal): return refusal
+        case .visit(let v): visit = v
+        case .refused(let refusal): return refusal
         }
         let store = { @Sendable () async -> String in
             do {
@@ -140,14 +140,19 @@ struct BeaconRoutes: Sendable {
 
     // MARK: Shared
 
+    private enum Verification {
+        case visit(BeaconVisit)
+        case refused(Response)
+    }
+
     /// The visit an authentic token for `endpoint` describes, or the refusal to send.
-    private func verify(_ request: Request, at endpoint: BeaconEndpoint) -> Result<BeaconVisit, Response> {
-        guard let beacons else { return .failure(Self.error(Self.notConfigured)) }
+    private func verify(_ request: Request, at endpoint: BeaconEndpoint) -> Verification {
+        guard let beacons else { return .refused(Self.error(Self.notConfigured)) }
         let token = request.uri.queryParameters.get("t") ?? ""
-        do {
-            return .success(try beacons.receive(token, at: endpoint, receivedAt: .now()))
+        do throws(BeaconTokenError) {
+            return .visit(try beacons.receive(token, at: endpoint, receivedAt: .now()))
         } catch {
-            return .failure(Self.error(APIError(.badRequest, "invalid_beacon", error.message)))
+            return .refused(Self.error(APIError(.badRequest, "invalid_beacon", error.message)))
         }
     }
 
