@@ -228,6 +228,17 @@ private func mintError(_ o: BeaconOrder) -> String? {
         if case .reject = onTheSecond.outcome { Issue.record("valid up to and including its expiry second") }
     }
 
+    @Test func anAuthenticEventThatBreaksARuleNowIsARejectionWithTheValidatorsMessage() throws {
+        // As if signed by an older tracker whose rules allowed it: the ad unit lacks a segment.
+        let old = BeaconClaims(event: clickEvent([("adUnit", .string("/6499"))]), destination: "https://advertiser.example/",
+                               expiresAt: 1_795_000_000, issuer: "cli")
+        let visit = try beacons.receive(BeaconToken.sign(old, with: secrets), at: .click, receivedAt: now)
+        #expect(visit.destination == "https://advertiser.example/", "the click still knows where to go")
+        guard case .reject(let rejection) = visit.outcome else { Issue.record("recorded an invalid event"); return }
+        #expect(rejection.reason == .invalid)
+        #expect(rejection.message.hasPrefix("adUnit must be '/' + the network code"), "\(rejection.message)")
+    }
+
     @Test func aTokenOnTheOtherEndpointIsRefused() throws {
         let click = try beacons.mint(order(), issuer: "cli", now: now).token
         #expect(throws: BeaconTokenError.wrongEndpoint("this token is for a click event: use /v1/click")) {
