@@ -231,7 +231,7 @@ private func mintError(_ o: BeaconOrder) -> String? {
     @Test func anAuthenticEventThatBreaksARuleNowIsARejectionWithTheValidatorsMessage() throws {
         // As if signed by an older tracker whose rules allowed it: the ad unit lacks a segment.
         let old = BeaconClaims(event: clickEvent([("adUnit", .string("/6499"))]), destination: "https://advertiser.example/",
-                               expiresAt: 1_795_000_000, issuer: "cli")
+                               expiresAt: now.microseconds / 1_000_000 + 60, issuer: "cli")
         let visit = try beacons.receive(BeaconToken.sign(old, with: secrets), at: .click, receivedAt: now)
         #expect(visit.destination == "https://advertiser.example/", "the click still knows where to go")
         guard case .reject(let rejection) = visit.outcome else { Issue.record("recorded an invalid event"); return }
