@@ -22,6 +22,8 @@ struct ServerDependencies: Sendable {
     var metricsRegistry: PrometheusCollectorRegistry? = nil
     /// The pools whose connections `/metrics` reports, by name (`primary`, `reports`).
     var metricsPools: [NamedPool] = []
+    /// `nil` without `TRACKER_BEACON_SECRET`: the beacon endpoints answer 503.
+    var beacons: Beacons?
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -34,6 +36,9 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
                 metrics: IngestMetrics())
+        .register(on: router)
+    BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pool),
+                 clickCommitWait: .seconds(2))
         .register(on: router)
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
@@ -64,7 +69,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         bodyBudgetBytes: configuration.bodyBudgetBytes,
         chartLibraryPath: configuration.chartLibraryPath,
         metricsRegistry: metricsRegistry,
-        metricsPools: [NamedPool(name: "primary", pool: pool)] + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []))
+        metricsPools: [NamedPool(name: "primary", pool: pool)] + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
+        beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) })
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(

@@ -137,6 +137,10 @@ def start_tracker(binary):
         tracker.stop()
 
 
+# The main tracker signs web beacons with this secret (docs/CLIENT.md, "Web beacons").
+BEACON_SECRET = "contract-test-beacon-secret-0123456789"
+
+
 @pytest.fixture(scope="session")
 def tracker(database, start_tracker):
-    return start_tracker(database.url, "main")
+    return start_tracker(database.url, "main", {"TRACKER_BEACON_SECRET": BEACON_SECRET})

@@ -16,7 +16,7 @@ import requests
 from openapi_spec_validator import validate
 from openapi_spec_validator.readers import read_from_filename
 
-from conftest import REPOSITORY, RESULTS, free_port
+from conftest import BEACON_SECRET, REPOSITORY, RESULTS, free_port
 from events import API, click, event
 from openapi_contract import DOCUMENT_PATH, Contract
 
@@ -57,11 +57,12 @@ def test_document_is_valid_openapi_3_1():
 
 def test_every_operation_has_security_and_error_bodies(contract):
     """Keys where SPEC needs them, none on the open endpoints; every error status has the JSON error body."""
-    open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js"}
+    open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js",
+                  "/v1/pixel.gif", "/v1/click"}
     for path, method in contract.operations():
         operation = contract.document["paths"][path][method]
         schemes = [name for requirement in operation.get("security", contract.document.get("security", [])) for name in requirement]
-        if path == "/v1/events":
+        if path in ("/v1/events", "/v1/beacons"):
             assert schemes == ["ingestKey"], path
         elif path in open_paths:
             assert schemes == [], path
@@ -169,6 +170,38 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
 
     # Metrics, without a key.
     walk.check("/metrics", "get", ingest.get("/metrics", key=""), 200)
+    # Web beacons: minted with the ingest key, fetched as a browser would (no key, no redirect followed).
+    def beacon(path, **kwargs):
+        return requests.get(tracker.base + path, allow_redirects=False, timeout=30, **kwargs)
+
+    def mint(body, key=None, content_type="application/json"):
+        headers = ingest.headers({"Content-Type": content_type} if content_type else None, key)
+        return requests.post(tracker.base + "/v1/beacons", data=body, headers=headers, timeout=30)
+
+    order = {"beacons": [
+        {"event": {"type": "impression", "requestId": "b-1", "adUnit": ad_unit, "formatId": "10063170"}},
+        {"event": {"type": "click", "requestId": "b-1", "adUnit": ad_unit, "formatId": "10063170", "assetKey": "MainImage"},
+         "destination": "https://advertiser.example/landing?x=1", "expiresIn": 600},
+    ]}
+    minted = walk.check("/v1/beacons", "post", mint(json.dumps(order)), 200).json()["beacons"]
+    pixel_path, click_path = minted[0]["path"], minted[1]["path"]
+    shown = walk.check("/v1/pixel.gif", "get", beacon(pixel_path), 200)
+    assert shown.headers["X-Beacon-Outcome"] == "recorded" and shown.content.startswith(b"GIF89a")
+    assert walk.check("/v1/pixel.gif", "get", beacon(pixel_path), 200).headers["X-Beacon-Outcome"] == "duplicate"
+    clicked = walk.check("/v1/click", "get", beacon(click_path), 302)
+    assert clicked.headers["Location"] == "https://advertiser.example/landing?x=1"
+    assert "Set-Cookie" not in clicked.headers and "Set-Cookie" not in shown.headers
+    for bad in ("/v1/click?t=forged.token", "/v1/click", pixel_path.replace("/v1/pixel.gif", "/v1/click")):
+        refused = walk.check("/v1/click", "get", beacon(bad), 400)
+        assert "Location" not in refused.headers and refused.json()["error"] == "invalid_beacon"
+    walk.check("/v1/pixel.gif", "get", beacon("/v1/pixel.gif?t=" + minted[1]["token"]), 400)
+    unsigned = json.dumps({"beacons": [{"event": order["beacons"][1]["event"]}]})
+    assert "beacons[0].destination" in walk.check("/v1/beacons", "post", mint(unsigned), 400).json()["message"]
+    walk.check("/v1/beacons", "post", mint(b"{"), 400)
+    walk.check("/v1/beacons", "post", mint(json.dumps(order), key=""), 401)
+    walk.check("/v1/beacons", "post", mint(json.dumps(order), key=database.report_key), 403)
+    walk.check("/v1/beacons", "post", mint(json.dumps(order), content_type="text/plain"), 415)
+    walk.check("/v1/beacons", "post", mint(b" " * (256 * 1024 + 1)), 413)
 
     # What no route answers.
     unknown = ingest.get("/v1/nothing", key="")
@@ -189,9 +222,18 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     refused = walk.check("/v1/events", "post", limited_api.post_events([event("impression", f"s-{i}", ad_unit, at=day) for i in range(5)]), 429)
     assert int(refused.headers["Retry-After"]) >= 1
 
+    # Beacons on a tracker without TRACKER_BEACON_SECRET: 503 beacons_not_configured, no redirect.
+    for path, operation in ((pixel_path, "/v1/pixel.gif"), (click_path, "/v1/click")):
+        off = walk.check(operation, "get", requests.get(limited.base + path, allow_redirects=False, timeout=30), 503)
+        assert off.json()["error"] == "beacons_not_configured" and "Location" not in off.headers
+    off = requests.post(limited.base + "/v1/beacons", data=json.dumps(order), timeout=30,
+                        headers={"Authorization": f"Bearer {database.ingest_key}", "Content-Type": "application/json"})
+    assert walk.check("/v1/beacons", "post", off, 503).json()["error"] == "beacons_not_configured"
+
     # 503: a tracker whose database does not answer (and whose Chart.js is missing: 404, and the page says so).
     unreachable = database.url.rsplit("@", 1)[0] + f"@127.0.0.1:{free_port()}/nothing"
-    degraded = start_tracker(unreachable, "no-database", {"TRACKER_PROJECTOR": "off", "TRACKER_CHARTJS_PATH": "/nonexistent/chart.min.js"})
+    degraded = start_tracker(unreachable, "no-database", {"TRACKER_PROJECTOR": "off", "TRACKER_CHARTJS_PATH": "/nonexistent/chart.min.js",
+                                                          "TRACKER_BEACON_SECRET": BEACON_SECRET})
     degraded_api = API(degraded.base, database.report_key)
     walk.check("/healthz", "get", degraded_api.get("/healthz", key=""), 200)
     walk.check("/readyz", "get", degraded_api.get("/readyz", key=""), 503)
@@ -199,6 +241,11 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     for name in ("summary", "assets", "sources", "adchoices"):
         walk.check(f"/v1/reports/{name}", "get", degraded_api.report(name, **days), 503)
     walk.check("/v1/ads/{requestId}", "get", degraded_api.get("/v1/ads/c-1"), 503)
+    down = walk.check("/v1/pixel.gif", "get", requests.get(degraded.base + pixel_path, allow_redirects=False, timeout=30), 503)
+    assert down.json()["error"] == "database_unavailable" and int(down.headers["Retry-After"]) >= 1
+    unrecorded = walk.check("/v1/click", "get", requests.get(degraded.base + click_path, allow_redirects=False, timeout=30), 302)
+    assert unrecorded.headers["Location"] == "https://advertiser.example/landing?x=1", "a click redirects even when it cannot be stored"
+    assert unrecorded.headers["X-Beacon-Outcome"] in ("not_recorded", "unconfirmed")
     missing = walk.check("/dashboard/chart.js", "get", degraded_api.get("/dashboard/chart.js", key=""), 404)
     assert "/nonexistent/chart.min.js" in missing.json()["message"] and "libjs-chart.js" in missing.json()["message"]
     notice_page = walk.check("/", "get", degraded_api.get("/", key=""), 200)

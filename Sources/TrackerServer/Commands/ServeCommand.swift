@@ -29,6 +29,8 @@ struct ServeConfiguration: Sendable {
     var bodyBudgetBytes: Int
     var connections: ConnectionLimits
     var chartLibraryPath: String
+    /// `TRACKER_BEACON_SECRET` (and `TRACKER_BEACON_PREVIOUS_SECRET`); `nil` turns beacons off.
+    var beaconSecrets: BeaconSecrets?
 }
 
 /// How many connections the server keeps open, from the process's descriptor limit.
@@ -69,7 +71,9 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_MAX_CONNECTIONS (10000, and at most the descriptor limit minus a reserve; more get 503), \
             TRACKER_BODY_BUFFER_MIB (256 MiB of request bodies being read at once; more get 503), \
             TRACKER_CHARTJS_PATH (the dashboard's Chart.js, /usr/share/javascript/chart.js/chart.min.js from libjs-chart.js), \
-            TRACKER_LOG_LEVEL (info; trace, debug, info, notice, warning, error, critical), TRACKER_LOG_FORMAT \
+            TRACKER_BEACON_SECRET (32+ bytes that sign web beacons, e.g. 'openssl rand -base64 32'; unset: \
+            /v1/pixel.gif, /v1/click and /v1/beacons answer 503), TRACKER_BEACON_PREVIOUS_SECRET (the secret \
+            before a rotation, still accepted), TRACKER_LOG_LEVEL (info; trace, debug, info, notice, warning, error, critical), TRACKER_LOG_FORMAT \
             (json or text; default text on a terminal, JSON lines otherwise; logs go to standard output), \
             TRACKER_METRICS (on: GET /metrics in Prometheus format; 'off' serves no /metrics and records nothing). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
@@ -108,7 +112,8 @@ struct ServeCommand: AsyncParsableCommand {
             connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
                                                   poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
                                                   requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),
-            chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath)
+            chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath,
+            beaconSecrets: try beaconSecrets())
     }
 
     func run() async throws {
@@ -160,6 +165,22 @@ func reportWait() throws -> Duration {
         throw ValidationError("TRACKER_REPORT_WAIT must be a number of seconds from 0 to 3600, got '\(value)'")
     }
     return .milliseconds(Int64(seconds * 1000))
+}
+
+/// `TRACKER_BEACON_SECRET` and `TRACKER_BEACON_PREVIOUS_SECRET`: `nil` when beacons are off;
+/// a secret too short to be safe stops the command rather than signing with it.
+func beaconSecrets() throws -> BeaconSecrets? {
+    guard let current = environment("TRACKER_BEACON_SECRET") else {
+        if environment("TRACKER_BEACON_PREVIOUS_SECRET") != nil {
+            throw ValidationError("TRACKER_BEACON_PREVIOUS_SECRET is set without TRACKER_BEACON_SECRET: a rotation keeps the old secret next to a new one")
+        }
+        return nil
+    }
+    do {
+        return try BeaconSecrets(current: current, previous: environment("TRACKER_BEACON_PREVIOUS_SECRET"))
+    } catch {
+        throw ValidationError(error.description)
+    }
 }
 
 /// `TRACKER_ATTRIBUTION_WINDOW` in seconds (SPEC: default 1 hour). Changing it needs `tracker rebuild`.

@@ -28,6 +28,17 @@ servers:
 tags:
   - name: ingest
     description: SPEC section 1 to 4.
+  - name: beacons
+    description: |
+      Web beacons for ads a browser renders, where no key can be sent: a pixel (`<img>`) and a
+      click link (`<a>`) whose URL carries a token signed with `TRACKER_BEACON_SECRET`
+      (HMAC-SHA256). The token binds the event (its id too), the click's destination and an
+      expiry; a changed token is a `400` and never a redirect. Reloading a beacon is a
+      duplicate of the same event id. Every answer, refusals included, carries
+      `Cache-Control: no-store, no-cache, must-revalidate, private`, `Pragma: no-cache`,
+      `Expires: 0`, `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`, and
+      no cookie. Without `TRACKER_BEACON_SECRET` these endpoints answer
+      `503 beacons_not_configured`. See docs/CLIENT.md, "Web beacons".
   - name: reports
     description: |
       SPEC sections 5 and 6. `from`/`to` are inclusive UTC days of the events' corrected time.
@@ -157,6 +168,187 @@ paths:
                       error: {const: rate_limited}
         "500": {$ref: "#/components/responses/Internal"}
         "503": {$ref: "#/components/responses/Unavailable"}
+
+  /v1/pixel.gif:
+    get:
+      tags: [beacons]
+      operationId: beaconPixel
+      summary: Record the event of a signed pixel beacon; answers a 1×1 GIF
+      description: |
+        For every event type but `click` and `adchoices_click` (an `impression`, an
+        `adchoices_impression`, a video event). The event is checked by the rules of
+        `POST /v1/events`, with the server's receive time as its `occurredAt` (no `sentAt`), and
+        appended to the log. The GIF is sent only once the event (or, for an expired token, its
+        rejection) is durably committed; otherwise `503` and nothing is stored (a browser does
+        not retry; the page's next load does).
+      security: []
+      parameters:
+        - $ref: "#/components/parameters/BeaconToken"
+      responses:
+        "200":
+          description: |
+            The outcome is committed: `recorded`, `duplicate` (this event id was already
+            stored: a reload), `rejected_expired` (an authentic token past its expiry, stored in
+            `beacon_rejections`, never counted) or `rejected_invalid`.
+          headers:
+            Cache-Control: {$ref: "#/components/headers/BeaconCacheControl"}
+            Pragma: {$ref: "#/components/headers/BeaconPragma"}
+            Expires: {$ref: "#/components/headers/BeaconExpires"}
+            X-Content-Type-Options: {$ref: "#/components/headers/NoSniff"}
+            Referrer-Policy: {$ref: "#/components/headers/NoReferrer"}
+            X-Beacon-Outcome:
+              required: true
+              schema: {type: string, enum: [recorded, duplicate, rejected_expired, rejected_invalid]}
+          content:
+            image/gif:
+              schema: {type: string, description: "A transparent 1×1 GIF89a, 43 bytes."}
+        "400": &beaconInvalid
+          description: |
+            `t` is missing, not a token, not signed by this tracker's secrets (changed after
+            signing, or another secret), or a token for the other endpoint. Nothing is stored.
+          headers:
+            Cache-Control: {$ref: "#/components/headers/BeaconCacheControl"}
+            Pragma: {$ref: "#/components/headers/BeaconPragma"}
+            Expires: {$ref: "#/components/headers/BeaconExpires"}
+            X-Content-Type-Options: {$ref: "#/components/headers/NoSniff"}
+            Referrer-Policy: {$ref: "#/components/headers/NoReferrer"}
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: invalid_beacon}
+        "408": {$ref: "#/components/responses/RequestTimeout"}
+        "500": {$ref: "#/components/responses/Internal"}
+        "503": &beaconUnavailable
+          description: |
+            `beacons_not_configured`: `TRACKER_BEACON_SECRET` is not set on this tracker. Or the
+            database cannot take the write (`database_unavailable`, `overloaded`,
+            `shutting_down`, with `Retry-After`): nothing was stored.
+          headers:
+            Cache-Control: {$ref: "#/components/headers/BeaconCacheControl"}
+            Retry-After: {$ref: "#/components/headers/RetryAfterOptional"}
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {enum: [beacons_not_configured, database_unavailable, overloaded, too_many_connections, shutting_down, unavailable]}
+
+  /v1/click:
+    get:
+      tags: [beacons]
+      operationId: beaconClick
+      summary: Record the click of a signed click beacon; redirects to its signed destination
+      description: |
+        For `click` and `adchoices_click` tokens. An authentic token always redirects to the
+        destination it was signed with, so a user's click never breaks: an expired one is
+        stored in `beacon_rejections` (`rejected_expired`, not counted), and when the database
+        cannot take the click within 2 s the browser is redirected anyway (`not_recorded`:
+        the click is lost and logged; `unconfirmed`: the write was still under way). Anything
+        else about the token is a `400` with no `Location`: no open redirect.
+      security: []
+      parameters:
+        - $ref: "#/components/parameters/BeaconToken"
+      responses:
+        "302":
+          description: To the signed destination; no body.
+          headers:
+            Location:
+              required: true
+              description: The destination bound in the token, as signed (an absolute http or https URL).
+              schema: {type: string, pattern: "^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$"}
+            Cache-Control: {$ref: "#/components/headers/BeaconCacheControl"}
+            Pragma: {$ref: "#/components/headers/BeaconPragma"}
+            Expires: {$ref: "#/components/headers/BeaconExpires"}
+            X-Content-Type-Options: {$ref: "#/components/headers/NoSniff"}
+            Referrer-Policy: {$ref: "#/components/headers/NoReferrer"}
+            X-Beacon-Outcome:
+              required: true
+              schema: {type: string, enum: [recorded, duplicate, rejected_expired, rejected_invalid, not_recorded, unconfirmed]}
+        "400": *beaconInvalid
+        "408": {$ref: "#/components/responses/RequestTimeout"}
+        "503":
+          description: "`beacons_not_configured`: `TRACKER_BEACON_SECRET` is not set on this tracker; no redirect."
+          headers:
+            Cache-Control: {$ref: "#/components/headers/BeaconCacheControl"}
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {enum: [beacons_not_configured, too_many_connections]}
+
+  /v1/beacons:
+    post:
+      tags: [beacons]
+      operationId: mintBeacons
+      summary: Mint signed pixel and click beacons (for ad servers)
+      description: |
+        An ad server that renders an ad in a web page asks for its beacons here with an ingest
+        key (the key's name is stored with the events, as `beacon:<name>`). Each event is
+        checked by the rules of `POST /v1/events`, without `occurredAt` (a beacon's time is
+        when the browser fetches it); an event without `id` gets a new UUIDv7. All or nothing:
+        the first fault is a `400` naming `beacons[i].field`. `tracker beacon sign` mints the
+        same tokens offline.
+      security:
+        - ingestKey: []
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/BeaconRequest"}
+      responses:
+        "200":
+          description: One beacon per request element, in order. Append `path` to the tracker's public origin.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/MintedBeacons"}
+        "400":
+          description: The body is not JSON, or a beacon breaks a rule; the message names it (`beacons[1].destination …`).
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: invalid_beacon_request}
+        "401": {$ref: "#/components/responses/Unauthorized"}
+        "403": {$ref: "#/components/responses/Forbidden"}
+        "408": {$ref: "#/components/responses/RequestTimeout"}
+        "413":
+          description: The body is over 256 KiB.
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: payload_too_large}
+        "415":
+          description: "`Content-Type` is not `application/json`."
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: unsupported_media_type}
+        "500": {$ref: "#/components/responses/Internal"}
+        "503":
+          description: "`beacons_not_configured` (no `TRACKER_BEACON_SECRET`), or the key could not be checked (`database_unavailable`, with `Retry-After`)."
+          headers:
+            Retry-After: {$ref: "#/components/headers/RetryAfterOptional"}
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {enum: [beacons_not_configured, database_unavailable, too_many_connections, shutting_down, unavailable]}
 
   /v1/reports/summary:
     get:
@@ -537,7 +729,7 @@ components:
     ingestKey:
       type: http
       scheme: bearer
-      description: A key of the `ingest` scope (`tracker keys create --scope ingest`). For `POST /v1/events` only.
+      description: A key of the `ingest` scope (`tracker keys create --scope ingest`). For `POST /v1/events` and `POST /v1/beacons`.
     reportKey:
       type: http
       scheme: bearer
@@ -585,6 +777,16 @@ components:
       description: "`csv` or `json`; wins over the `Accept` header (`Accept: text/csv` gives CSV when `format` is absent)."
       schema: {type: string, enum: [json, csv]}
 
+    BeaconToken:
+      name: t
+      in: query
+      required: true
+      description: |
+        The signed token from `tracker beacon sign` or `POST /v1/beacons`:
+        `base64url(claims JSON) "." base64url(HMAC-SHA256(secret, "tracker-beacon-v1:" + first part))`.
+        Other query parameters (a cache buster) are ignored.
+      schema: {type: string, maxLength: 4096}
+
   headers:
     RetryAfter:
       description: Seconds to wait before sending the same request again.
@@ -616,6 +818,17 @@ components:
         connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`.
       required: true
       schema: {type: string, pattern: "script-src 'self'"}
+    BeaconCacheControl:
+      description: No cache between the browser and the tracker may keep or replay a beacon answer.
+      required: true
+      schema: {const: "no-store, no-cache, must-revalidate, private"}
+    BeaconPragma:
+      description: For HTTP/1.0 caches.
+      required: true
+      schema: {const: no-cache}
+    BeaconExpires:
+      required: true
+      schema: {const: "0"}
     NoSniff:
       required: true
       schema: {const: nosniff}
@@ -875,6 +1088,81 @@ components:
                 type: string
                 minLength: 1
                 description: Every rule the event breaks, each naming the field, separated by "; ".
+
+    BeaconRequest:
+      type: object
+      required: [beacons]
+      properties:
+        beacons:
+          type: array
+          minItems: 1
+          maxItems: 100
+          items:
+            type: object
+            required: [event]
+            properties:
+              event: {$ref: "#/components/schemas/BeaconEvent"}
+              destination:
+                description: Required for `click` and `adchoices_click`, refused for the others. The only URL `/v1/click` redirects to.
+                oneOf:
+                  - type: string
+                    maxLength: 2048
+                    pattern: "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#]+[!-~]*$"
+                  - type: "null"
+              expiresIn:
+                description: Seconds the beacon records events (default 86400). Later, a click still redirects but is stored as rejected.
+                oneOf:
+                  - type: integer
+                    minimum: 1
+                    maximum: 2592000
+                  - type: "null"
+
+    BeaconEvent:
+      type: object
+      description: |
+        An event as `POST /v1/events` takes it (see `Event`), without `occurredAt` and `sentAt`;
+        `id` is optional (a new UUIDv7 when absent).
+      required: [type, requestId, adUnit, formatId]
+      properties:
+        id: {$ref: "#/components/schemas/Event/properties/id"}
+        type: {$ref: "#/components/schemas/EventType"}
+        requestId: {$ref: "#/components/schemas/RequestId"}
+        adUnit: {$ref: "#/components/schemas/AdUnit"}
+        formatId: {$ref: "#/components/schemas/FormatId"}
+        assetKey: {$ref: "#/components/schemas/Event/properties/assetKey"}
+        clickAction: {$ref: "#/components/schemas/Event/properties/clickAction"}
+        source: {$ref: "#/components/schemas/Event/properties/source"}
+        adapter: {$ref: "#/components/schemas/Event/properties/adapter"}
+        eea: {$ref: "#/components/schemas/Event/properties/eea"}
+        reservation: {$ref: "#/components/schemas/Event/properties/reservation"}
+        test: {$ref: "#/components/schemas/Event/properties/test"}
+        attributes: {$ref: "#/components/schemas/Event/properties/attributes"}
+        occurredAt: false
+        sentAt: false
+
+    MintedBeacons:
+      type: object
+      additionalProperties: false
+      required: [beacons]
+      properties:
+        beacons:
+          type: array
+          items:
+            type: object
+            additionalProperties: false
+            required: [id, type, token, path, expiresAt]
+            properties:
+              id:
+                type: string
+                description: The event id the token binds (lower-case UUID).
+                pattern: "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+              type: {$ref: "#/components/schemas/EventType"}
+              token: {type: string, pattern: "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]{43}$"}
+              path:
+                type: string
+                description: "`/v1/pixel.gif?t=<token>` or `/v1/click?t=<token>`."
+                pattern: "^/v1/(pixel\\.gif|click)\\?t=[A-Za-z0-9_.-]+$"
+              expiresAt: {$ref: "#/components/schemas/RFC3339Time"}
 
     Day:
       type: string
