@@ -6,6 +6,12 @@ public struct Rejection: Sendable, Hashable {
     public var id: String?
     /// Every rule the event breaks, each naming the field.
     public var error: String
+
+    public init(index: Int, id: String?, error: String) {
+        self.index = index
+        self.id = id
+        self.error = error
+    }
 }
 
 /// A batch split into the events to store and the ones refused.

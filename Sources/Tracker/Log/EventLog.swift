@@ -2,10 +2,28 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// What one request's events became: newly stored, or already stored (a duplicate id).
+/// What one request's events became: newly stored, already stored (a duplicate id), or
+/// refused by the database.
 public struct AppendOutcome: Sendable, Hashable {
     public var stored: Int
     public var duplicates: Int
+    /// Events the database refused for their content (their positions in the appended array):
+    /// not stored, and a retry would be refused again. The others were stored.
+    public var refused: [RefusedEvent] = []
+
+    public init(stored: Int, duplicates: Int, refused: [RefusedEvent] = []) {
+        self.stored = stored
+        self.duplicates = duplicates
+        self.refused = refused
+    }
+}
+
+/// An event the database would not store, and why (without the server's text).
+public struct RefusedEvent: Sendable, Hashable {
+    /// Its position in the array given to `EventLog.append`.
+    public var index: Int
+    /// What a client can act on, naming the field when the database's error tells it.
+    public var reason: String
 }
 
 /// Why events could not be appended. Nothing of the request was acknowledged.
@@ -183,6 +201,13 @@ public final class EventLog: Service, Sendable {
                 for submission in group { await write([submission]) }
                 return
             }
+            if appendError == .failed, let submission = group.first, (error as? DatabaseError).map(Self.refusesContent) == true {
+                // The database refused something the validator let through: find the events at
+                // fault by halves, so one bad value costs its own event, not its batch forever.
+                logger.warning("the database refused an event's content; isolating it", metadata: ["error": "\(String(reflecting: error))"])
+                await isolate(submission)
+                return
+            }
             logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
             for submission in group { submission.continuation.resume(throwing: appendError) }
         }
@@ -211,6 +236,57 @@ public final class EventLog: Service, Sendable {
             if let text = result.string(row, 0), let id = UUIDText(text) { stored.insert(id) }
         }
         return stored
+    }
+
+    /// Stores a submission in halves down to the single events the database refuses; answers
+    /// with what was stored and what was refused (each part is its own commit).
+    private func isolate(_ submission: Submission) async {
+        var stored = 0
+        var refused: [RefusedEvent] = []
+        do {
+            try await storeIsolating(submission.events[...], keyName: submission.keyName, stored: &stored, refused: &refused)
+        } catch {
+            logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
+            submission.continuation.resume(throwing: Self.classify(error))
+            return
+        }
+        submission.continuation.resume(returning: AppendOutcome(
+            stored: stored, duplicates: submission.events.count - stored - refused.count, refused: refused))
+    }
+
+    private func storeIsolating(_ events: ArraySlice<TrackingEvent>, keyName: String, stored: inout Int, refused: inout [RefusedEvent]) async throws {
+        let batch = AppendBatch([(Array(events), keyName)])
+        do {
+            stored += batch.outcome(of: 0, stored: try await store(batch)).stored
+        } catch let error as DatabaseError where Self.refusesContent(error) {
+            if events.count == 1 {
+                refused.append(RefusedEvent(index: events.startIndex, reason: Self.reason(error)))
+                return
+            }
+            let middle = events.startIndex + events.count / 2
+            try await storeIsolating(events[..<middle], keyName: keyName, stored: &stored, refused: &refused)
+            try await storeIsolating(events[middle...], keyName: keyName, stored: &stored, refused: &refused)
+        }
+    }
+
+    /// The database refused the data itself (class 22 data exception, 23 integrity constraint,
+    /// 54 program limit): the same rows would be refused again, unlike a lost connection.
+    static func refusesContent(_ error: DatabaseError) -> Bool {
+        guard let state = error.sqlState else { return false }
+        return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("54")
+    }
+
+    /// A refusal a client can act on, from the SQLSTATE (the server's own text stays in the log).
+    static func reason(_ error: DatabaseError) -> String {
+        let state = error.sqlState ?? "?"
+        let what = switch state {
+        case "22003": "attributes holds a number outside what the log can store"
+        case "22P05", "22021": "a text field or an attribute holds a character the log cannot store"
+        case "22008": "a time is outside what the log can store"
+        case "22001", "54000": "a field is larger than the log can store"
+        default: "the log cannot store this event"
+        }
+        return "\(what) (the database refused it: SQLSTATE \(state)); it was not stored and a retry would be refused again"
     }
 
     private static func classify(_ error: any Error) -> AppendError {

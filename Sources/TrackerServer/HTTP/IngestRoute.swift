@@ -82,7 +82,15 @@ struct IngestRoute: Sendable {
         } catch {
             throw APIError.from(error)
         }
-        return Self.receipt(outcome: outcome, rejected: batch.rejected)
+        var rejected = batch.rejected
+        if !outcome.refused.isEmpty {
+            for refusal in outcome.refused {
+                let (index, event) = batch.accepted[refusal.index]
+                rejected.append(Rejection(index: index, id: event.id.text, error: refusal.reason))
+            }
+            rejected.sort { $0.index < $1.index }
+        }
+        return Self.receipt(outcome: outcome, rejected: rejected)
     }
 
     /// The whole body, at most `limit` bytes (`413` beyond, whether or not it declared its
