@@ -16,12 +16,14 @@ struct ServerDependencies: Sendable {
     var maxConcurrentBatches: Int
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
+    /// The in-process projector's state (`nil` with TRACKER_PROJECTOR=off), for `/readyz`.
+    var projectorStatus: ProjectorStatus? = nil
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     let router = Router()
     router.add(middleware: ErrorBodyMiddleware())
-    HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
+    HealthRoutes(pool: deps.pool, migrator: deps.migrator, projectorStatus: deps.projectorStatus).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes))
@@ -47,7 +49,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         maxConcurrentBatches: configuration.maxConcurrentBatches,
         bodyBudgetBytes: configuration.bodyBudgetBytes,
-        chartLibraryPath: configuration.chartLibraryPath)
+        chartLibraryPath: configuration.chartLibraryPath,
+        projectorStatus: configuration.runProjector ? ProjectorStatus() : nil)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
@@ -60,16 +63,18 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
             // The listener stops accepting before the process runs out of descriptors; the
             // guard's (lower) limit answers the connections in between with 503.
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
-        services: backgroundServices(configuration, pool: pool, log: log, logger: logger),
+        services: backgroundServices(configuration, pool: pool, log: log, projectorStatus: deps.projectorStatus, logger: logger),
         logger: logger)
 }
 
 /// The event log first (it shuts down last), then the optional projector and retention.
-func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, log: EventLog, logger: Logger) -> [any Service] {
+func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, log: EventLog,
+                        projectorStatus: ProjectorStatus? = nil, logger: Logger) -> [any Service] {
     var services: [any Service] = [log]
     if configuration.runProjector {
         services.append(Projector(pool: pool, attributionWindow: configuration.attributionWindow,
-                                  batchSize: configuration.projectorBatchSize, logger: logger))
+                                  batchSize: configuration.projectorBatchSize,
+                                  status: projectorStatus ?? ProjectorStatus(), logger: logger))
     }
     if let keepDays = configuration.retentionDays {
         services.append(RetentionService(pool: pool, keepDays: keepDays, logger: logger))

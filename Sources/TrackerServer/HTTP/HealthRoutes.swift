@@ -7,6 +7,8 @@ import Tracker
 struct HealthRoutes: Sendable {
     let pool: ConnectionPool
     let migrator: Migrator
+    /// The in-process projector's state: a stopped projector makes the node not ready.
+    var projectorStatus: ProjectorStatus? = nil
 
     func register(on router: Router<some RequestContext>) {
         router.get("/healthz") { _, _ in
@@ -24,6 +26,14 @@ struct HealthRoutes: Sendable {
                 return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
             }
             let lag = try await Projector.lag(pool)
+            // A stopped projector is said, not made a 503: every node runs the same binary, so a
+            // 503 would take ingestion (which still works) out of every balancer at once.
+            if let stopped = projectorStatus?.stopReason {
+                var body = "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projector\":\"stopped\",\"projectorError\":"
+                JSONText.appendQuoted(stopped.description, to: &body)
+                body += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}"
+                return Self.json(.ok, body)
+            }
             return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}")
         } catch {
             return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
