@@ -37,7 +37,12 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger) -> so
     let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize, logger: logger)
     var logConfiguration = EventLog.Configuration()
     logConfiguration.writers = configuration.writers
-    let log = EventLog(pool: pool, configuration: logConfiguration, logger: logger)
+    logConfiguration.appendTimeout = configuration.appendTimeout
+    // The log's own connections: durable commits and the append's timeouts, whatever the
+    // database's defaults (see EventLog.Configuration.sessionSetup).
+    let ingestPool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.writers + 1,
+                                    sessionSetup: logConfiguration.sessionSetup, logger: logger)
+    let log = EventLog(pool: ingestPool, configuration: logConfiguration, logger: logger)
     let deps = ServerDependencies(
         pool: pool,
         keys: APIKeys(pool: pool),

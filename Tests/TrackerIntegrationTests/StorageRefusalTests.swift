@@ -20,7 +20,8 @@ struct StorageRefusalTests {
                 #expect(r.json["accepted"] as? Int == 1)
                 let rejected = r.json["rejected"] as? [[String: Any]] ?? []
                 #expect(rejected.count == 1 && rejected.first?["index"] as? Int == 0)
-                #expect((rejected.first?["error"] as? String ?? "").contains("attributes.x is a number the log cannot store"))
+                let error = rejected.first?["error"] as? String
+                #expect(error?.contains("attributes.x is a number the log cannot store") == true, "\(String(describing: error))")
             }
             #expect(try await db.scalar("SELECT count(*) FROM events") == "1")
         }
@@ -44,7 +45,8 @@ struct StorageRefusalTests {
                 #expect(rejected.count == 1)
                 #expect(rejected.first?["index"] as? Int == 4)
                 #expect(rejected.first?["id"] as? String == events[4]["id"] as? String)
-                #expect((rejected.first?["error"] as? String ?? "").contains("SQLSTATE 23514"))
+                let error = rejected.first?["error"] as? String
+                #expect(error?.contains("SQLSTATE 23514") == true, "\(String(describing: error))")
                 // The retry is the same answer: the six are duplicates now, the refused one is refused again.
                 let again = try tracker.client.postEvents(Wire.batch(events), key: key)
                 #expect(again.status == 200)

@@ -55,13 +55,49 @@ public final class EventLog: Service, Sendable {
         public var parallelWriteThreshold = 500
         /// Beyond this many waiting events, appends fail fast with `.overloaded` (bounded memory).
         public var maxQueuedEvents = 100_000
+        /// An append not committed within this time fails with `.databaseUnavailable` (a 503):
+        /// a frozen or locked database must not hold requests for ever. Events still queued
+        /// are withdrawn, so nothing of them is stored; a write already sent is one statement,
+        /// so it commits whole or not at all, and a retry of it counts as duplicates.
+        /// `nil`: no deadline.
+        public var appendTimeout: Duration? = .seconds(8)
         public init() {}
+
+        /// Session settings for the log's own connections (`ConnectionPool.sessionSetup`):
+        /// durable commits whatever the database's or role's default (`synchronous_commit=off`
+        /// there would make a 200 a lie), and statement and lock timeouts inside the append's
+        /// deadline, so PostgreSQL itself cancels a write stuck behind a lock (nothing stored).
+        public var sessionSetup: String {
+            var sql = "SET synchronous_commit = on"
+            if let appendTimeout {
+                let milliseconds = max(Int(appendTimeout / .milliseconds(1)), 2)
+                sql += "; SET statement_timeout = \(max(milliseconds * 3 / 4, 1)); SET lock_timeout = \(max(milliseconds / 2, 1))"
+            }
+            return sql
+        }
+    }
+
+    /// A request's answer, given once: by the write, or by the deadline, whichever comes first.
+    private final class Reply: Sendable {
+        private let continuation: Mutex<CheckedContinuation<AppendOutcome, any Error>?>
+
+        init(_ continuation: CheckedContinuation<AppendOutcome, any Error>) {
+            self.continuation = Mutex(continuation)
+        }
+
+        func resume(returning outcome: AppendOutcome) {
+            continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: outcome)
+        }
+
+        func resume(throwing error: any Error) {
+            continuation.withLock { c in defer { c = nil }; return c }?.resume(throwing: error)
+        }
     }
 
     private struct Submission {
         var events: [TrackingEvent]
         var keyName: String
-        var continuation: CheckedContinuation<AppendOutcome, any Error>
+        var continuation: Reply
     }
 
     private struct State {
@@ -89,16 +125,24 @@ public final class EventLog: Service, Sendable {
         if events.isEmpty { return AppendOutcome(stored: 0, duplicates: 0) }
         do {
             return try await withCheckedThrowingContinuation { continuation in
+                let reply = Reply(continuation)
                 let result: Result<CheckedContinuation<Void, Never>?, AppendError> = state.withLock { s in
                     if s.stopping { return .failure(.shuttingDown) }
                     if s.queuedEvents + events.count > configuration.maxQueuedEvents { return .failure(.overloaded) }
-                    s.queue.append(Submission(events: events, keyName: keyName, continuation: continuation))
+                    s.queue.append(Submission(events: events, keyName: keyName, continuation: reply))
                     s.queuedEvents += events.count
                     return .success(Self.mayStartWrite(s, configuration) ? s.idleWriters.popLast() : nil)
                 }
                 switch result {
-                case .failure(let error): continuation.resume(throwing: error)
-                case .success(let writer): writer?.resume()
+                case .failure(let error): reply.resume(throwing: error)
+                case .success(let writer):
+                    writer?.resume()
+                    if let timeout = configuration.appendTimeout {
+                        Task { [weak self] in
+                            try? await Task.sleep(for: timeout)
+                            self?.expire(reply)
+                        }
+                    }
                 }
             }
         } catch let error as AppendError {
@@ -126,6 +170,18 @@ public final class EventLog: Service, Sendable {
         } onGracefulShutdown: {
             self.stop()
         }
+    }
+
+    /// The deadline of `reply` passed: withdraws its events if no writer took them yet, and
+    /// answers `.databaseUnavailable` (a no-op when the write already answered).
+    private func expire(_ reply: Reply) {
+        state.withLock { s in
+            if let i = s.queue.firstIndex(where: { $0.continuation === reply }) {
+                s.queuedEvents -= s.queue[i].events.count
+                s.queue.remove(at: i)
+            }
+        }
+        reply.resume(throwing: AppendError.databaseUnavailable)
     }
 
     /// Stops taking new events; writers finish the queue and return.

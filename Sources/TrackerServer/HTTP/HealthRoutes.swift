@@ -1,6 +1,7 @@
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import Synchronization
 import Tracker
 
 /// `GET /healthz` (the process answers) and `GET /readyz` (database reachable, schema current).
@@ -15,7 +16,22 @@ struct HealthRoutes: Sendable {
             Self.json(.ok, "{\"status\":\"ok\"}")
         }
         router.get("/readyz") { _, _ in
-            await readiness()
+            await readiness(within: .seconds(3))
+        }
+    }
+
+    /// The readiness answer, or `503` once `deadline` passed: a frozen database (its processes
+    /// stopped, a host that answers TCP but not queries) would otherwise hold the probe on a
+    /// pooled connection for as long as it stays frozen.
+    func readiness(within deadline: Duration) async -> Response {
+        let answer = FirstAnswer()
+        return await withCheckedContinuation { continuation in
+            answer.set(continuation)
+            Task { answer.give(await self.readiness()) }
+            Task {
+                try? await Task.sleep(for: deadline)
+                answer.give(Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true))
+            }
         }
     }
 
@@ -44,5 +60,16 @@ struct HealthRoutes: Sendable {
         var headers: HTTPFields = [.contentType: "application/json"]
         if retryAfter { headers[.retryAfter] = "2" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}
+
+/// Resumes a continuation with the first answer given; later ones are dropped.
+private final class FirstAnswer: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Response, Never>?>(nil)
+
+    func set(_ c: CheckedContinuation<Response, Never>) { continuation.withLock { $0 = c } }
+
+    func give(_ response: Response) {
+        continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: response)
     }
 }
