@@ -78,19 +78,36 @@ public final class EventLog: Service, Sendable {
     }
 
     /// A request's answer, given once: by the write, or by the deadline, whichever comes first.
+    ///
+    /// The deadline's timer is cancelled by the answer, so a timer lives only as long as its
+    /// request (not the whole `appendTimeout` for every request: 160 000 sleeping tasks at
+    /// 20 000 requests a second).
     private final class Reply: Sendable {
         private let continuation: Mutex<CheckedContinuation<AppendOutcome, any Error>?>
+        private let timer = Mutex<Task<Void, Never>?>(nil)
 
         init(_ continuation: CheckedContinuation<AppendOutcome, any Error>) {
             self.continuation = Mutex(continuation)
         }
 
+        /// Keeps the deadline's timer, or cancels it at once when the answer was already given.
+        func arm(_ task: Task<Void, Never>) {
+            timer.withLock { $0 = task }
+            if continuation.withLock({ $0 == nil }) { disarm() }
+        }
+
         func resume(returning outcome: AppendOutcome) {
             continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: outcome)
+            disarm()
         }
 
         func resume(throwing error: any Error) {
             continuation.withLock { c in defer { c = nil }; return c }?.resume(throwing: error)
+            disarm()
+        }
+
+        private func disarm() {
+            timer.withLock { t in defer { t = nil }; return t }?.cancel()
         }
     }
 
@@ -138,10 +155,10 @@ public final class EventLog: Service, Sendable {
                 case .success(let writer):
                     writer?.resume()
                     if let timeout = configuration.appendTimeout {
-                        Task { [weak self] in
-                            try? await Task.sleep(for: timeout)
+                        reply.arm(Task { [weak self] in
+                            do { try await Task.sleep(for: timeout) } catch { return }  // answered in time
                             self?.expire(reply)
-                        }
+                        })
                     }
                 }
             }

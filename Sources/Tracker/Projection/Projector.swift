@@ -45,7 +45,7 @@ public final class Projector: Service, Sendable {
     /// process goes on serving: a log row it cannot read (skipping it would drop an event
     /// from every report, silently) or projections computed with another attribution window.
     public func run() async throws {
-        await cancelWhenGracefulShutdown {
+        let stopped: ProjectorError? = await cancelWhenGracefulShutdown {
             var windowChecked = false
             while !Task.isCancelled {
                 do {
@@ -60,14 +60,18 @@ public final class Projector: Service, Sendable {
                 } catch let error as ProjectorError {
                     self.logger.critical("projector stopped; ingestion and reports go on, reports no longer advance", metadata: ["error": "\(error)"])
                     self.status.stop(error)
-                    // Nothing to retry: wait for the shutdown (the row and the window do not change by themselves).
+                    // Alone (`tracker project`), the process ends with the error. Inside `tracker serve`
+                    // it waits for the shutdown and the server goes on: nothing here changes by itself.
+                    if self.status.endsTheRun { return error }
                     while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
                 } catch {
                     self.logger.warning("projection step failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
                     try? await Task.sleep(for: .seconds(1))
                 }
             }
+            return nil
         }
+        if let stopped { throw stopped }
     }
 
     /// Refuses to mix two attribution windows in one set of projections.
@@ -194,8 +198,18 @@ public final class Projector: Service, Sendable {
 /// Whether a projector runs, or stopped on something a retry cannot fix (and why).
 public final class ProjectorStatus: Sendable {
     private let stopped = Mutex<ProjectorError?>(nil)
+    /// Whether `Projector.run` throws the error that stopped it (the `tracker project`
+    /// process), rather than wait for the shutdown while the server goes on (`tracker serve`).
+    public let endsTheRun: Bool
 
-    public init() {}
+    /// For a projector inside the server: it stops, the run waits for the shutdown.
+    public convenience init() {
+        self.init(endsTheRun: false)
+    }
+
+    public init(endsTheRun: Bool) {
+        self.endsTheRun = endsTheRun
+    }
 
     /// The error that stopped the projector, `nil` while it runs.
     public var stopReason: ProjectorError? { stopped.withLock { $0 } }
