@@ -24,13 +24,15 @@ struct ServerDependencies: Sendable {
     var metricsPools: [NamedPool] = []
     /// `nil` without `TRACKER_BEACON_SECRET`: the beacon endpoints answer 503.
     var beacons: Beacons?
+    /// The in-process projector's state (`nil` with TRACKER_PROJECTOR=off), for `/readyz`.
+    var projectorStatus: ProjectorStatus? = nil
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     let router = Router()
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
-    HealthRoutes(pool: deps.pool, migrator: deps.migrator).register(on: router)
+    HealthRoutes(pool: deps.pool, migrator: deps.migrator, projectorStatus: deps.projectorStatus).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
@@ -56,7 +58,12 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
     }
     var logConfiguration = EventLog.Configuration()
     logConfiguration.writers = configuration.writers
-    let log = EventLog(pool: pool, configuration: logConfiguration, logger: logger)
+    logConfiguration.appendTimeout = configuration.appendTimeout
+    // The log's own connections: durable commits and the append's timeouts, whatever the
+    // database's defaults (see EventLog.Configuration.sessionSetup).
+    let ingestPool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.writers + 1,
+                                    sessionSetup: logConfiguration.sessionSetup, logger: logger)
+    let log = EventLog(pool: ingestPool, configuration: logConfiguration, logger: logger)
     let deps = ServerDependencies(
         pool: pool,
         keys: APIKeys(pool: pool),
@@ -70,7 +77,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         chartLibraryPath: configuration.chartLibraryPath,
         metricsRegistry: metricsRegistry,
         metricsPools: [NamedPool(name: "primary", pool: pool)] + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
-        beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) })
+        beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) },
+        projectorStatus: configuration.runProjector ? ProjectorStatus() : nil)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
@@ -83,16 +91,18 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             // The listener stops accepting before the process runs out of descriptors; the
             // guard's (lower) limit answers the connections in between with 503.
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
-        services: backgroundServices(configuration, pool: pool, log: log, logger: logger),
+        services: backgroundServices(configuration, pool: pool, log: log, projectorStatus: deps.projectorStatus, logger: logger),
         logger: logger)
 }
 
 /// The event log first (it shuts down last), then the optional projector and retention.
-func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, log: EventLog, logger: Logger) -> [any Service] {
+func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, log: EventLog,
+                        projectorStatus: ProjectorStatus? = nil, logger: Logger) -> [any Service] {
     var services: [any Service] = [log]
     if configuration.runProjector {
         services.append(Projector(pool: pool, attributionWindow: configuration.attributionWindow,
-                                  batchSize: configuration.projectorBatchSize, logger: logger))
+                                  batchSize: configuration.projectorBatchSize,
+                                  status: projectorStatus ?? ProjectorStatus(), logger: logger))
     }
     if let keepDays = configuration.retentionDays {
         services.append(RetentionService(pool: pool, keepDays: keepDays, logger: logger))

@@ -34,7 +34,9 @@ import Tracker
     @Test func batchesBeyondTheConcurrencyLimitGet503WhileTheOthersAreWritten() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1"]) { tracker in
+            // The append's deadline (and its lock_timeout) is set far beyond the test, so the
+            // write waits for the lock instead of getting its 503 after 4 s.
+            try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1", "TRACKER_APPEND_TIMEOUT": "120"]) { tracker in
                 // Another session keeps every write waiting, so a batch that is in holds the only place.
                 let blocker = try Connection.open(db.url)
                 try blocker.execute("BEGIN; LOCK TABLE event_ids IN SHARE MODE")

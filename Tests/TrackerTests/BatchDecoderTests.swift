@@ -191,10 +191,26 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         #expect(try rejection(event(["attributes": ["a": String(repeating: "x", count: 2048 - 7)]])).contains("attributes is 2049 bytes as JSON; at most 2048"))
     }
 
+    /// Every number the decoder accepts must be one PostgreSQL's jsonb stores: `1e-20000` reads
+    /// as the double 0.0, and jsonb refused it (22003), which cost the whole batch on every retry.
+    @Test func attributeNumbersThatJsonbCannotStoreAreRejectedNamingTheRule() throws {
+        for refused in ["1e-20000", "0e-20000", "1e-400", "0.0e-1001", "0e1001", "1e400", "-1e-325",
+                        "0." + String(repeating: "0", count: 1001), "1e-1000"] {
+            let bytes = Array(#"{"events":[{"id":"0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11","type":"impression","requestId":"r","adUnit":"/1/a","formatId":"1","occurredAt":"2026-11-20T10:00:01Z","attributes":{"n":\#(refused)}}]}"#.utf8)
+            let message = try #require(try decode(bytes).rejected.first?.error, "\(refused) must be rejected")
+            #expect(message.contains("attributes.n is a number the log cannot store"), "\(refused): \(message)")
+            #expect(message.contains("exponent from -1000 to 1000"))
+        }
+        for kept in ["5e-324", "1.7976931348623157e308", "-0", "0e-1000", "1E+2", "0.000001e-300", "123456789012345678901234567890"] {
+            let bytes = Array(#"{"events":[{"id":"0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11","type":"impression","requestId":"r","adUnit":"/1/a","formatId":"1","occurredAt":"2026-11-20T10:00:01Z","attributes":{"n":\#(kept)}}]}"#.utf8)
+            #expect(try decode(bytes).accepted.count == 1, "\(kept) must be accepted")
+        }
+    }
+
     @Test func attributeNumbersKeepTheirText() throws {
         let bytes = Array(#"{"events":[{"id":"0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11","type":"impression","requestId":"r","adUnit":"/1/a","formatId":"1","occurredAt":"2026-11-20T10:00:01Z","attributes":{"price":4.20,"big":123456789012345678901234567890,"huge":1e400}}]}"#.utf8)
         let batch = try decode(bytes)
-        #expect(batch.rejected.first?.error.contains("attributes.huge is a number out of range") == true)
+        #expect(batch.rejected.first?.error.contains("attributes.huge is a number the log cannot store") == true)
         let fixed = Array(String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: ",\"huge\":1e400", with: "").utf8)
         let e = try #require(try decode(fixed).accepted.first?.event)
         #expect(e.attributesJSON == #"{"price":4.20,"big":123456789012345678901234567890}"#)

@@ -18,6 +18,21 @@ struct TimestampTests {
         #expect(t.postgresText == "2024-02-29 01:02:03.000450+00")
     }
 
+    /// RFC 3339 allows a leap second; PostgreSQL has none, so `:60` is the minute's last microsecond.
+    @Test func aLeapSecondIsTheLastMicrosecondOfItsMinute() {
+        #expect(Timestamp(rfc3339: "2016-12-31T23:59:60Z")?.rfc3339 == "2016-12-31T23:59:59.999999Z")
+        #expect(Timestamp(rfc3339: "2016-12-31T23:59:60.5Z")?.rfc3339 == "2016-12-31T23:59:59.999999Z")
+        #expect(Timestamp(rfc3339: "2016-12-31T15:59:60-08:00")?.rfc3339 == "2016-12-31T23:59:59.999999Z")
+        #expect(Timestamp(rfc3339: "2016-12-31T23:59:61Z") == nil)
+    }
+
+    /// SPEC: RFC 3339, whose fraction has any number of digits; past the sixth they are dropped.
+    @Test func aFractionOfAnyLengthIsTruncatedToTheMicrosecond() {
+        let digits = "123456" + String(repeating: "9", count: 994)
+        #expect(Timestamp(rfc3339: "2026-11-20T10:00:01.\(digits)Z")?.rfc3339 == "2026-11-20T10:00:01.123456Z")
+        #expect(Timestamp(rfc3339: "2026-11-20T10:00:01.\(String(repeating: "0", count: 60))+01:00")?.rfc3339 == "2026-11-20T09:00:01.000000Z")
+    }
+
     @Test func parsesOnlyRealDates() {
         #expect(Day(iso: "2026-02-29") == nil)
         #expect(Day(iso: "2024-02-29") != nil)

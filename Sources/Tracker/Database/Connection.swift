@@ -15,9 +15,13 @@ public final class Connection {
 
     /// Opens a connection. `conninfo` is a `key=value` string or a `postgresql://` URL.
     public static func open(_ conninfo: String, connectTimeoutSeconds: Int = 3, applicationName: String = "tracker") throws(DatabaseError) -> Connection {
-        // Earlier keywords are defaults: whatever the URL itself says overrides them.
-        let keys = ["connect_timeout", "application_name", "dbname"]
-        let values = [String(connectTimeoutSeconds), applicationName, conninfo]
+        // Earlier keywords are defaults: whatever the URL itself says overrides them. TCP
+        // keepalives find a database host that vanished (power loss, a partition) within about
+        // 30 s instead of the kernel's two hours; a frozen server process on a live host still
+        // answers them, which is why the event log also has its own deadline (EventLog).
+        let keys = ["connect_timeout", "application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+                    "keepalives_count", "dbname"]
+        let values = [String(connectTimeoutSeconds), applicationName, "1", "15", "5", "3", conninfo]
         let raw: OpaquePointer? = withCStrings(keys) { k in
             withCStrings(values) { v in PQconnectdbParams(k, v, 1) }
         }

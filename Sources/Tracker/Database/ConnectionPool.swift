@@ -12,6 +12,10 @@ public final class ConnectionPool: Sendable {
     public let conninfo: String
     public let maxConnections: Int
     public let acquireTimeout: Duration
+    /// Statements run on every new connection before it is lent (session settings such as
+    /// `SET statement_timeout`): set here rather than in the conninfo's `options`, which a
+    /// `DATABASE_URL` carrying its own `options` would replace.
+    public let sessionSetup: String?
     private let logger: Logger
     private let state = Mutex(State())
 
@@ -23,9 +27,11 @@ public final class ConnectionPool: Sendable {
         var closed = false
     }
 
-    public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(5), logger: Logger) {
+    public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(5),
+                sessionSetup: String? = nil, logger: Logger) {
         precondition(maxConnections > 0)
         self.conninfo = conninfo
+        self.sessionSetup = sessionSetup
         self.maxConnections = maxConnections
         self.acquireTimeout = acquireTimeout
         self.logger = logger
@@ -40,7 +46,7 @@ public final class ConnectionPool: Sendable {
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         let slot = try await acquire()
         defer { release(slot) }
-        return try await slot.run(conninfo: conninfo, logger: logger, body)
+        return try await slot.run(conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
     }
 
     /// Runs `body` in one transaction on one connection.
@@ -130,7 +136,8 @@ private final class Slot: @unchecked Sendable {
     private let queue = DispatchQueue(label: "tracker.postgres.connection")
     private var connection: Connection?
 
-    func run<T: Sendable>(conninfo: String, logger: Logger, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+    func run<T: Sendable>(conninfo: String, sessionSetup: String?, logger: Logger,
+                          _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 do {
@@ -140,7 +147,14 @@ private final class Slot: @unchecked Sendable {
                     } else {
                         self.connection?.close()
                         self.connection = nil
-                        connection = try Connection.open(conninfo)
+                        let opened = try Connection.open(conninfo)
+                        if let sessionSetup {
+                            do { try opened.execute(sessionSetup) } catch {
+                                opened.close()
+                                throw error
+                            }
+                        }
+                        connection = opened
                         self.connection = connection
                     }
                     let value = try body(connection)

@@ -3,15 +3,15 @@ extension Timestamp {
     ///
     /// `T` and `Z` may be lower case (RFC 3339, 5.6). The fraction may have any number of
     /// digits; digits past the sixth are dropped (truncated toward the earlier microsecond),
-    /// the precision PostgreSQL keeps. Leap seconds (`:60`) and dates that do not exist are refused.
+    /// the precision PostgreSQL keeps. A leap second (`:60`, which RFC 3339 allows at the end
+    /// of any minute) is read as `:59.999999`, the last microsecond of that minute: PostgreSQL
+    /// has no leap seconds, and this keeps the event in its minute, its day and its order
+    /// before the next second (its own fraction is dropped). Dates that do not exist are refused.
     public init?(rfc3339 text: some StringProtocol) {
         var utf8 = text.utf8.makeIterator()
         var bytes: [UInt8] = []
         bytes.reserveCapacity(35)
-        while let b = utf8.next() {
-            bytes.append(b)
-            if bytes.count > 64 { return nil }
-        }
+        while let b = utf8.next() { bytes.append(b) }
         guard bytes.count >= 20,
               bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
               bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: "t"),
@@ -20,7 +20,7 @@ extension Timestamp {
               let dayOfMonth = Day.digits(bytes[8..<10]),
               let hour = Day.digits(bytes[11..<13]), let minute = Day.digits(bytes[14..<16]),
               let second = Day.digits(bytes[17..<19]),
-              hour <= 23, minute <= 59, second <= 59,
+              hour <= 23, minute <= 59, second <= 60,
               let day = Day(year: year, month: month, day: dayOfMonth)
         else { return nil }
 
@@ -55,8 +55,9 @@ extension Timestamp {
         }
         guard i == bytes.count else { return nil }
 
+        if second == 60 { micros = Timestamp.microsecondsPerSecond - 1 }  // the leap second: :59.999999
         let local = day.start.microseconds
-            + Int64(hour * 3600 + minute * 60 + second) * Timestamp.microsecondsPerSecond + micros
+            + Int64(hour * 3600 + minute * 60 + min(second, 59)) * Timestamp.microsecondsPerSecond + micros
         self.init(microseconds: local - offsetSeconds * Timestamp.microsecondsPerSecond)
     }
 }

@@ -9,6 +9,13 @@ public struct Rejection: Sendable, Hashable {
     /// The field of the first rule it breaks (`event` when it is not an object): a small,
     /// fixed set of values, for the rejected-events metric.
     public var reason: String = "event"
+
+    public init(index: Int, id: String?, error: String, reason: String = "event") {
+        self.index = index
+        self.id = id
+        self.error = error
+        self.reason = reason
+    }
 }
 
 /// A batch split into the events to store and the ones refused.

@@ -247,8 +247,8 @@ struct Violations: Error, Sendable, Equatable {
             case .string(let s): attribute = .string(s)
             case .bool(let b): attribute = .bool(b)
             case .number(let n):
-                guard let d = Double(n), d.isFinite else {
-                    add("attributes", "attributes.\(Self.excerpt(key)) is a number out of range, got \(Self.excerpt(n))")
+                guard Self.isStorableNumber(n) else {
+                    add("attributes", "attributes.\(Self.excerpt(key)) is a number the log cannot store: a number is 0 or between 5e-324 and 1.8e308 in magnitude (a double's range), with an exponent from -1000 to 1000 and at most 1000 decimal places; got \(Self.excerpt(n))")
                     ok = false
                     continue
                 }
@@ -281,6 +281,37 @@ struct Violations: Error, Sendable, Equatable {
             return []
         }
         return out
+    }
+
+    /// Whether a JSON number (as written, already valid JSON) is one the log's `jsonb` stores.
+    ///
+    /// A double's range alone does not do: `1e-20000` reads as the double 0.0, but `jsonb` keeps
+    /// numbers as `numeric`, which refuses it (22003, and the whole group's write with it), and
+    /// writes `0e-900` out as 900 zeros. So a number must also be a double without underflow,
+    /// with its exponent and its decimal places (after the exponent) within 1000 each.
+    static func isStorableNumber(_ text: String) -> Bool {
+        guard let double = Double(text), double.isFinite else { return false }
+        var fractionDigits = 0, exponent = 0, exponentNegative = false
+        var nonzero = false, inFraction = false, inExponent = false
+        for b in text.utf8 {
+            switch b {
+            case UInt8(ascii: "."): inFraction = true
+            case UInt8(ascii: "e"), UInt8(ascii: "E"): inExponent = true
+            case UInt8(ascii: "-") where inExponent: exponentNegative = true
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                let digit = Int(b - UInt8(ascii: "0"))
+                if inExponent {
+                    exponent = min(exponent * 10 + digit, 1_000_000)  // saturates: far past any limit
+                } else {
+                    if digit != 0 { nonzero = true }
+                    if inFraction { fractionDigits += 1 }
+                }
+            default: break
+            }
+        }
+        if exponentNegative { exponent = -exponent }
+        if nonzero && double == 0 { return false }  // below the smallest double: it read as 0
+        return (-1000...1000).contains(exponent) && fractionDigits - exponent <= 1000
     }
 
     /// What was sent, shortened so a message stays readable.

@@ -29,19 +29,24 @@ public enum APIKeyError: Error, Sendable, Equatable {
     case notFound(String)
 }
 
-/// API keys, stored as SHA-256 hashes (computed by PostgreSQL's `sha256`).
+/// API keys, stored as SHA-256 hashes (computed here: a key never reaches the database).
 ///
-/// Lookups are cached for a few seconds so that authentication does not cost a query per
-/// request; a revoked key therefore stops working within `cacheTTL`.
+/// The active keys' hashes are held in memory and reloaded when older than `cacheTTL`, so a
+/// revoked key stops working within `cacheTTL` and a request costs no key query in the steady
+/// state. A key the table does not hold (a new one, or a guess) waits for a reload that began
+/// after it arrived; all such requests share one reload, at most one per `minReloadInterval`,
+/// so a flood of random keys costs a few queries a second, not one each, and memory holds
+/// only the table (before, each unknown key cost a query and a cache entry).
 public final class APIKeys: Sendable {
     private let pool: ConnectionPool
     private let cacheTTL: Duration
-    private let cache = Mutex<[String: (principal: Principal?, expires: ContinuousClock.Instant)]>([:])
-    private static let maxCachedKeys = 10_000
+    private let loader: KeyTableLoader
+    private let table = Mutex<(keys: [KeyDigest: Principal], loadedAt: ContinuousClock.Instant)?>(nil)
 
-    public init(pool: ConnectionPool, cacheTTL: Duration = .seconds(5)) {
+    public init(pool: ConnectionPool, cacheTTL: Duration = .seconds(5), minReloadInterval: Duration = .milliseconds(250)) {
         self.pool = pool
         self.cacheTTL = cacheTTL
+        self.loader = KeyTableLoader(minInterval: minReloadInterval)
     }
 
     /// Creates a key and returns it; this is the only time the key itself exists.
@@ -51,11 +56,12 @@ public final class APIKeys: Sendable {
         }
         let key = Self.generate()
         let prefix = String(key.prefix(10))
+        let hash = KeyDigest(key: key).byteaText
         do {
             try await pool.withConnection { connection in
                 _ = try connection.query(
-                    "INSERT INTO api_keys (name, scope, key_hash, key_prefix) VALUES ($1, $2, sha256(convert_to($3, 'UTF8')), $4)",
-                    [name, scope.rawValue, key, prefix])
+                    "INSERT INTO api_keys (name, scope, key_hash, key_prefix) VALUES ($1, $2, $3::bytea, $4)",
+                    [name, scope.rawValue, hash, prefix])
             }
         } catch let error as DatabaseError where error.sqlState == "23505" {
             throw APIKeyError.nameTaken(name)
@@ -87,29 +93,36 @@ public final class APIKeys: Sendable {
             ).affectedRows
         }
         guard changed == 1 else { throw APIKeyError.notFound(name) }
-        cache.withLock { $0.removeAll() }
+        table.withLock { $0 = nil }
     }
 
     /// The principal of a presented key, or `nil` for an unknown or revoked key.
     public func authenticate(_ presented: String) async throws -> Principal? {
+        let digest = KeyDigest(key: presented)
         let now = ContinuousClock.now
-        if let hit = cache.withLock({ $0[presented] }), hit.expires > now {
-            return hit.principal
+        if let current = table.withLock({ $0 }), now - current.loadedAt < cacheTTL, let principal = current.keys[digest] {
+            return principal
         }
-        let principal: Principal? = try await pool.withConnection { connection in
-            let r = try connection.query(
-                "SELECT name, scope FROM api_keys WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL",
-                [presented])
-            guard r.rowCount == 1, let name = r.string(0, 0), let scope = r.string(0, 1).flatMap(KeyScope.init(rawValue:)) else {
-                return nil
+        let pool = self.pool
+        let (keys, loadedAt) = try await loader.keys(loadedAfter: now) { try await Self.load(pool) }
+        table.withLock { t in
+            if t == nil || t!.loadedAt < loadedAt { t = (keys, loadedAt) }
+        }
+        return keys[digest]
+    }
+
+    /// Every active key's hash and principal.
+    static func load(_ pool: ConnectionPool) async throws -> [KeyDigest: Principal] {
+        try await pool.withConnection { connection in
+            let r = try connection.query("SELECT key_hash, name, scope FROM api_keys WHERE revoked_at IS NULL")
+            var keys: [KeyDigest: Principal] = [:]
+            for row in 0..<r.rowCount {
+                guard let hash = r.string(row, 0).flatMap(KeyDigest.init(byteaText:)), let name = r.string(row, 1),
+                      let scope = r.string(row, 2).flatMap(KeyScope.init(rawValue:)) else { continue }
+                keys[hash] = Principal(name: name, scope: scope)
             }
-            return Principal(name: name, scope: scope)
+            return keys
         }
-        cache.withLock { c in
-            if c.count >= Self.maxCachedKeys { c.removeAll(keepingCapacity: true) }
-            c[presented] = (principal, now + cacheTTL)
-        }
-        return principal
     }
 
     static func isValidName(_ name: String) -> Bool {
@@ -124,5 +137,39 @@ public final class APIKeys: Sendable {
         let alphabet = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
         var rng = SystemRandomNumberGenerator()
         return "trk_" + String((0..<40).map { _ in alphabet[Int(rng.next(upperBound: UInt64(alphabet.count)))] })
+    }
+}
+
+/// Reloads of the key table, shared: a caller waits for a load that began after the instant it
+/// gives, and loads start at most once per `minInterval`.
+actor KeyTableLoader {
+    typealias Keys = [KeyDigest: Principal]
+    private let minInterval: Duration
+    private var lastStart: ContinuousClock.Instant?
+    private var inFlight: (task: Task<Keys, any Error>, startedAt: ContinuousClock.Instant)?
+
+    init(minInterval: Duration) {
+        self.minInterval = minInterval
+    }
+
+    func keys(loadedAfter instant: ContinuousClock.Instant, _ load: @escaping @Sendable () async throws -> Keys) async throws -> (Keys, ContinuousClock.Instant) {
+        while true {
+            if let current = inFlight {
+                if current.startedAt >= instant { return (try await current.task.value, current.startedAt) }
+                _ = try? await current.task.value
+                if inFlight?.startedAt == current.startedAt { inFlight = nil }
+                continue
+            }
+            if let lastStart, ContinuousClock.now < lastStart + minInterval {
+                try await Task.sleep(until: lastStart + minInterval)
+                continue
+            }
+            let start = ContinuousClock.now
+            lastStart = start
+            let task = Task { try await load() }
+            inFlight = (task, start)
+            defer { if inFlight?.startedAt == start { inFlight = nil } }
+            return (try await task.value, start)
+        }
     }
 }

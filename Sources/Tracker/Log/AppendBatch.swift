@@ -70,6 +70,13 @@ struct AppendBatch {
 enum EventLogSQL {
     /// Inserts a group: ids new to `event_ids` go into the log, the rest are duplicates.
     /// Returns the ids that were stored.
+    ///
+    /// The ids go into `event_ids` in ascending order, whatever order the group has: an insert
+    /// that meets an id another transaction is inserting waits for it, so two writes of the same
+    /// ids (a retry racing its first attempt, on two nodes) in different orders each held an id
+    /// the other waited for, a deadlock (40P01, a 503 after a second's stall). In one global
+    /// order the second write waits for the first and finds its ids stored. The log keeps
+    /// the group's own order (`ord`).
     static let append = """
         WITH input AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -80,7 +87,7 @@ enum EventLogSQL {
                      eea, reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at,
                      key_name, ord)
         ), fresh AS (
-            INSERT INTO event_ids (id) SELECT id FROM input ON CONFLICT DO NOTHING RETURNING id
+            INSERT INTO event_ids (id) SELECT id FROM input ORDER BY id ON CONFLICT DO NOTHING RETURNING id
         )
         INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source,
                             adapter, eea, reservation, test, attributes, occurred_at, sent_at,

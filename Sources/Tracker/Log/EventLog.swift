@@ -3,10 +3,28 @@ import Metrics
 import ServiceLifecycle
 import Synchronization
 
-/// What one request's events became: newly stored, or already stored (a duplicate id).
+/// What one request's events became: newly stored, already stored (a duplicate id), or
+/// refused by the database.
 public struct AppendOutcome: Sendable, Hashable {
     public var stored: Int
     public var duplicates: Int
+    /// Events the database refused for their content (their positions in the appended array):
+    /// not stored, and a retry would be refused again. The others were stored.
+    public var refused: [RefusedEvent] = []
+
+    public init(stored: Int, duplicates: Int, refused: [RefusedEvent] = []) {
+        self.stored = stored
+        self.duplicates = duplicates
+        self.refused = refused
+    }
+}
+
+/// An event the database would not store, and why (without the server's text).
+public struct RefusedEvent: Sendable, Hashable {
+    /// Its position in the array given to `EventLog.append`.
+    public var index: Int
+    /// What a client can act on, naming the field when the database's error tells it.
+    public var reason: String
 }
 
 /// Why events could not be appended. Nothing of the request was acknowledged.
@@ -38,13 +56,66 @@ public final class EventLog: Service, Sendable {
         public var parallelWriteThreshold = 500
         /// Beyond this many waiting events, appends fail fast with `.overloaded` (bounded memory).
         public var maxQueuedEvents = 100_000
+        /// An append not committed within this time fails with `.databaseUnavailable` (a 503):
+        /// a frozen or locked database must not hold requests for ever. Events still queued
+        /// are withdrawn, so nothing of them is stored; a write already sent is one statement,
+        /// so it commits whole or not at all, and a retry of it counts as duplicates.
+        /// `nil`: no deadline.
+        public var appendTimeout: Duration? = .seconds(8)
         public init() {}
+
+        /// Session settings for the log's own connections (`ConnectionPool.sessionSetup`):
+        /// durable commits whatever the database's or role's default (`synchronous_commit=off`
+        /// there would make a 200 a lie), and statement and lock timeouts inside the append's
+        /// deadline, so PostgreSQL itself cancels a write stuck behind a lock (nothing stored).
+        public var sessionSetup: String {
+            var sql = "SET synchronous_commit = on"
+            if let appendTimeout {
+                let milliseconds = max(Int(appendTimeout / .milliseconds(1)), 2)
+                sql += "; SET statement_timeout = \(max(milliseconds * 3 / 4, 1)); SET lock_timeout = \(max(milliseconds / 2, 1))"
+            }
+            return sql
+        }
+    }
+
+    /// A request's answer, given once: by the write, or by the deadline, whichever comes first.
+    ///
+    /// The deadline's timer is cancelled by the answer, so a timer lives only as long as its
+    /// request (not the whole `appendTimeout` for every request: 160 000 sleeping tasks at
+    /// 20 000 requests a second).
+    private final class Reply: Sendable {
+        private let continuation: Mutex<CheckedContinuation<AppendOutcome, any Error>?>
+        private let timer = Mutex<Task<Void, Never>?>(nil)
+
+        init(_ continuation: CheckedContinuation<AppendOutcome, any Error>) {
+            self.continuation = Mutex(continuation)
+        }
+
+        /// Keeps the deadline's timer, or cancels it at once when the answer was already given.
+        func arm(_ task: Task<Void, Never>) {
+            timer.withLock { $0 = task }
+            if continuation.withLock({ $0 == nil }) { disarm() }
+        }
+
+        func resume(returning outcome: AppendOutcome) {
+            continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: outcome)
+            disarm()
+        }
+
+        func resume(throwing error: any Error) {
+            continuation.withLock { c in defer { c = nil }; return c }?.resume(throwing: error)
+            disarm()
+        }
+
+        private func disarm() {
+            timer.withLock { t in defer { t = nil }; return t }?.cancel()
+        }
     }
 
     private struct Submission {
         var events: [TrackingEvent]
         var keyName: String
-        var continuation: CheckedContinuation<AppendOutcome, any Error>
+        var continuation: Reply
     }
 
     private struct State {
@@ -85,16 +156,24 @@ public final class EventLog: Service, Sendable {
         if events.isEmpty { return AppendOutcome(stored: 0, duplicates: 0) }
         do {
             return try await withCheckedThrowingContinuation { continuation in
+                let reply = Reply(continuation)
                 let result: Result<CheckedContinuation<Void, Never>?, AppendError> = state.withLock { s in
                     if s.stopping { return .failure(.shuttingDown) }
                     if s.queuedEvents + events.count > configuration.maxQueuedEvents { return .failure(.overloaded) }
-                    s.queue.append(Submission(events: events, keyName: keyName, continuation: continuation))
+                    s.queue.append(Submission(events: events, keyName: keyName, continuation: reply))
                     s.queuedEvents += events.count
                     return .success(Self.mayStartWrite(s, configuration) ? s.idleWriters.popLast() : nil)
                 }
                 switch result {
-                case .failure(let error): continuation.resume(throwing: error)
-                case .success(let writer): writer?.resume()
+                case .failure(let error): reply.resume(throwing: error)
+                case .success(let writer):
+                    writer?.resume()
+                    if let timeout = configuration.appendTimeout {
+                        reply.arm(Task { [weak self] in
+                            do { try await Task.sleep(for: timeout) } catch { return }  // answered in time
+                            self?.expire(reply)
+                        })
+                    }
                 }
             }
         } catch let error as AppendError {
@@ -122,6 +201,18 @@ public final class EventLog: Service, Sendable {
         } onGracefulShutdown: {
             self.stop()
         }
+    }
+
+    /// The deadline of `reply` passed: withdraws its events if no writer took them yet, and
+    /// answers `.databaseUnavailable` (a no-op when the write already answered).
+    private func expire(_ reply: Reply) {
+        state.withLock { s in
+            if let i = s.queue.firstIndex(where: { $0.continuation === reply }) {
+                s.queuedEvents -= s.queue[i].events.count
+                s.queue.remove(at: i)
+            }
+        }
+        reply.resume(throwing: AppendError.databaseUnavailable)
     }
 
     /// Stops taking new events; writers finish the queue and return.
@@ -201,6 +292,13 @@ public final class EventLog: Service, Sendable {
                 for submission in group { await write([submission]) }
                 return
             }
+            if appendError == .failed, let submission = group.first, (error as? DatabaseError).map(Self.refusesContent) == true {
+                // The database refused something the validator let through: find the events at
+                // fault by halves, so one bad value costs its own event, not its batch forever.
+                logger.warning("the database refused an event's content; isolating it", metadata: ["error": "\(String(reflecting: error))"])
+                await isolate(submission)
+                return
+            }
             logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
             for submission in group { submission.continuation.resume(throwing: appendError) }
         }
@@ -229,6 +327,57 @@ public final class EventLog: Service, Sendable {
             if let text = result.string(row, 0), let id = UUIDText(text) { stored.insert(id) }
         }
         return stored
+    }
+
+    /// Stores a submission in halves down to the single events the database refuses; answers
+    /// with what was stored and what was refused (each part is its own commit).
+    private func isolate(_ submission: Submission) async {
+        var stored = 0
+        var refused: [RefusedEvent] = []
+        do {
+            try await storeIsolating(submission.events[...], keyName: submission.keyName, stored: &stored, refused: &refused)
+        } catch {
+            logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
+            submission.continuation.resume(throwing: Self.classify(error))
+            return
+        }
+        submission.continuation.resume(returning: AppendOutcome(
+            stored: stored, duplicates: submission.events.count - stored - refused.count, refused: refused))
+    }
+
+    private func storeIsolating(_ events: ArraySlice<TrackingEvent>, keyName: String, stored: inout Int, refused: inout [RefusedEvent]) async throws {
+        let batch = AppendBatch([(Array(events), keyName)])
+        do {
+            stored += batch.outcome(of: 0, stored: try await store(batch)).stored
+        } catch let error as DatabaseError where Self.refusesContent(error) {
+            if events.count == 1 {
+                refused.append(RefusedEvent(index: events.startIndex, reason: Self.reason(error)))
+                return
+            }
+            let middle = events.startIndex + events.count / 2
+            try await storeIsolating(events[..<middle], keyName: keyName, stored: &stored, refused: &refused)
+            try await storeIsolating(events[middle...], keyName: keyName, stored: &stored, refused: &refused)
+        }
+    }
+
+    /// The database refused the data itself (class 22 data exception, 23 integrity constraint,
+    /// 54 program limit): the same rows would be refused again, unlike a lost connection.
+    static func refusesContent(_ error: DatabaseError) -> Bool {
+        guard let state = error.sqlState else { return false }
+        return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("54")
+    }
+
+    /// A refusal a client can act on, from the SQLSTATE (the server's own text stays in the log).
+    static func reason(_ error: DatabaseError) -> String {
+        let state = error.sqlState ?? "?"
+        let what = switch state {
+        case "22003": "attributes holds a number outside what the log can store"
+        case "22P05", "22021": "a text field or an attribute holds a character the log cannot store"
+        case "22008": "a time is outside what the log can store"
+        case "22001", "54000": "a field is larger than the log can store"
+        default: "the log cannot store this event"
+        }
+        return "\(what) (the database refused it: SQLSTATE \(state)); it was not stored and a retry would be refused again"
     }
 
     private static func classify(_ error: any Error) -> AppendError {

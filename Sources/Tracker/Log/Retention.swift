@@ -27,10 +27,13 @@ public struct RetentionDecision: Sendable, Hashable {
 public enum RetentionError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `keepDays` must be at least 1: today's partition is always kept.
     case invalidKeepDays(Int)
+    /// A table that is not a daily partition of the log (`events_YYYYMMDD`) was about to be dropped.
+    case notADailyPartition(String)
 
     public var description: String {
         switch self {
         case .invalidKeepDays(let n): "keep-days must be at least 1 (today is always kept), got \(n)"
+        case .notADailyPartition(let name): "'\(name)' is not a daily partition of the log (events_YYYYMMDD); retention drops nothing else"
         }
     }
 }
@@ -87,18 +90,20 @@ public struct Retention: Sendable {
 
     /// Decides on one partition inside the caller's transaction and, unless `dryRun`, drops it.
     static func retire(_ partition: String, day: String, keepDays: Int, dryRun: Bool, on connection: Connection) throws -> RetentionDecision {
-        // The name came from the catalog and matched ^events_[0-9]{8}$ (see `candidates`), so it is
-        // a plain identifier; it is checked again here because it is spliced into DDL below.
-        precondition(RetentionSQL.isPartitionName(partition))
+        // The name came from the catalog and matched ^events_[0-9]{8}$ (see `candidates`); it is
+        // checked again here, and quoted, because DDL takes no parameters and it is spliced in below.
+        // A refusal is an error for this run, never a trap of the whole server.
+        guard RetentionSQL.isPartitionName(partition) else { throw RetentionError.notADailyPartition(partition) }
+        let table = RetentionSQL.quotedIdentifier(partition)
         _ = try connection.query("SELECT pg_advisory_xact_lock(hashtext('tracker.event_partitions'))")
         if !dryRun {
             // No writer may add to the partition between the check and the drop. SHARE, not
             // ACCESS EXCLUSIVE: readers of the log (the projector) lock the parent and then every
             // partition, so holding the partition exclusively while waiting for the parent below
             // would deadlock with them. Readers pass; the exclusive locks come parent first.
-            try connection.execute("LOCK TABLE \(partition) IN SHARE MODE")
+            try connection.execute("LOCK TABLE \(table) IN SHARE MODE")
         }
-        let counts = try connection.query(RetentionSQL.counts(partition))
+        let counts = try connection.query(RetentionSQL.counts(table))
         let events = Int(counts.int64(0, 0) ?? 0)
         let pending = Int(counts.int64(0, 1) ?? 0)
         let checkpoint = counts.string(0, 2) ?? "0"
@@ -109,12 +114,12 @@ public struct Retention: Sendable {
             return RetentionDecision(partition: partition, day: day, events: events, action: .wouldDrop)
         }
         _ = try connection.query("SELECT set_config('tracker.retention', $1, true)", [partition])
-        let forgotten = try connection.query("DELETE FROM event_ids WHERE id IN (SELECT id FROM \(partition))").affectedRows
+        let forgotten = try connection.query("DELETE FROM event_ids WHERE id IN (SELECT id FROM \(table))").affectedRows
         // Dropping a partition locks the parent, which queues every writer behind it: give up
         // (and roll back) rather than stall ingestion behind a long reader.
         try connection.execute("SET LOCAL lock_timeout = '2s'")
         try connection.execute("LOCK TABLE ONLY events IN ACCESS EXCLUSIVE MODE")
-        try connection.execute("DROP TABLE \(partition)")
+        try connection.execute("DROP TABLE \(table)")
         _ = try connection.query(RetentionSQL.record, [day, partition, String(events), String(forgotten), String(keepDays), checkpoint])
         return RetentionDecision(partition: partition, day: day, events: events, action: .dropped(idsForgotten: forgotten))
     }
@@ -176,6 +181,15 @@ extension RetentionDecision {
 }
 
 enum RetentionSQL {
+    /// `name` as a quoted SQL identifier (PostgreSQL's `quote_ident`: double quotes, inner ones doubled).
+    static func quotedIdentifier(_ name: String) -> String {
+        var quoted = "\""
+        for character in name {
+            if character == "\"" { quoted += "\"\"" } else { quoted.append(character) }
+        }
+        return quoted + "\""
+    }
+
     static func isPartitionName(_ name: String) -> Bool {
         let digits = name.utf8.dropFirst(7)
         return name.utf8.count == 15 && name.hasPrefix("events_") && digits.allSatisfy { (48...57).contains($0) }
@@ -192,6 +206,7 @@ enum RetentionSQL {
         """
 
     /// Events in the partition, how many of them are beyond the projection checkpoint, and the checkpoint.
+    /// `partition` is already a quoted identifier.
     static func counts(_ partition: String) -> String {
         """
         SELECT (SELECT count(*) FROM \(partition)),

@@ -1,6 +1,7 @@
 import Logging
 import Metrics
 import ServiceLifecycle
+import Synchronization
 
 /// How far the projections trail the log.
 public struct ProjectionLag: Sendable, Hashable {
@@ -29,32 +30,53 @@ public final class Projector: Service, Sendable {
     private let projectedEvents = Counter(label: "tracker_projector_events_total")
     /// Time of one step's transaction.
     private let stepDuration = Timer(label: "tracker_projector_step_duration_seconds")
+    /// Whether this projector runs or stopped, and why: `/readyz` reads it.
+    public let status: ProjectorStatus
 
     public init(pool: ConnectionPool, attributionWindow: Duration = .seconds(3600), batchSize: Int = 20_000,
-                pollInterval: Duration = .milliseconds(100), logger: Logger) {
+                pollInterval: Duration = .milliseconds(100), status: ProjectorStatus = ProjectorStatus(), logger: Logger) {
         self.pool = pool
         self.attributionWindow = attributionWindow
         self.batchSize = batchSize
         self.pollInterval = pollInterval
+        self.status = status
         self.logger = logger
     }
 
     /// Projects until graceful shutdown; a failed step is retried after a pause.
+    ///
+    /// A database that is down (also at start: the window check is inside the loop) only
+    /// delays it. What a retry cannot fix stops it, with the reason in `status`, while the
+    /// process goes on serving: a log row it cannot read (skipping it would drop an event
+    /// from every report, silently) or projections computed with another attribution window.
     public func run() async throws {
-        try await checkWindow()
-        await cancelWhenGracefulShutdown {
+        let stopped: ProjectorError? = await cancelWhenGracefulShutdown {
+            var windowChecked = false
             while !Task.isCancelled {
                 do {
+                    if !windowChecked {
+                        try await self.checkWindow()
+                        windowChecked = true
+                    }
                     let projected = try await self.step()
                     if projected < self.batchSize {
                         try? await Task.sleep(for: self.pollInterval)
                     }
+                } catch let error as ProjectorError {
+                    self.logger.critical("projector stopped; ingestion and reports go on, reports no longer advance", metadata: ["error": "\(error)"])
+                    self.status.stop(error)
+                    // Alone (`tracker project`), the process ends with the error. Inside `tracker serve`
+                    // it waits for the shutdown and the server goes on: nothing here changes by itself.
+                    if self.status.endsTheRun { return error }
+                    while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
                 } catch {
                     self.logger.warning("projection step failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
                     try? await Task.sleep(for: .seconds(1))
                 }
             }
+            return nil
         }
+        if let stopped { throw stopped }
     }
 
     /// Refuses to mix two attribution windows in one set of projections.
@@ -184,14 +206,41 @@ public final class Projector: Service, Sendable {
     }
 }
 
+/// Whether a projector runs, or stopped on something a retry cannot fix (and why).
+public final class ProjectorStatus: Sendable {
+    private let stopped = Mutex<ProjectorError?>(nil)
+    /// Whether `Projector.run` throws the error that stopped it (the `tracker project`
+    /// process), rather than wait for the shutdown while the server goes on (`tracker serve`).
+    public let endsTheRun: Bool
+
+    /// For a projector inside the server: it stops, the run waits for the shutdown.
+    public convenience init() {
+        self.init(endsTheRun: false)
+    }
+
+    public init(endsTheRun: Bool) {
+        self.endsTheRun = endsTheRun
+    }
+
+    /// The error that stopped the projector, `nil` while it runs.
+    public var stopReason: ProjectorError? { stopped.withLock { $0 } }
+
+    func stop(_ error: ProjectorError) { stopped.withLock { $0 = error } }
+}
+
 /// A place in the log's order `(tx, seq)`, as text for statement parameters.
 struct LogPosition: Sendable {
     var tx: String
     var seq: String
 }
 
-public enum ProjectorError: Error, Sendable, CustomStringConvertible {
+public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible {
     case windowMismatch(projected: Duration, configured: Duration)
+    /// A log row this binary cannot read (e.g. an event type added by a newer version): the
+    /// projector stops at it rather than move its checkpoint past an event it did not count.
+    case unreadableLogRow(tx: String, seq: String, field: String)
+    /// An ad's packed state (`ad_state`) does not follow the layout this binary reads.
+    case unreadableAdState(requestId: String)
     /// Another `tracker rebuild` holds the rebuild lock on this database.
     case rebuildRunning
     /// Retention dropped these days of the log, so a rebuild would empty their report rows.
@@ -199,6 +248,10 @@ public enum ProjectorError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
+        case .unreadableLogRow(let tx, let seq, let field):
+            "the log row at (tx \(tx), seq \(seq)) has a \(field) this tracker cannot read (written by a newer version?); the projector stopped before it: upgrade the tracker, then restart it"
+        case .unreadableAdState(let requestId):
+            "the projected state of ad '\(requestId)' (ad_state) does not follow the layout this tracker reads; the projector stopped: run 'tracker rebuild' or upgrade the tracker"
         case .logTruncated(let days, let first, let last):
             "retention dropped \(days) day(s) of the log (\(first) to \(last)); a rebuild replays only the kept log and would empty their report rows. Pass --discard-dropped-days to rebuild anyway"
         case .rebuildRunning:

@@ -9,12 +9,12 @@ struct LogBatch {
     init(_ rows: QueryResult, strings: inout StringTable) throws {
         events.reserveCapacity(rows.rowCount)
         for r in 0..<rows.rowCount {
-            guard let type = Self.label(rows.bytes(r, 2), in: Self.types) else { throw Self.malformed("type", r) }
+            guard let type = Self.label(rows.bytes(r, 2), in: Self.types) else { throw Self.malformed("type", rows, r) }
             guard AdEvent.isProjected(type) else { continue }
             let idBytes = rows.bytes(r, 1)
             guard idBytes.count == 16, let local = ByteReader.int64(rows.bytes(r, 3)),
                   let source = Self.label(rows.bytes(r, 7), in: Self.sources)
-            else { throw Self.malformed("id, corrected_at or source", r) }
+            else { throw Self.malformed("id, corrected_at or source", rows, r) }
             let event = AdEvent(id: UUIDText(binary: idBytes), type: type,
                                 correctedAt: Timestamp(microseconds: local &+ BinaryArray.postgresEpochOffset),
                                 adUnit: strings.string(rows.bytes(r, 4)), formatId: strings.string(rows.bytes(r, 5)),
@@ -26,7 +26,7 @@ struct LogBatch {
         }
         let last = rows.rowCount - 1
         guard let tx = ByteReader.int64(rows.bytes(last, 12)), let seq = ByteReader.int64(rows.bytes(last, 13)) else {
-            throw Self.malformed("tx or seq", last)
+            throw DatabaseError(.unexpectedResult, serverMessage: "projector: a log row without tx or seq")
         }
         (lastTx, lastSeq) = (UInt64(bitPattern: tx), seq)
     }
@@ -44,8 +44,11 @@ struct LogBatch {
         bytes.count == 1 && bytes[0] != 0
     }
 
-    static func malformed(_ what: String, _ row: Int) -> DatabaseError {
-        DatabaseError(.unexpectedResult, serverMessage: "projector: unexpected \(what) in log row \(row)")
+    /// The row's place in the log, for the error that stops the projector there.
+    static func malformed(_ what: String, _ rows: QueryResult, _ row: Int) -> ProjectorError {
+        let tx = ByteReader.int64(rows.bytes(row, 12)).map { String(UInt64(bitPattern: $0)) } ?? "?"
+        let seq = ByteReader.int64(rows.bytes(row, 13)).map { String($0) } ?? "?"
+        return .unreadableLogRow(tx: tx, seq: seq, field: what)
     }
 }
 
@@ -82,7 +85,7 @@ enum AdStateStore {
                 continue
             }
             guard let before = AdState.decode(stored.bytes(r, 2), strings: &strings) else {
-                throw DatabaseError(.unexpectedResult, serverMessage: "ad_state of \(ad) does not follow the packed layout")
+                throw ProjectorError.unreadableAdState(requestId: ad)
             }
             let known = Set(before.lazy.map(\.id))
             let fresh = added.filter { !known.contains($0.id) }

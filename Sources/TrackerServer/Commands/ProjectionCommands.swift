@@ -26,7 +26,7 @@ struct ProjectCommand: AsyncParsableCommand {
         let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 2, logger: logger)
         defer { pool.close() }
         let projector = Projector(pool: pool, attributionWindow: try attributionWindow(),
-                                  batchSize: try projectorBatchSize(), logger: logger)
+                                  batchSize: try projectorBatchSize(), status: ProjectorStatus(endsTheRun: true), logger: logger)
         if once {
             let n = try await projector.catchUp()
             print("projected \(n) events")

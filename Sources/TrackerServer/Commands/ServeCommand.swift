@@ -27,6 +27,8 @@ struct ServeConfiguration: Sendable {
     /// A request must arrive whole within this time of its head.
     var requestTimeout: Duration
     var bodyBudgetBytes: Int
+    /// An append not committed within this time gets 503 (a frozen or locked database).
+    var appendTimeout: Duration
     var connections: ConnectionLimits
     var chartLibraryPath: String
     /// `TRACKER_BEACON_SECRET` (and `TRACKER_BEACON_PREVIOUS_SECRET`); `nil` turns beacons off.
@@ -70,6 +72,9 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_REQUEST_TIMEOUT (30 s for a request to arrive whole after its header; then 408 and close), \
             TRACKER_MAX_CONNECTIONS (10000, and at most the descriptor limit minus a reserve; more get 503), \
             TRACKER_BODY_BUFFER_MIB (256 MiB of request bodies being read at once; more get 503), \
+            TRACKER_APPEND_TIMEOUT (8 s for a batch to be committed; then 503 with Retry-After, nothing of what \
+            was still queued stored; PostgreSQL's statement_timeout and lock_timeout on the log's connections \
+            are 3/4 and 1/2 of it), \
             TRACKER_CHARTJS_PATH (the dashboard's Chart.js, /usr/share/javascript/chart.js/chart.min.js from libjs-chart.js), \
             TRACKER_BEACON_SECRET (32+ bytes that sign web beacons, e.g. 'openssl rand -base64 32'; unset: \
             /v1/pixel.gif, /v1/click and /v1/beacons answer 503), TRACKER_BEACON_PREVIOUS_SECRET (the secret \
@@ -109,6 +114,7 @@ struct ServeCommand: AsyncParsableCommand {
             idleTimeout: .seconds(try positiveInt("TRACKER_IDLE_TIMEOUT") ?? 15),
             requestTimeout: .seconds(try positiveInt("TRACKER_REQUEST_TIMEOUT") ?? 30),
             bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? 256) * 1024 * 1024,
+            appendTimeout: .seconds(try positiveInt("TRACKER_APPEND_TIMEOUT") ?? 8),
             connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
                                                   poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
                                                   requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),

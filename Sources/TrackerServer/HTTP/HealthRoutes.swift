@@ -1,19 +1,37 @@
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import Synchronization
 import Tracker
 
 /// `GET /healthz` (the process answers) and `GET /readyz` (database reachable, schema current).
 struct HealthRoutes: Sendable {
     let pool: ConnectionPool
     let migrator: Migrator
+    /// The in-process projector's state: a stopped projector makes the node not ready.
+    var projectorStatus: ProjectorStatus? = nil
 
     func register(on router: Router<some RequestContext>) {
         router.get("/healthz") { _, _ in
             Self.json(.ok, "{\"status\":\"ok\"}")
         }
         router.get("/readyz") { _, _ in
-            await readiness()
+            await readiness(within: .seconds(3))
+        }
+    }
+
+    /// The readiness answer, or `503` once `deadline` passed: a frozen database (its processes
+    /// stopped, a host that answers TCP but not queries) would otherwise hold the probe on a
+    /// pooled connection for as long as it stays frozen.
+    func readiness(within deadline: Duration) async -> Response {
+        let answer = FirstAnswer()
+        return await withCheckedContinuation { continuation in
+            answer.set(continuation)
+            Task { answer.give(await self.readiness()) }
+            Task {
+                try? await Task.sleep(for: deadline)
+                answer.give(Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true))
+            }
         }
     }
 
@@ -24,6 +42,14 @@ struct HealthRoutes: Sendable {
                 return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
             }
             let lag = try await Projector.lag(pool)
+            // A stopped projector is said, not made a 503: every node runs the same binary, so a
+            // 503 would take ingestion (which still works) out of every balancer at once.
+            if let stopped = projectorStatus?.stopReason {
+                var body = "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projector\":\"stopped\",\"projectorError\":"
+                JSONText.appendQuoted(stopped.description, to: &body)
+                body += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}"
+                return Self.json(.ok, body)
+            }
             return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}")
         } catch {
             return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
@@ -34,5 +60,16 @@ struct HealthRoutes: Sendable {
         var headers: HTTPFields = [.contentType: "application/json"]
         if retryAfter { headers[.retryAfter] = "2" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}
+
+/// Resumes a continuation with the first answer given; later ones are dropped.
+private final class FirstAnswer: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Response, Never>?>(nil)
+
+    func set(_ c: CheckedContinuation<Response, Never>) { continuation.withLock { $0 = c } }
+
+    func give(_ response: Response) {
+        continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: response)
     }
 }

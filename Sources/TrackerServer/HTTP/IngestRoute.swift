@@ -91,9 +91,19 @@ struct IngestRoute: Sendable {
         metrics.stored(outcome)
         context.logger.debug("batch stored", metadata: [
             "tracker.key_name": .string(principal.name), "tracker.accepted": .stringConvertible(outcome.stored),
-            "tracker.duplicates": .stringConvertible(outcome.duplicates), "tracker.rejected": .stringConvertible(batch.rejected.count),
+            "tracker.duplicates": .stringConvertible(outcome.duplicates), "tracker.rejected": .stringConvertible(batch.rejected.count + outcome.refused.count),
         ])
-        return Self.receipt(outcome: outcome, rejected: batch.rejected)
+        var rejected = batch.rejected
+        if !outcome.refused.isEmpty {
+            let refusals = outcome.refused.map { refusal in
+                let (index, event) = batch.accepted[refusal.index]
+                return Rejection(index: index, id: event.id.text, error: refusal.reason, reason: "storage")
+            }
+            metrics.count(refusals)
+            rejected.append(contentsOf: refusals)
+            rejected.sort { $0.index < $1.index }
+        }
+        return Self.receipt(outcome: outcome, rejected: rejected)
     }
 
     /// The whole body, at most `limit` bytes (`413` beyond, whether or not it declared its

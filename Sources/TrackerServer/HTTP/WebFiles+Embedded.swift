@@ -553,6 +553,13 @@ paths:
                   database: {const: ok}
                   migrations: {const: current}
                   projectionLag: {$ref: "#/components/schemas/ProjectionLag"}
+                  projector:
+                    description: |
+                      Present when this node's projector stopped on something a retry cannot fix
+                      (a log row it cannot read, another attribution window): ingestion and reports
+                      go on, reports no longer advance. Not a 503, so the balancer keeps the node.
+                    const: stopped
+                  projectorError: {type: string, description: Why the projector stopped and what to do.}
         "503":
           description: |
             Not ready: the database is unreachable (with `Retry-After`), or migrations are

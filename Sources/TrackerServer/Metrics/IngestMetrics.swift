@@ -39,6 +39,11 @@ final class IngestMetrics: Sendable {
     /// rule it broke (`tracker_events_rejected_total{reason}`).
     func parsed(events: Int, rejected rejections: [Rejection]) {
         batchEvents.record(events)
+        count(rejections)
+    }
+
+    /// Counts rejected events by reason (also those the database refused: reason `storage`).
+    func count(_ rejections: [Rejection]) {
         guard !rejections.isEmpty else { return }
         rejected.withLock { counters in
             for r in rejections {

@@ -1,0 +1,49 @@
+import Foundation
+import Testing
+import Tracker
+
+/// Deliveries of the same events that overlap in time (issue 12).
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct ConcurrentDeliveryTests {
+    /// A client's retry racing its first attempt through two nodes: the same ids in opposite
+    /// orders, written at once by two logs. Both must be stored (or found stored) without a
+    /// deadlock; before the ids' locks were taken in one order, PostgreSQL aborted one of the
+    /// two writes with 40P01 (a 503 for the client) in a few rounds out of forty.
+    @Test func sameIdsWrittenConcurrentlyInOppositeOrdersNeverDeadlock() async throws {
+        try await withTestDatabase { db in
+            let first = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger), logger: TestEnvironment.logger)
+            let second = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger), logger: TestEnvironment.logger)
+            var failures: [AppendError] = []
+            var stored = 0
+            try await withThrowingTaskGroup(of: Void.self) { services in
+                services.addTask { try await first.run() }
+                services.addTask { try await second.run() }
+                for round in 0..<40 {
+                    let events = (0..<400).map { _ in Events.make(.impression, ad: "ad-\(round)", at: Events.at(10)) }
+                    await withTaskGroup(of: Result<AppendOutcome, AppendError>.self) { pair in
+                        pair.addTask { await Self.attempt(first, events) }
+                        pair.addTask { await Self.attempt(second, events.reversed()) }
+                        for await result in pair {
+                            switch result {
+                            case .success(let outcome): stored += outcome.stored
+                            case .failure(let error): failures.append(error)
+                            }
+                        }
+                    }
+                }
+                first.stop()
+                second.stop()
+                try await services.waitForAll()
+            }
+            #expect(failures.isEmpty, "\(failures.count) of 80 concurrent writes failed: \(failures)")
+            #expect(stored == 40 * 400, "each id stored by exactly one of the two writes")
+            #expect(try await db.scalar("SELECT count(*) FROM events") == String(40 * 400))
+        }
+    }
+
+    static func attempt(_ log: EventLog, _ events: [TrackingEvent]) async -> Result<AppendOutcome, AppendError> {
+        do { return .success(try await log.append(events, keyName: "tests")) } catch {
+            return .failure(error)
+        }
+    }
+}

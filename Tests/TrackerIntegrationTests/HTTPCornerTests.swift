@@ -1,0 +1,32 @@
+import Foundation
+import Testing
+import Tracker
+
+/// The Low HTTP corners of issue 12, as a client sees them.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct HTTPCornerTests {
+    /// `adUnit=/1/a%00x` was cut at the NUL and answered for `/1/a`; `%FF` matched nothing and
+    /// answered an empty 200. Both are 400s naming the parameter.
+    @Test func aReportFilterWithNulOrInvalidUTF8IsRefusedNamingTheParameter() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("reports", scope: .report)
+            try await withTracker(db) { tracker in
+                let headers = ["Authorization": "Bearer \(key)"]
+                for (filter, rule) in [("adUnit=%2F1%2Fa%00x", "adUnit must not contain the character U+0000"),
+                                       ("adUnit=%2F1%2Fa%FFx", "adUnit must be UTF-8 text"),
+                                       ("formatId=1%C3", "formatId must be UTF-8 text")] {
+                    let r = try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&\(filter)", headers: headers)
+                    #expect(r.status == 400, "\(filter): \(r.status)")
+                    #expect(r.json["error"] as? String == "invalid_parameter")
+                    let message = r.json["message"] as? String
+                    #expect(message?.contains(rule) == true, "\(filter): \(String(describing: message))")
+                }
+                let fine = try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%2F1%2F%C3%A5", headers: headers)
+                #expect(fine.status == 200)
+                // Reports are private figures: never cached, never sniffed as another type.
+                #expect(fine.headers["cache-control"] == "no-store")
+                #expect(fine.headers["x-content-type-options"] == "nosniff")
+            }
+        }
+    }
+}

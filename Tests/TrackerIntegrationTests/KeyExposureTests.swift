@@ -1,0 +1,50 @@
+import Foundation
+import Testing
+import Tracker
+
+/// Keys never reach PostgreSQL, and guessing them costs the database almost nothing (issue 12).
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct KeyExposureTests {
+    /// With every statement logged, neither a valid key nor a guessed one appears in PostgreSQL's
+    /// log (they were hashed by `sha256($1)` in SQL, so each was logged as a parameter), and 96
+    /// requests with random keys cause at most 4 key-table loads a second, not a query each.
+    @Test func keysNeverReachThePostgresLogAndAFloodOfGuessesCostsFewQueries() async throws {
+        let logFile = try #require(TestEnvironment.pgDir, "run through scripts/test.sh") + "/server.log"
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await db.pool.withConnection { try $0.execute("ALTER DATABASE \(db.name) SET log_min_duration_statement = 0") }
+            let before = (try? String(contentsOfFile: logFile, encoding: .utf8))?.utf8.count ?? 0
+            let guesses = (0..<96).map { _ in "trk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "") }
+            var elapsed = Duration.zero
+            try await withTracker(db, environment: ["TRACKER_PROJECTOR": "off"]) { tracker in
+                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+                let started = ContinuousClock.now
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for lane in 0..<8 {
+                        group.addTask {
+                            var unauthorized = 0
+                            for guess in guesses[(lane * 12)..<(lane * 12 + 12)] {
+                                if try tracker.client.postEvents(Wire.batch([Wire.event()]), key: guess).status == 401 { unauthorized += 1 }
+                            }
+                            return unauthorized
+                        }
+                    }
+                    var unauthorized = 0
+                    for try await n in group { unauthorized += n }
+                    #expect(unauthorized == 96)
+                }
+                elapsed = ContinuousClock.now - started
+            }
+            let data = try #require(FileManager.default.contents(atPath: logFile))
+            let written = String(decoding: data.dropFirst(before), as: UTF8.self)
+            #expect(!written.contains(key), "the valid key is in PostgreSQL's log")
+            let leaked = guesses.filter { written.contains($0) }.count
+            #expect(leaked == 0, "\(leaked) guessed keys are in PostgreSQL's log")
+            // Unknown keys share reloads of the key table, at most 4 a second (one per 250 ms).
+            let keyQueries = written.split(separator: "\n").filter { $0.contains("execute") && $0.contains("api_keys") }.count
+            let bound = Int(elapsed / .seconds(1) * 4) + 3
+            #expect(keyQueries <= bound, "\(keyQueries) key queries for 97 requests in \(elapsed); at most \(bound) allowed")
+            #expect(written.contains("api_keys"), "the statement log is on (else this test proves nothing)")
+        }
+    }
+}
