@@ -32,3 +32,20 @@ bench_cleanup() {
   scripts/pg.sh stop "$dir" "$port"
   rm -rf "$dir"
 }
+
+# setup_bench_venv: the venv .local/bench-venv with scripts/bench/requirements.txt (DuckDB from
+# PyPI, what bench-report compares the reports with), again when that file changes; sets
+# bench_python.
+setup_bench_venv() {
+  need_packages python3-venv python3-pip
+  local venv=.local/bench-venv requirements=scripts/bench/requirements.txt stamp
+  stamp="$venv/.requirements-$(sha256sum "$requirements" | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    rm -rf "$venv"
+    mkdir -p .local
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    touch "$stamp"
+  fi
+  bench_python=$venv/bin/python
+}
