@@ -60,7 +60,7 @@ say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM
 key=$("$bin" keys create --name bench-analyst --scope report | tail -n 1)
 TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$out/report-server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 today=$(date -u +%F)
 from7=$(date -u -d "$today - 7 days" +%F); from30=$(date -u -d "$today - 30 days" +%F); to=$(date -u -d "$today - 1 day" +%F)
 declare -A p50 fullscan

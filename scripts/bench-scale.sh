@@ -38,7 +38,7 @@ report_key=$("$bin" keys create --name analyst --scope report | tail -n 1)
 serve() {
   TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >>"$out/scale-server.log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 }
 stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
 caught_up() {  # waits (at most 300 s) until the projector has caught up; prints the seconds

@@ -27,8 +27,10 @@ bench_setup() {
   "$bin" migrate >/dev/null 2>&1
 }
 
+# Runs from an EXIT trap under set -e: a failing command here would end it before the
+# cluster is stopped (a kill of a server that already exited fails), hence the || true.
 bench_cleanup() {
-  [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
+  { [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null; } || true
   scripts/pg.sh stop "$dir" "$port"
   rm -rf "$dir"
 }
