@@ -86,7 +86,10 @@ say "    summary 30 days totals: impressions $imp30, duplicateImpressions $dup30
 # (scripts/bench/exact/, duplicate-click rule included), FULLSCAN_RUNS runs each; their rows
 # must equal the tracker's. Nested loops off: the planner's estimates for the CTEs are far
 # too low and a nested loop over them is quadratic; work_mem as an analyst would set it.
+# `ev` is the log as exact/base.sql reads it (the same columns DuckDB gets from Parquet).
 exact_sql() { { echo "SET enable_nestloop = off; SET work_mem = '256MB'; SET max_parallel_workers_per_gather = 2;"
+                echo "CREATE TEMP VIEW ev AS SELECT request_id, id::text AS id, type::text AS type, corrected_at AT TIME ZONE 'UTC' AS ts,"
+                echo "  ad_unit, format_id, asset_key, source::text AS source, adapter, eea, reservation, test FROM events;"
                 cat scripts/bench/exact/base.sql "scripts/bench/exact/$1.sql"; } | sed -e "s/@FROM@/$2/" -e "s/@TO@/$3/"; }
 setup_bench_venv
 same_rows=yes
@@ -96,7 +99,7 @@ for r in summary assets sources adchoices; do
     times=()
     for _ in $(seq "$fullscan_runs"); do
       start=$(now)
-      exact_sql "$r" "$from" "$to" | psql "$DATABASE_URL" -q --csv -f - >"$out/fullscan-$r-$from.csv"
+      exact_sql "$r" "$from" "$to" | psql "$DATABASE_URL" -q -v ON_ERROR_STOP=1 --csv -f - >"$out/fullscan-$r-$from.csv"
       times+=("$(echo "($(now) - $start) * 1000" | bc -l)")
     done
     ms=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.0f", a[int((NR+1)/2)]}')
