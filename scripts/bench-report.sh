@@ -54,7 +54,7 @@ kill "$sampler"; wait "$sampler" 2>/dev/null || true
 sed 's/^/(2) /' "$out/rebuild.txt" | tee -a "$report"
 read -r user sys <"$out/rebuild-time.txt"
 say "    CPU: tracker process $(echo "$user + $sys" | bc) s, its PostgreSQL backend $(echo "$(cat "$out/rebuild-pg-ticks.txt" 2>/dev/null || echo 0) / $(getconf CLK_TCK)" | bc -l | xargs printf '%.1f') s (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM format_day) || ' format_day, ' || (SELECT count(*) FROM asset_day) || ' asset_day, ' || (SELECT count(*) FROM source_day) || ' source_day rows, ' || (SELECT pg_size_pretty(pg_total_relation_size('ad_events'))) || ' ad_events'")"
+say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM format_day) || ' format_day, ' || (SELECT count(*) FROM asset_day) || ' asset_day, ' || (SELECT count(*) FROM source_day) || ' source_day rows, ' || (SELECT pg_size_pretty(pg_total_relation_size('ad_state'))) || ' ad_state'")"
 
 # (3) Reports over HTTP, served from the projections.
 key=$("$bin" keys create --name bench-analyst --scope report | tail -n 1)
