@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-client migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
+.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -16,8 +16,17 @@ test-dashboard: ## the dashboard in a headless Chromium against a tracker with k
 bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
 	scripts/bench-ingest.sh
 
-bench-report:   ## report benchmark: 10 M events, report p50 vs full scans, rebuild rate, projector lag
+bench-report:   ## report benchmark: 10 M events, report p50 vs exact full scans in PostgreSQL and DuckDB, rebuild rate, projector lag
 	scripts/bench-report.sh
+
+bench-projector: ## projector alone vs ingestion: events/s, CPU, WAL and statements per event
+	scripts/bench-projector.sh
+
+bench-rebuild:  ## tracker rebuild of 10 M events: events/s vs a binary COPY of the log, phases, CPU
+	scripts/bench-rebuild.sh
+
+bench-scale:    ## 50 M events (EVENTS=…): ingest vs the empty log, rebuild vs 10 M, report p50, lag, event_ids
+	scripts/bench-scale.sh $(EVENTS)
 
 bench-capacity: ## CPU time and bytes per event, for sizing (docs/SCALING.md)
 	scripts/bench-capacity.sh

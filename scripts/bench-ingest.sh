@@ -53,12 +53,13 @@ echo "server: TRACKER_PROJECTOR=$projector TRACKER_WRITERS=${TRACKER_WRITERS:-3}
 # Default settings: metrics on, logs at info as JSON lines (TRACKER_METRICS=off to compare).
 TRACKER_LOG_LEVEL=${TRACKER_LOG_LEVEL:-info} "$bin" serve --port "$http" >"$out/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:$http/healthz >/dev/null && break; sleep 0.1; done
+# Up to 60 s: on a busy shared machine the server took more than 10 s to listen.
+for _ in $(seq 600); do curl -sf http://127.0.0.1:$http/healthz >/dev/null && break; sleep 0.1; done
 
 # The projection lag a user would see (/readyz), sampled while a phase runs; after it, the
 # seconds until the projector has caught up (at most 300 s).
 lag_sampler=""
-trap '[ -n "$lag_sampler" ] && kill "$lag_sampler" 2>/dev/null; bench_cleanup' EXIT
+trap '{ [ -n "$lag_sampler" ] && kill "$lag_sampler" 2>/dev/null; } || true; bench_cleanup' EXIT
 start_lag() {
   [ "$projector" = off ] && return 0
   : >"$out/lag-$1.txt"

@@ -4,8 +4,11 @@
 #  (1) loads EVENTS (default 10 000 000) synthetic events into the log inside PostgreSQL;
 #  (2) `tracker rebuild` over them: the projector's catch-up throughput (events/s);
 #  (3) each report over HTTP for a 7-day and a 30-day range: p50 of REPORT_CALLS (21) calls;
-#  (4) the same reports' numbers by full-scan SQL over the raw log (FULLSCAN_RUNS, 1, runs each);
-#  (5) the projector's lag (/readyz) while pgbench ingests INGEST_EVENTS_PER_SECOND (20 000)
+#  (4) the same reports by full-scan SQL over the raw log in PostgreSQL (scripts/bench/exact/,
+#      every SPEC 5 rule; FULLSCAN_RUNS, 1, runs each), their rows checked against the tracker's;
+#  (5) the same SQL in DuckDB (PyPI, venv .local/bench-venv) over the log exported to Parquet,
+#      DUCKDB_RUNS (5) runs each: p50 vs the report's, rows checked against the tracker's;
+#  (6) the projector's lag (/readyz) while pgbench ingests INGEST_EVENTS_PER_SECOND (20 000)
 #      in batches of 100 for INGEST_SECONDS (60).
 # Starts its own PostgreSQL cluster and a release build of the tracker.
 set -euo pipefail
@@ -51,21 +54,22 @@ kill "$sampler"; wait "$sampler" 2>/dev/null || true
 sed 's/^/(2) /' "$out/rebuild.txt" | tee -a "$report"
 read -r user sys <"$out/rebuild-time.txt"
 say "    CPU: tracker process $(echo "$user + $sys" | bc) s, its PostgreSQL backend $(echo "$(cat "$out/rebuild-pg-ticks.txt" 2>/dev/null || echo 0) / $(getconf CLK_TCK)" | bc -l | xargs printf '%.1f') s (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM format_day) || ' format_day, ' || (SELECT count(*) FROM asset_day) || ' asset_day, ' || (SELECT count(*) FROM source_day) || ' source_day rows, ' || (SELECT pg_size_pretty(pg_total_relation_size('ad_events'))) || ' ad_events'")"
+say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM format_day) || ' format_day, ' || (SELECT count(*) FROM asset_day) || ' asset_day, ' || (SELECT count(*) FROM source_day) || ' source_day rows, ' || (SELECT pg_size_pretty(pg_total_relation_size('ad_state'))) || ' ad_state'")"
 
 # (3) Reports over HTTP, served from the projections.
 key=$("$bin" keys create --name bench-analyst --scope report | tail -n 1)
 TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$out/report-server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 today=$(date -u +%F)
 from7=$(date -u -d "$today - 7 days" +%F); from30=$(date -u -d "$today - 30 days" +%F); to=$(date -u -d "$today - 1 day" +%F)
-declare -A p50
+declare -A p50 fullscan
 for r in summary assets sources adchoices; do
   for range in 7 30; do
     from=$from7; [ "$range" = 30 ] && from=$from30
     url="http://127.0.0.1:$http/v1/reports/$r?from=$from&to=$to"
     curl -sf -H "Authorization: Bearer $key" "$url" >"$out/report-$r-$range.json"
+    curl -sf -H "Authorization: Bearer $key" "$url&format=csv" >"$out/report-$r-$range.csv"
     ms=$(for _ in $(seq "$calls"); do
            curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $key" "$url"
          done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}')
@@ -78,44 +82,51 @@ imp30=$(grep -o '"impressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -
 dup30=$(grep -o '"duplicateImpressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
 say "    summary 30 days totals: impressions $imp30, duplicateImpressions $dup30"
 
-# (4) The same numbers by full scans of the log.
-declare -A scan
-scan[summary]="SELECT count(*), sum(i), sum(d) FROM (
-    SELECT day, ad_unit, format_id, sum(impressions) AS i, sum(duplicates) AS d, sum(clicks), sum(attributed) FROM (
-        SELECT day, ad_unit, format_id, count(*) FILTER (WHERE rn = 1) AS impressions,
-               count(*) FILTER (WHERE rn > 1) AS duplicates, 0 AS clicks, 0 AS attributed FROM imp GROUP BY 1, 2, 3
-        UNION ALL
-        SELECT day, ad_unit, format_id, 0, 0, count(*),
-               count(*) FILTER (WHERE NOT no_impression AND NOT before_impression AND NOT outside_window)
-        FROM clk GROUP BY 1, 2, 3) x
-    WHERE day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3) r"
-scan[assets]="SELECT count(*) FROM (
-    SELECT day, ad_unit, format_id, asset_key, count(*), count(*) FILTER (WHERE no_impression),
-           count(*) FILTER (WHERE before_impression), count(*) FILTER (WHERE outside_window)
-    FROM clk WHERE day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3, 4) r"
-scan[sources]="SELECT count(*) FROM (
-    SELECT day, ad_unit, adapter, count(*) FILTER (WHERE source = 'app'), count(*) FILTER (WHERE source = 'sdk'),
-           count(*) FILTER (WHERE source = 'mediation'), count(*) FILTER (WHERE rn = 1 AND double_tracked)
-    FROM imp WHERE day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3) r"
-scan[adchoices]="SELECT count(*) FROM (
-    SELECT i.day, i.ad_unit, i.format_id, count(*),
-           count(*) FILTER (WHERE i.request_id IN (SELECT request_id FROM ev WHERE type = 'adchoices_impression'))
-    FROM imp i WHERE i.rn = 1 AND i.eea AND i.reservation AND i.day BETWEEN :'from' AND :'to' GROUP BY 1, 2, 3) r"
+# (4) The same rows by full scans of the log in PostgreSQL: SPEC 5's rules as SQL
+# (scripts/bench/exact/, duplicate-click rule included), FULLSCAN_RUNS runs each; their rows
+# must equal the tracker's. Nested loops off: the planner's estimates for the CTEs are far
+# too low and a nested loop over them is quadratic; work_mem as an analyst would set it.
+# `ev` is the log as exact/base.sql reads it (the same columns DuckDB gets from Parquet).
+exact_sql() { { echo "SET enable_nestloop = off; SET work_mem = '256MB'; SET max_parallel_workers_per_gather = 2;"
+                echo "CREATE TEMP VIEW ev AS SELECT request_id, id::text AS id, type::text AS type, corrected_at AT TIME ZONE 'UTC' AS ts,"
+                echo "  ad_unit, format_id, asset_key, source::text AS source, adapter, eea, reservation, test FROM events;"
+                cat scripts/bench/exact/base.sql "scripts/bench/exact/$1.sql"; } | sed -e "s/@FROM@/$2/" -e "s/@TO@/$3/"; }
+setup_bench_venv
+same_rows=yes
 for r in summary assets sources adchoices; do
   for range in 7 30; do
     from=$from7; [ "$range" = 30 ] && from=$from30
     times=()
     for _ in $(seq "$fullscan_runs"); do
       start=$(now)
-      result=$(psql "$DATABASE_URL" -qAt -v from="$from" -v to="$to" -f scripts/bench/fullscan-views.sql -f - <<<"${scan[$r]};" | tail -n 1)
+      exact_sql "$r" "$from" "$to" | psql "$DATABASE_URL" -q -v ON_ERROR_STOP=1 --csv -f - >"$out/fullscan-$r-$from.csv"
       times+=("$(echo "($(now) - $start) * 1000" | bc -l)")
     done
     ms=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.0f", a[int((NR+1)/2)]}')
-    say "(4) full scan $r ${range} days: ${ms} ms (result $result) = $(printf '%.0f' "$(echo "$ms / ${p50[$r-$range]}" | bc -l)") x the report's p50"
+    fullscan[$r-$range]=$ms
+    check=$("$bench_python" scripts/bench/duckdb_reports.py compare "$out/report-$r-$range.csv" "$out/fullscan-$r-$from.csv" 2>&1) || same_rows=no
+    say "(4) full scan $r ${range} days: ${ms} ms = $(printf '%.0f' "$(echo "$ms / ${p50[$r-$range]}" | bc -l)") x the report's p50; vs the tracker's rows: $check"
   done
 done
 
-# (5) Projector lag while events keep arriving (the server's projector, batched ingest by pgbench).
+# (5) What a user would pick instead: DuckDB (PyPI) over the same log exported to Parquet,
+# the same SQL as (4), DUCKDB_RUNS (5) runs each; its rows must equal the tracker's.
+# It runs before (6), so the log holds the same events as for (3) and (4).
+psql "$DATABASE_URL" -qc "\\copy (SELECT request_id, id::text, type::text, corrected_at AT TIME ZONE 'UTC', ad_unit, format_id, asset_key, source::text, adapter, eea, reservation, test FROM events) TO '$dir/events.csv' WITH (FORMAT csv)"
+say "(5) DuckDB: $("$bench_python" scripts/bench/duckdb_reports.py export "$dir/events.csv" "$dir/events.parquet")"
+rm -f "$dir/events.csv"
+specs=()
+for r in summary assets sources adchoices; do specs+=("$r:$from7:$to" "$r:$from30:$to"); done
+"$bench_python" scripts/bench/duckdb_reports.py run "$dir/events.parquet" "${DUCKDB_RUNS:-5}" "$out" "${specs[@]}" >"$out/duckdb.txt"
+while read -r r from last ms fastest rows; do
+  range=7; [ "$from" = "$from30" ] && range=30
+  check=$("$bench_python" scripts/bench/duckdb_reports.py compare "$out/report-$r-$range.csv" "$out/duckdb-$r-$from.csv" 2>&1) || same_rows=no
+  ratio=$(echo "$ms / ${p50[$r-$range]}" | bc -l)
+  say "(5) DuckDB $r ${range} days: p50 ${ms} ms (fastest $fastest ms, $rows rows) = $(printf '%.0f' "$ratio") x the report's p50 ${p50[$r-$range]} ms; vs the tracker's rows: $check"
+done <"$out/duckdb.txt"
+say "    tracker, full-scan SQL and DuckDB rows all equal: $same_rows"
+
+# (6) Projector lag while events keep arriving (the server's projector, batched ingest by pgbench).
 tps=$((ingest_rate / 100))
 "$pgbin/pgbench" -n -c 4 -j 2 -R "$tps" -T "$ingest_seconds" -f scripts/bench/ingest.sql "$DATABASE_URL" >"$out/pgbench.txt" 2>&1 &
 bench_pid=$!
@@ -130,5 +141,6 @@ final=$(curl -s "http://127.0.0.1:$http/readyz" | grep -o '"projectionLag":{[^}]
 done_tps=$(awk '/^tps/ {print $3; exit}' "$out/pgbench.txt")
 stats=$(sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/lag.txt" | sort -k2 -g |
   awk '{e[NR]=$1; s[NR]=$2; if ($1>me) me=$1} END {printf "p50 %.2f s, p99 %.2f s, max %.2f s; max %d events behind; %d samples", s[int((NR+1)/2)], s[int(NR*0.99+0.5)], s[NR], me, NR}')
-say "(5) lag during ingest of $ingest_rate events/s (pgbench: $done_tps batches of 100/s achieved) for $ingest_seconds s: $stats; 3 s after: $final"
+say "(6) lag during ingest of $ingest_rate events/s (pgbench: $done_tps batches of 100/s achieved) for $ingest_seconds s: $stats; 3 s after: $final"
+
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""

@@ -27,8 +27,27 @@ bench_setup() {
   "$bin" migrate >/dev/null 2>&1
 }
 
+# Runs from an EXIT trap under set -e: a failing command here would end it before the
+# cluster is stopped (a kill of a server that already exited fails), hence the || true.
 bench_cleanup() {
-  [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
+  { [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null; } || true
   scripts/pg.sh stop "$dir" "$port"
   rm -rf "$dir"
+}
+
+# setup_bench_venv: the venv .local/bench-venv with scripts/bench/requirements.txt (DuckDB from
+# PyPI, what bench-report compares the reports with), again when that file changes; sets
+# bench_python.
+setup_bench_venv() {
+  need_packages python3-venv python3-pip
+  local venv=.local/bench-venv requirements=scripts/bench/requirements.txt stamp
+  stamp="$venv/.requirements-$(sha256sum "$requirements" | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    rm -rf "$venv"
+    mkdir -p .local
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    touch "$stamp"
+  fi
+  bench_python=$venv/bin/python
 }
