@@ -80,7 +80,8 @@ struct ClientDeliveryTests {
             try await Self.deliverEverything(client)
 
             try await Self.expectStoredOnce(ids, in: db)
-            #expect(client.statistics.accepted == ids.count)
+            // A batch committed just before the kill loses its answer; its retry comes back as duplicates.
+            #expect(client.statistics.accepted + client.statistics.duplicates == ids.count)
             #expect(client.statistics.dropped.isEmpty)
             try await Self.expectReportCounts(server, key: report, ads: 600)
             await server.kill9()
@@ -115,7 +116,7 @@ struct ClientDeliveryTests {
                 try await Self.deliverEverything(client)
 
                 try await Self.expectStoredOnce(ids, in: db)
-                #expect(client.statistics.accepted == ids.count)
+                #expect(client.statistics.accepted + client.statistics.duplicates == ids.count)
                 try await Self.expectReportCounts(server, key: report, ads: 100)
                 notices.stop()
             }

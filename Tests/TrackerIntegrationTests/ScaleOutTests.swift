@@ -227,10 +227,11 @@ final class LoadBalancer: Sendable {
 
     var client: HTTPClient { HTTPClient(port: port) }
 
-    /// Waits (at most 10 s) until every named upstream has answered a request through the balancer.
+    /// Waits (at most 60 s: debug trackers on a loaded machine) until every named upstream has
+    /// answered a request through the balancer.
     func waitUntilServing(_ names: Set<String>) async throws {
         var seen: Set<String> = []
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(60)
         while !names.isSubset(of: seen), ContinuousClock.now < deadline, process.isRunning {
             if let r = try? client.request("GET", "/healthz"), r.status == 200, let server = r.headers["x-tracker-server"] {
                 seen.insert(server)
