@@ -4,7 +4,7 @@ import Foundation
 ///
 /// Foundation's `Process` on Linux can leave a finished child unreaped and hang in
 /// `waitUntilExit` when several tests start processes at once; this wrapper has no
-/// monitor thread to race with. Waiting happens on a GCD thread, never on Swift's
+/// monitor thread to race with. Waiting happens on a thread of its own, never on Swift's
 /// cooperative pool, so a test that waits for a child does not starve the others.
 final class Subprocess: @unchecked Sendable {
     // @unchecked: `status` is guarded by `lock`; `pid` is immutable.
@@ -40,8 +40,11 @@ final class Subprocess: @unchecked Sendable {
     /// Waits for the child to end; its exit code, or 128 + the signal that ended it.
     func exitStatus() async -> Int32 {
         if let status = lock.withLock({ status }) { return status }
+        // A thread of its own: GCD's global queues are capped near the core count on Linux, and
+        // children waited on by several tests at once could take every thread, starving the
+        // very tests that would end them (a whole run hung at 0 % CPU that way).
         return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(returning: self.waitBlocking()) }
+            Thread.detachNewThread { continuation.resume(returning: self.waitBlocking()) }
         }
     }
 
