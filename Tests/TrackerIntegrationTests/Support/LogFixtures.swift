@@ -29,14 +29,24 @@ enum Events {
 extension TestDatabase {
     /// Appends through the real group-commit log (started for the call, then drained).
     func append(_ events: [TrackingEvent]) async throws {
-        let log = EventLog(pool: pool, logger: TestEnvironment.logger)
+        // No append deadline: fixtures load thousands of events on a machine the whole suite loads.
+        var configuration = EventLog.Configuration()
+        configuration.appendTimeout = nil
+        let log = EventLog(pool: pool, configuration: configuration, logger: TestEnvironment.logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await log.run() }
-            var start = 0
-            while start < events.count {
-                let chunk = Array(events[start..<min(start + 500, events.count)])
-                _ = try await log.append(chunk, keyName: "tests")
-                start += chunk.count
+            // The log's writers wait without regard to cancellation: stop them on every path, or a
+            // failed append would leave the group waiting for run() for ever (a run hung so).
+            do {
+                var start = 0
+                while start < events.count {
+                    let chunk = Array(events[start..<min(start + 500, events.count)])
+                    _ = try await log.append(chunk, keyName: "tests")
+                    start += chunk.count
+                }
+            } catch {
+                log.stop()
+                throw error
             }
             log.stop()
             try await group.waitForAll()
