@@ -207,7 +207,10 @@ def main():
         r99 = s.percentile(refusal_times, 99)
         checks.check("refusals-are-prompt", r99 is not None and r99 <= 1 and unsent[0] == 0,
                      f"503/429 p99 {r99 and round(r99, 2)} s; {unsent[0]} offers found all 512 connections waiting for an answer")
-        checks.check("both-503-and-429-were-seen", 503 in statuses and 429 in statuses, f"answers: {statuses}")
+        # Which limit refuses (429 for the hot key, 503 when the 256 batch slots or the queue are
+        # full) depends on how fast this machine drains the queue: on an idle machine no 503 may
+        # come, on a loaded one the 503s can crowd out the 429s. The split is a figure
+        # ("answers"); that every refusal is one of the two, with Retry-After, is the check above.
         checks.check("admitted-latency-is-bounded", p99 is not None and p99 <= latency_bound,
                      f"p99 {p99} s for {len(admitted)} admitted batches (bound {latency_bound:.1f} s: 256 admitted batches of 500 and 100 000 queued events at the sustainable {rate:.0f} events/s, plus 2 s)")
         checks.check("goodput-holds-under-overload", acked_rate >= 0.5 * rate,
