@@ -1,4 +1,3 @@
-import CompressNIO
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -59,11 +58,11 @@ struct IngestRoute: Sendable {
         defer { admission.leave() }
         if gzip {
             do {
-                body = try body.decompress(with: .gzip(), maxSize: limits.maxBodyBytes)
-            } catch let error as CompressNIOError where error == .bufferOverflow {
+                body = try Gunzip.decompress(body, maxSize: limits.maxBodyBytes)
+            } catch .tooLarge {
                 throw tooLarge()
-            } catch {
-                throw APIError(.badRequest, "invalid_gzip", "the body is not valid gzip data")
+            } catch .invalid(let why) {
+                throw APIError(.badRequest, "invalid_gzip", why)
             }
         }
 
