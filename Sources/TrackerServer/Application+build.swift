@@ -47,6 +47,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     if let registry = deps.metricsRegistry {
         MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log).register(on: router)
     }
+    // Last: it wraps only the not-found answer, and reads the routes registered above.
+    router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes))
     return router
 }
 

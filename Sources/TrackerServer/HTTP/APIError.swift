@@ -12,12 +12,15 @@ struct APIError: Error, HTTPResponseError {
     var code: String
     var message: String
     var retryAfterSeconds: Int?
+    /// Further headers of the answer (`Allow` on a `405`).
+    var headers: HTTPFields
 
-    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryAfterSeconds: Int? = nil) {
+    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryAfterSeconds: Int? = nil, headers: HTTPFields = [:]) {
         self.status = status
         self.code = code
         self.message = message
         self.retryAfterSeconds = retryAfterSeconds
+        self.headers = headers
     }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
@@ -26,7 +29,8 @@ struct APIError: Error, HTTPResponseError {
         body += ",\"message\":"
         JSONText.appendQuoted(message, to: &body)
         body += "}"
-        var headers: HTTPFields = [.contentType: "application/json"]
+        var headers = self.headers
+        headers[.contentType] = "application/json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }

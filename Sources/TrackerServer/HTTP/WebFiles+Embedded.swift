@@ -19,7 +19,8 @@ info:
     Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}`. The `error` code is
     stable (clients branch on it); the `message` is for a person and may change.
     A `503` or `429` carries `Retry-After` (seconds): nothing of that request was stored.
-    A method a path does not offer is answered `404 not_found`, like an unknown path.
+    A method a path does not offer is answered `405 method_not_allowed` with `Allow` listing
+    the methods it does offer; an unknown path is `404 not_found`.
   license:
     name: Proprietary
 servers:
