@@ -1,7 +1,10 @@
 import HTTPTypes
 import NIOCore
+import NIOHTTP1
 import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
 import Synchronization
+import Tracker
 
 /// Open HTTP connections of this process, shared by every connection's guard.
 final class ConnectionCounter: Sendable {
@@ -33,6 +36,8 @@ final class ConnectionCounter: Sendable {
 /// - A request must arrive whole within `requestTimeout` of its head: a client that stalls or
 ///   trickles its body is answered `408` (unless an answer is already on its way) and closed.
 ///   The header itself is bounded by the server's idle timeout, which no partial header resets.
+/// - When it is added it puts `HTTP1Corners` before the HTTP/1 codec (HTTP/1.0 closes after
+///   its answer; requests the parser cannot read get a JSON `400`).
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -53,6 +58,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        HTTP1Corners.insert(into: context)
         if context.channel.isActive { count(context) }
     }
 
@@ -144,3 +150,73 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
 @available(*, unavailable)
 extension ConnectionGuard: Sendable {}
+
+/// What HTTP/1 needs where the version and the parser's errors are still in sight: before
+/// the codec that turns HTTP/1 into Hummingbird's requests (Hummingbird's configuration only
+/// adds handlers after it, so `ConnectionGuard` puts this one in place).
+///
+/// - HTTP/1.0 closes the connection after each answer unless the request asked to keep it
+///   (`Connection: keep-alive`). The codec drops the version and Hummingbird closes only on
+///   `Connection: close`, so an HTTP/1.0 client (old proxies, `ab`, health checkers) waited on
+///   an open connection for an end that never came: such a request is marked `close` here.
+/// - A request the HTTP/1 parser cannot read (a request line or headers over the limits, bad
+///   syntax) is answered `400` in the API's JSON error shape and the connection is closed;
+///   Hummingbird's own answer had an empty body that no client could show a person.
+final class HTTP1Corners: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Whether a response is on its way (then a parse error can only close the connection).
+    private var responding = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(var head) = unwrapInboundIn(data), !head.isKeepAlive {
+            head.headers.replaceOrAdd(name: "connection", value: "close")
+            context.fireChannelRead(wrapInboundOut(.head(head)))
+            return
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head: responding = true
+        case .end: responding = false
+        case .body: break
+        }
+        context.write(data, promise: promise)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parserError = error as? HTTPParserError else {
+            context.fireErrorCaught(error)
+            return
+        }
+        // The parser stops at its first error: nothing more of this connection can be read.
+        guard !responding else {
+            context.close(promise: nil)
+            return
+        }
+        responding = true
+        var body = "{\"error\":\"bad_request\",\"message\":"
+        JSONText.appendQuoted("the request could not be read as HTTP/1.1 (\(parserError)): a request line or header over the server's limits, or broken syntax", to: &body)
+        body += "}"
+        let bytes = ByteBuffer(string: body)
+        let head = HTTPResponseHead(version: .http1_1, status: .badRequest, headers: [
+            "content-type": "application/json", "content-length": String(bytes.readableBytes), "connection": "close",
+        ])
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(bytes))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+    }
+
+    /// Puts one before the HTTP/1 codec of `context`'s pipeline, once.
+    static func insert(into context: ChannelHandlerContext) {
+        let pipeline = context.pipeline.syncOperations
+        guard (try? pipeline.handler(type: HTTP1Corners.self)) == nil,
+              let codec = try? pipeline.handler(type: HTTP1ToHTTPServerCodec.self) else { return }
+        try? pipeline.addHandler(HTTP1Corners(), position: .before(codec))
+    }
+}
