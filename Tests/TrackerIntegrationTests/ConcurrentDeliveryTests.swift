@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Tracker
 
@@ -38,6 +39,30 @@ struct ConcurrentDeliveryTests {
             #expect(failures.isEmpty, "\(failures.count) of 80 concurrent writes failed: \(failures)")
             #expect(stored == 40 * 400, "each id stored by exactly one of the two writes")
             #expect(try await db.scalar("SELECT count(*) FROM events") == String(40 * 400))
+        }
+    }
+
+    /// A task group that runs the log beside work that throws cancels the log's task: `run()`
+    /// must then stop, after answering what it took, or the group waits for it for ever (the
+    /// whole test run once hung so, at 0 % CPU).
+    @Test func cancellingTheTaskThatRunsTheLogEndsIt() async throws {
+        try await withTestDatabase { db in
+            let log = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger), logger: TestEnvironment.logger)
+            final class Flag: Sendable { let raised = Atomic<Bool>(false) }
+            let ended = Flag()
+            let running = Task { try? await log.run(); ended.raised.store(true, ordering: .sequentiallyConsistent) }
+            let events = (0..<100).map { _ in Events.make(.impression, ad: "ad-cancelled", at: Events.at(10)) }
+            #expect(try await log.append(events, keyName: "tests").stored == 100)
+            running.cancel()
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !ended.raised.load(ordering: .sequentiallyConsistent), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let stopped = ended.raised.load(ordering: .sequentiallyConsistent)
+            #expect(stopped, "run() still running 30 s after its task was cancelled")
+            log.stop()  // lets the test end even when the check above failed
+            _ = await running.value
+            await #expect(throws: AppendError.shuttingDown) { try await log.append(events, keyName: "tests") }
         }
     }
 

@@ -183,22 +183,29 @@ public final class EventLog: Service, Sendable {
         }
     }
 
-    /// Runs the writers until graceful shutdown, then drains what was already accepted.
+    /// Runs the writers until graceful shutdown or cancellation of the calling task, then
+    /// drains what was already accepted (each waiting append still gets its answer).
     public func run() async throws {
         try? await pool.withConnection { connection in
             _ = try connection.query(EventLogSQL.ensurePartitions)
         }
-        await withGracefulShutdownHandler {
-            await withTaskGroup(of: Void.self) { background in
-                background.addTask { await self.maintainPartitions() }
-                await withDiscardingTaskGroup { writers in
-                    for _ in 0..<configuration.writers {
-                        writers.addTask { await self.writerLoop() }
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await withTaskGroup(of: Void.self) { background in
+                    background.addTask { await self.maintainPartitions() }
+                    await withDiscardingTaskGroup { writers in
+                        for _ in 0..<configuration.writers {
+                            writers.addTask { await self.writerLoop() }
+                        }
                     }
+                    background.cancelAll()
                 }
-                background.cancelAll()
+            } onGracefulShutdown: {
+                self.stop()
             }
-        } onGracefulShutdown: {
+        } onCancel: {
+            // Writers wait on continuations, which cancellation does not reach: stop them, or a
+            // task group whose other child threw would wait for this one for ever.
             self.stop()
         }
     }
