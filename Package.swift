@@ -55,10 +55,19 @@ let package = Package(
             dependencies: ["TrackerClient"],
             swiftSettings: swiftSettings
         ),
+        // The domain's values and the batch decoder: pure Swift over TrackerModel, no database,
+        // no crypto, no logging. The libFuzzer target links only this (a fuzz build in seconds,
+        // not minutes of BoringSSL under the sanitizer).
+        .target(
+            name: "TrackerIngest",
+            dependencies: ["TrackerModel"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "Tracker",
             dependencies: [
                 "TrackerModel",
+                "TrackerIngest",
                 "CLibPQ",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -89,7 +98,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TrackerTests",
-            dependencies: ["Tracker"],
+            dependencies: ["Tracker", "TrackerIngest"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -115,7 +124,7 @@ let package = Package(
 if Context.environment["TRACKER_FUZZ"] != nil {
     package.targets.append(.executableTarget(
         name: "BatchDecoderFuzz",
-        dependencies: ["Tracker"],
+        dependencies: ["TrackerIngest"],
         path: "Fuzz/BatchDecoderFuzz",
         swiftSettings: swiftSettings,
         // main.swift finds libFuzzer's driver with dlsym: make the linker take it from the archive.

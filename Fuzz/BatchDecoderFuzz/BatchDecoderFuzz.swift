@@ -1,4 +1,4 @@
-import Tracker
+import TrackerIngest
 
 /// libFuzzer's entry point: one input is one request body for `BatchDecoder.decode`.
 ///

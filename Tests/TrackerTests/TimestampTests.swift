@@ -1,5 +1,6 @@
 import Testing
 @testable import Tracker
+@testable import TrackerIngest
 
 struct TimestampTests {
     @Test func dayOfAnInstantIsItsUTCCalendarDay() {

@@ -234,6 +234,6 @@ extension UUIDText {
             }
             return 36
         }
-        self.text = text  // 16 bytes always make a valid UUID text; no need to check it again
+        self.init(checked: text)  // 16 bytes always make a valid UUID text; no need to check it again
     }
 }

@@ -24,13 +24,13 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     /// The last member named `key` of an object (as JavaScript's `JSON.parse` keeps it).
-    func member(_ key: String) -> JSONValue? {
+    package func member(_ key: String) -> JSONValue? {
         guard case .object(let members) = self else { return nil }
         return members.last(where: { $0.key == key })?.value
     }
 
     /// The JSON type's name, for messages ("got a number").
-    var typeName: String {
+    package var typeName: String {
         switch self {
         case .null: "null"
         case .bool: "a boolean"
@@ -53,7 +53,7 @@ public struct JSONSyntaxError: Error, Sendable, Equatable, CustomStringConvertib
 ///
 /// Strings must be valid UTF-8 (surrogate escapes must pair up), nesting is limited to
 /// `maxDepth` so a hostile body cannot exhaust the stack, and nothing may follow the value.
-struct JSONReader {
+package struct JSONReader {
     static let maxDepth = 64
     private let bytes: UnsafeBufferPointer<UInt8>
     private(set) var offset = 0
@@ -63,13 +63,13 @@ struct JSONReader {
     }
 
     /// Parses one whole document.
-    static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> JSONValue {
+    package static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> JSONValue {
         try parse(bytes, spanning: nil).value
     }
 
     /// Parses one whole document; when it is an object whose member `key` is an array, also
     /// returns the byte range of each of that array's elements (the last such member's).
-    static func parse(_ bytes: [UInt8], spanning key: String?) throws(JSONSyntaxError) -> (value: JSONValue, spans: [Range<Int>]?) {
+    package static func parse(_ bytes: [UInt8], spanning key: String?) throws(JSONSyntaxError) -> (value: JSONValue, spans: [Range<Int>]?) {
         let result: Result<(value: JSONValue, spans: [Range<Int>]?), JSONSyntaxError> = bytes.withUnsafeBufferPointer { buffer in
             var reader = JSONReader(buffer)
             do throws(JSONSyntaxError) {

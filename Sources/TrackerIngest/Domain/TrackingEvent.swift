@@ -72,6 +72,11 @@ public struct TrackingEvent: Sendable, Hashable {
 public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let text: String
 
+    /// Text already known to be a canonical lower-case UUID (e.g. written from 16 bytes).
+    package init(checked text: String) {
+        self.text = text
+    }
+
     /// Accepts any UUID version, upper or lower case hex; stores it lower-cased.
     public init?(_ raw: some StringProtocol) {
         let bytes = Array(raw.utf8)

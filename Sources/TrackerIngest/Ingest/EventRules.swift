@@ -2,10 +2,16 @@
 ///
 /// Every message names the field and the rule, and shows what was sent, so the app
 /// developer who reads a rejection knows what to fix without opening the spec.
-struct EventRules {
+package struct EventRules {
     var limits: IngestLimits
     var receivedAt: Timestamp
     var sentAt: Timestamp?
+
+    package init(limits: IngestLimits, receivedAt: Timestamp, sentAt: Timestamp?) {
+        self.limits = limits
+        self.receivedAt = receivedAt
+        self.sentAt = sentAt
+    }
 
     /// Devices may be ahead of the server by up to this much when they send no `sentAt`.
     static let maxAheadWithoutSentAt: Duration = .seconds(24 * 3600)
@@ -15,7 +21,7 @@ struct EventRules {
     static let earliestCorrectedTime = Timestamp(microseconds: 0)
 
     /// A valid event, or every rule it breaks.
-    func validate(_ value: JSONValue) -> Result<TrackingEvent, Violations> {
+    package func validate(_ value: JSONValue) -> Result<TrackingEvent, Violations> {
         guard case .object = value else {
             return .failure(Violations(["the event must be a JSON object, got \(value.typeName)"]))
         }
@@ -161,18 +167,18 @@ enum Check<T> {
 }
 
 /// The rules one event breaks, each a sentence that names the field.
-struct Violations: Error, Sendable, Equatable {
-    private(set) var messages: [String] = []
+package struct Violations: Error, Sendable, Equatable {
+    package private(set) var messages: [String] = []
     private var fields: Set<String> = []
     /// The field of the first rule broken (`event` when the event is not an object), for metrics.
     private(set) var firstField: String?
 
-    init(_ messages: [String] = []) {
+    package init(_ messages: [String] = []) {
         self.messages = messages
     }
 
-    var isEmpty: Bool { messages.isEmpty }
-    var text: String { messages.joined(separator: "; ") }
+    package var isEmpty: Bool { messages.isEmpty }
+    package var text: String { messages.joined(separator: "; ") }
 
     mutating func add(_ message: String) {
         messages.append(message)
@@ -315,7 +321,7 @@ struct Violations: Error, Sendable, Equatable {
     }
 
     /// What was sent, shortened so a message stays readable.
-    static func excerpt(_ text: String) -> String {
+    package static func excerpt(_ text: String) -> String {
         let scalars = text.unicodeScalars
         guard scalars.count > 64 else { return text.escapingControls }
         return String(String.UnicodeScalarView(scalars.prefix(64))).escapingControls + "…"

@@ -1,0 +1,2 @@
+// The wire vocabulary (EventType, EventSource, …, IngestLimits) is part of this module's API.
+@_exported import TrackerModel
