@@ -47,4 +47,29 @@ struct KeyExposureTests {
             #expect(written.contains("api_keys"), "the statement log is on (else this test proves nothing)")
         }
     }
+
+    /// A key revoked elsewhere (the CLI, another replica) stops working within the cache's
+    /// time to live plus one reload, although a known key in a stale table is answered from it
+    /// while the reload runs in the background; a key created elsewhere works at once.
+    @Test func aKeyRevokedElsewhereStopsWithinTheCacheTTL() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            let server = APIKeys(pool: db.pool, cacheTTL: .seconds(1))
+            #expect(try await server.authenticate(key)?.name == "app")
+            try await APIKeys(pool: db.pool).revoke(name: "app")
+            let revoked = ContinuousClock.now
+            var refusedAfter: Duration?
+            while ContinuousClock.now - revoked < .seconds(5) {
+                if try await server.authenticate(key) == nil {
+                    refusedAfter = ContinuousClock.now - revoked
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let after = try #require(refusedAfter, "the revoked key still authenticated 5 s later")
+            #expect(after < .seconds(2), "refused \(after) after the revocation; the TTL is 1 s")
+            let newKey = try await db.createKey("other-app", scope: .report)
+            #expect(try await server.authenticate(newKey)?.name == "other-app", "a new key waits for one reload, not the TTL")
+        }
+    }
 }
