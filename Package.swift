@@ -59,7 +59,7 @@ let package = Package(
         // no crypto, no logging. The libFuzzer target links only this (a fuzz build in seconds,
         // not minutes of BoringSSL under the sanitizer).
         .target(
-            name: "TrackerIngest",
+            name: "TrackerInput",
             dependencies: ["TrackerModel"],
             swiftSettings: swiftSettings
         ),
@@ -67,7 +67,7 @@ let package = Package(
             name: "Tracker",
             dependencies: [
                 "TrackerModel",
-                "TrackerIngest",
+                "TrackerInput",
                 "CLibPQ",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -98,7 +98,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TrackerTests",
-            dependencies: ["Tracker", "TrackerIngest"],
+            dependencies: ["Tracker", "TrackerInput"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -122,12 +122,14 @@ let package = Package(
 // libFuzzer targets (scripts/fuzz.sh, docs/RELIABILITY.md): only when TRACKER_FUZZ is set, so
 // normal builds never see them. Built with -sanitize=fuzzer,address in .build-fuzz.
 if Context.environment["TRACKER_FUZZ"] != nil {
-    package.targets.append(.executableTarget(
-        name: "BatchDecoderFuzz",
-        dependencies: ["TrackerIngest"],
-        path: "Fuzz/BatchDecoderFuzz",
-        swiftSettings: swiftSettings,
-        // main.swift finds libFuzzer's driver with dlsym: make the linker take it from the archive.
-        linkerSettings: [.unsafeFlags(["-Xlinker", "--undefined=LLVMFuzzerRunDriver",
-                                       "-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
+    for (name, path) in [("BatchDecoderFuzz", "Fuzz/BatchDecoderFuzz"), ("ReportQueryFuzz", "Fuzz/ReportQueryFuzz")] {
+        package.targets.append(.executableTarget(
+            name: name,
+            dependencies: ["TrackerInput"],
+            path: path,
+            swiftSettings: swiftSettings,
+            // main.swift finds libFuzzer's driver with dlsym: make the linker take it from the archive.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--undefined=LLVMFuzzerRunDriver",
+                                           "-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
+    }
 }

@@ -16,9 +16,8 @@ case "$mode" in
   long)  limits=(-runs="${FUZZ_RUNS:-10000000}" -max_total_time=7200) ;;
   *) echo "usage: $0 short|long [TARGET...]" >&2; exit 2 ;;
 esac
-# Add ReportQueryFuzz here once report-parameter parsing is in the domain (ReportQuery.parse).
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(BatchDecoderFuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(BatchDecoderFuzz ReportQueryFuzz)
 command -v swift >/dev/null || { echo "swift is not on PATH: install the Swift 6 toolchain first" >&2; exit 1; }
 
 mkdir -p suite-results/fuzz

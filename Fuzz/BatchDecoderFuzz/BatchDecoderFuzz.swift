@@ -1,4 +1,4 @@
-import TrackerIngest
+import TrackerInput
 
 /// libFuzzer's entry point: one input is one request body for `BatchDecoder.decode`.
 ///

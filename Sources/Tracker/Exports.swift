@@ -1,3 +1,3 @@
 // The wire vocabulary (EventType, EventSource, …, IngestLimits) is part of this module's API.
 @_exported import TrackerModel
-@_exported import TrackerIngest
+@_exported import TrackerInput

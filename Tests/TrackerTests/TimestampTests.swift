@@ -1,6 +1,6 @@
 import Testing
 @testable import Tracker
-@testable import TrackerIngest
+@testable import TrackerInput
 
 struct TimestampTests {
     @Test func dayOfAnInstantIsItsUTCCalendarDay() {

@@ -146,7 +146,7 @@ struct ReportCommand: AsyncParsableCommand {
         defer { pool.close() }
         let query: ReportQuery
         do {
-            query = try ReportRoutes.query(report: report, parameter: { name in
+            query = try ReportQuery.parse(report: report, parameter: { name in
                 switch name {
                 case "from": from
                 case "to": to
@@ -156,8 +156,8 @@ struct ReportCommand: AsyncParsableCommand {
                 default: nil
                 }
             })
-        } catch let error as APIError {
-            throw ValidationError(error.message)
+        } catch {
+            throw ValidationError(error.description)
         }
         let result = try await Reports(pool: pool, maxWait: try reportWait()).run(query)
         if result.lag.events > 0 {

@@ -46,6 +46,13 @@ extension APIError {
         }
     }
 
+    static func from(_ error: ReportQueryError) -> APIError {
+        switch error {
+        case .unknownReport: APIError(.badRequest, "unknown_report", error.description)
+        case .invalidParameter, .fromAfterTo, .rangeTooLong: APIError(.badRequest, "invalid_parameter", error.description)
+        }
+    }
+
     static func from(_ error: AppendError) -> APIError {
         switch error {
         case .overloaded:

@@ -17,7 +17,12 @@ struct AdAuditRoute: Sendable {
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
         _ = try await keys.principal(for: request, requiring: .report)
         let requestId = try Self.requestId(percentEncoded: context.parameters.get("requestId") ?? "")
-        let includeTest = try ReportRoutes.includeTest(request.uri.queryParameters.get("includeTest"))
+        let includeTest: Bool
+        do {
+            includeTest = try ReportQuery.includeTest(request.uri.queryParameters.get("includeTest"))
+        } catch {
+            throw APIError.from(error)
+        }
         guard let (explanation, lag) = try await audit.explain(requestId: requestId, includeTest: includeTest) else {
             throw APIError(.notFound, "not_found", "no stored event has the requestId '\(requestId)' (or the projector has not reached it yet)")
         }
