@@ -62,7 +62,7 @@ fault-overload: ## 10 x the sustainable rate: 503/429, bounded memory and latenc
 fault-clients:  ## slowloris, stalled uploads, idle and flooding connections, size limits (ulimit -n 1024)
 	scripts/suites.sh $(MODE) clients
 
-fuzz:           ## libFuzzer over BatchDecoder.decode (long: 10 M executions; .build-fuzz)
+fuzz:           ## libFuzzer over BatchDecoder.decode and ReportQuery.parse (long: 10 M executions each; .build-fuzz)
 	scripts/suites.sh $(MODE) fuzz
 
 fuzz-http:      ## mutational HTTP client: 2xx or 4xx with the JSON error shape, never 5xx or a hang (long: 600 s)

@@ -29,7 +29,8 @@ struct ServerDependencies: Sendable {
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
-    let router = Router()
+    // HEAD is answered wherever GET is (RFC 9110 requires both of a general-purpose server).
+    let router = Router(options: .autoGenerateHeadEndpoints)
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
     HealthRoutes(pool: deps.pool, migrator: deps.migrator, projectorStatus: deps.projectorStatus).register(on: router)

@@ -29,4 +29,25 @@ struct HTTPCornerTests {
             }
         }
     }
+
+    /// A method a known path does not offer is a 405 naming the ones it does (404 before);
+    /// an unknown path stays 404; `%+0` is not a percent-escape (it read as NUL and was refused).
+    @Test func aWrongMethodIs405WithAllowAndAnUnknownPathIs404() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("reports", scope: .report)
+            try await withTracker(db) { tracker in
+                let put = try tracker.client.request("PUT", "/v1/events", body: Data("{}".utf8))
+                #expect(put.status == 405)
+                #expect(put.headers["allow"] == "POST")
+                #expect(put.json["error"] as? String == "method_not_allowed")
+                let post = try tracker.client.request("POST", "/v1/reports/summary")
+                #expect(post.status == 405)
+                #expect(post.headers["allow"] == "GET, HEAD")
+                #expect(try tracker.client.request("GET", "/v1/nothing-here").status == 404)
+                let plus = try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%+0",
+                                                      headers: ["Authorization": "Bearer \(key)"])
+                #expect(plus.status == 200, "an adUnit of '%+0' is text, not a NUL: \(plus.text)")
+            }
+        }
+    }
 }

@@ -98,7 +98,9 @@ public final class APIKeys: Sendable {
             ).affectedRows
         }
         guard changed == 1 else { throw APIKeyError.notFound(name) }
-        table.withLock { $0 = nil }
+        // An empty table stamped now, not none: a reload that began before the revocation
+        // (in the background) is older and can no longer put the revoked key back.
+        table.withLock { $0 = ([:], ContinuousClock.now) }
     }
 
     /// The principal of a presented key, or `nil` for an unknown or revoked key.

@@ -178,6 +178,11 @@ public final class EventLog: Service, Sendable {
     /// Runs the writers until graceful shutdown or cancellation of the calling task, then
     /// drains what was already accepted (each waiting append still gets its answer).
     public func run() async throws {
+        // Deadlines hold from the first append to the last write of the drain: the sweeper is a
+        // task of its own (not a child, which the cancellation of run() would end at once while
+        // writers still drain) and starts before anything here can wait on the database.
+        let sweeper = configuration.appendTimeout.map { timeout in Task { await self.enforceDeadlines(timeout) } }
+        defer { sweeper?.cancel() }
         try? await pool.withConnection { connection in
             _ = try connection.query(EventLogSQL.ensurePartitions)
         }
@@ -185,9 +190,6 @@ public final class EventLog: Service, Sendable {
             await withGracefulShutdownHandler {
                 await withTaskGroup(of: Void.self) { background in
                     background.addTask { await self.maintainPartitions() }
-                if let timeout = configuration.appendTimeout {
-                    background.addTask { await self.enforceDeadlines(timeout) }
-                }
                     await withDiscardingTaskGroup { writers in
                         for _ in 0..<configuration.writers {
                             writers.addTask { await self.writerLoop() }

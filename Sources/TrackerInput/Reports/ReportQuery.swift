@@ -106,7 +106,9 @@ extension ReportQuery {
         var out: [UInt8] = []
         var utf8 = Array(text.utf8)[...]
         while let b = utf8.popFirst() {
-            if b == UInt8(ascii: "%"), utf8.count >= 2, let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
+            // Two hex digits exactly: UInt8("+0", radix: 16) would read a sign as well.
+            if b == UInt8(ascii: "%"), utf8.count >= 2, utf8.prefix(2).allSatisfy({ Character(Unicode.Scalar($0)).isHexDigit }),
+               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
                 out.append(value)
                 utf8 = utf8.dropFirst(2)
             } else {

@@ -161,45 +161,52 @@ extension ConnectionGuard: Sendable {}
 ///   an open connection for an end that never came: such a request is marked `close` here.
 /// - A request the HTTP/1 parser cannot read (a request line or headers over the limits, bad
 ///   syntax) is answered `400` in the API's JSON error shape and the connection is closed;
-///   Hummingbird's own answer had an empty body that no client could show a person.
+///   Hummingbird's own answer had an empty body that no client could show a person. Only when
+///   nothing else is under way on the connection: an error inside a body, or behind a request
+///   not yet answered, goes on to Hummingbird as before, so the request it breaks fails (and
+///   stores nothing) and an earlier request's answer is not preceded by this one.
 final class HTTP1Corners: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    /// Whether a response is on its way (then a parse error can only close the connection).
-    private var responding = false
+    /// Requests whose head was read and whose answer has not ended yet.
+    private var unanswered = 0
+    /// Whether a request's body is still being read (between its head and its end).
+    private var readingBody = false
+    /// Whether this handler answered a parse error (the connection is closing).
+    private var answeredError = false
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head(var head) = unwrapInboundIn(data), !head.isKeepAlive {
-            head.headers.replaceOrAdd(name: "connection", value: "close")
-            context.fireChannelRead(wrapInboundOut(.head(head)))
-            return
+        switch unwrapInboundIn(data) {
+        case .head(var head):
+            unanswered += 1
+            readingBody = true
+            if !head.isKeepAlive {
+                head.headers.replaceOrAdd(name: "connection", value: "close")
+                context.fireChannelRead(wrapInboundOut(.head(head)))
+                return
+            }
+        case .body: break
+        case .end: readingBody = false
         }
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        switch unwrapOutboundIn(data) {
-        case .head: responding = true
-        case .end: responding = false
-        case .body: break
-        }
+        if case .end = unwrapOutboundIn(data), unanswered > 0 { unanswered -= 1 }
         context.write(data, promise: promise)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let parserError = error as? HTTPParserError else {
+        // After its answer, the parser refuses whatever else arrives: the connection is closing.
+        if answeredError { return }
+        guard let parserError = error as? HTTPParserError, unanswered == 0, !readingBody else {
             context.fireErrorCaught(error)
             return
         }
-        // The parser stops at its first error: nothing more of this connection can be read.
-        guard !responding else {
-            context.close(promise: nil)
-            return
-        }
-        responding = true
+        answeredError = true
         var body = "{\"error\":\"bad_request\",\"message\":"
         JSONText.appendQuoted("the request could not be read as HTTP/1.1 (\(parserError)): a request line or header over the server's limits, or broken syntax", to: &body)
         body += "}"

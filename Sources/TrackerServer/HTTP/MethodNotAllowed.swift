@@ -13,7 +13,11 @@ struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
 
     init(routes: [Router<Context>.RouteDescription]) {
         var byPath: [String: [HTTPRequest.Method]] = [:]
-        for route in routes { byPath["\(route.path)", default: []].append(route.method) }
+        for route in routes {
+            byPath["\(route.path)", default: []].append(route.method)
+            // The router answers HEAD for every GET (autoGenerateHeadEndpoints, at build time).
+            if route.method == .get { byPath["\(route.path)", default: []].append(.head) }
+        }
         self.routes = byPath.sorted { $0.key < $1.key }.map { path, methods in
             (Self.segments(path).map { $0.first == "{" ? nil : $0 }, methods.sorted { $0.rawValue < $1.rawValue })
         }
