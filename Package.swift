@@ -122,10 +122,12 @@ let package = Package(
 // libFuzzer targets (scripts/fuzz.sh, docs/RELIABILITY.md): only when TRACKER_FUZZ is set, so
 // normal builds never see them. Built with -sanitize=fuzzer,address in .build-fuzz.
 if Context.environment["TRACKER_FUZZ"] != nil {
+    // Hands control to libFuzzer's driver (SwiftPM's `main` hides libFuzzer's own).
+    package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: swiftSettings))
     for (name, path) in [("BatchDecoderFuzz", "Fuzz/BatchDecoderFuzz"), ("ReportQueryFuzz", "Fuzz/ReportQueryFuzz")] {
         package.targets.append(.executableTarget(
             name: name,
-            dependencies: ["TrackerInput"],
+            dependencies: ["TrackerInput", "FuzzDriver"],
             path: path,
             swiftSettings: swiftSettings,
             // main.swift finds libFuzzer's driver with dlsym: make the linker take it from the archive.
