@@ -98,8 +98,11 @@ public struct AdContribution: Sendable {
     public static let duplicateClickGap: Duration = .seconds(1)
     /// An impression this long after the ad loaded is stale (SPEC: 1 hour).
     public static let staleAfter: Duration = .seconds(3600)
+    /// A click counts for the impression before it up to this long after it (SPEC: default
+    /// 1 hour; `TRACKER_ATTRIBUTION_WINDOW`).
+    public static let defaultAttributionWindow: Duration = .seconds(3600)
 
-    public init(attributionWindow: Duration = .seconds(3600)) {
+    public init(attributionWindow: Duration = Self.defaultAttributionWindow) {
         self.attributionWindow = attributionWindow
     }
 

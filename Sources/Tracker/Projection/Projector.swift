@@ -33,7 +33,10 @@ public final class Projector: Service, Sendable {
     /// Whether this projector runs or stopped, and why: `/readyz` reads it.
     public let status: ProjectorStatus
 
-    public init(pool: ConnectionPool, attributionWindow: Duration = .seconds(3600), batchSize: Int = 20_000,
+    /// Events read and projected per step (`TRACKER_PROJECTOR_BATCH_SIZE`).
+    public static let defaultBatchSize = 20_000
+
+    public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow, batchSize: Int = Projector.defaultBatchSize,
                 pollInterval: Duration = .milliseconds(100), status: ProjectorStatus = ProjectorStatus(), logger: Logger) {
         self.pool = pool
         self.attributionWindow = attributionWindow

@@ -29,7 +29,7 @@ public struct Rebuild: Sendable {
     private let logger: Logger
     static let projectionTables = ["ad_state", "format_day", "asset_day", "source_day", "projection_state"]
 
-    public init(pool: ConnectionPool, attributionWindow: Duration = .seconds(3600), logger: Logger) {
+    public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow, logger: Logger) {
         self.pool = pool
         self.attributionWindow = attributionWindow
         self.logger = logger
@@ -184,13 +184,13 @@ public struct Rebuild: Sendable {
             report("catch-up+swap", read, projected)
             // Every event committed before the rebuild started is in before the swap, even one
             // that an open transaction elsewhere kept below the horizon's reach until now.
-            let caughtUp = try Projector.catchUp(on: c, to: head, window: window, limit: 20_000,
+            let caughtUp = try Projector.catchUp(on: c, to: head, window: window, limit: Projector.defaultBatchSize,
                                                  pause: .milliseconds(50), searchPath: "tracker_rebuild, public")
 
             // 5. The last events and the swap, atomically, while live projectors wait on the lock.
             try c.transaction {
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                while try Projector.step(on: c, window: window, limit: 20_000) > 0 {}
+                while try Projector.step(on: c, window: window, limit: Projector.defaultBatchSize) > 0 {}
                 try c.execute("SET LOCAL search_path = public")
                 try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
                 try c.execute("CREATE SCHEMA tracker_retired")

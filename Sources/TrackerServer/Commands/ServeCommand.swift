@@ -160,7 +160,7 @@ func positiveInt(_ name: String) throws -> Int? {
 
 /// `TRACKER_PROJECTOR_BATCH_SIZE`: log events per projector transaction (default 20000).
 func projectorBatchSize() throws -> Int {
-    try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? 20_000
+    try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? Projector.defaultBatchSize
 }
 
 /// `TRACKER_REPORT_WAIT` in seconds (default 5, 0 = never wait): how long a report waits for the
@@ -191,5 +191,5 @@ func beaconSecrets() throws -> BeaconSecrets? {
 
 /// `TRACKER_ATTRIBUTION_WINDOW` in seconds (SPEC: default 1 hour). Changing it needs `tracker rebuild`.
 func attributionWindow() throws -> Duration {
-    .seconds(try positiveInt("TRACKER_ATTRIBUTION_WINDOW") ?? 3600)
+    try positiveInt("TRACKER_ATTRIBUTION_WINDOW").map { .seconds($0) } ?? AdContribution.defaultAttributionWindow
 }
