@@ -12,8 +12,14 @@ struct ConcurrentDeliveryTests {
     /// two writes with 40P01 (a 503 for the client) in a few rounds out of forty.
     @Test func sameIdsWrittenConcurrentlyInOppositeOrdersNeverDeadlock() async throws {
         try await withTestDatabase { db in
-            let first = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger), logger: TestEnvironment.logger)
-            let second = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger), logger: TestEnvironment.logger)
+            // No append deadline: this is about deadlocks, and on a machine the whole suite loads a
+            // round can take longer than the 8 s default (its writes then commit after a 503).
+            var configuration = EventLog.Configuration()
+            configuration.appendTimeout = nil
+            let first = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger),
+                                 configuration: configuration, logger: TestEnvironment.logger)
+            let second = EventLog(pool: ConnectionPool(conninfo: db.url, maxConnections: 2, logger: TestEnvironment.logger),
+                                  configuration: configuration, logger: TestEnvironment.logger)
             var failures: [AppendError] = []
             var stored = 0
             try await withThrowingTaskGroup(of: Void.self) { services in

@@ -49,7 +49,7 @@ struct KeyExposureTests {
     }
 
     /// A key revoked elsewhere (the CLI, another replica) stops working within the cache's
-    /// time to live plus one reload, although a known key in a stale table is answered from it
+    /// time to live plus one reload (twice the TTL at most when reloads are slow), although a known key in a stale table is answered from it
     /// while the reload runs in the background; a key created elsewhere works at once.
     @Test func aKeyRevokedElsewhereStopsWithinTheCacheTTL() async throws {
         try await withTestDatabase { db in
@@ -67,7 +67,9 @@ struct KeyExposureTests {
                 try await Task.sleep(for: .milliseconds(20))
             }
             let after = try #require(refusedAfter, "the revoked key still authenticated 5 s later")
-            #expect(after < .seconds(2), "refused \(after) after the revocation; the TTL is 1 s")
+            // Within the TTL plus one reload; a key is served from a stale table for at most twice
+            // the TTL, so slow reloads on a loaded machine can stretch it to 2 s plus one reload.
+            #expect(after < .seconds(4), "refused \(after) after the revocation; the TTL is 1 s")
             let newKey = try await db.createKey("other-app", scope: .report)
             #expect(try await server.authenticate(newKey)?.name == "other-app", "a new key waits for one reload, not the TTL")
         }

@@ -32,7 +32,8 @@ public enum APIKeyError: Error, Sendable, Equatable {
 /// API keys, stored as SHA-256 hashes (computed here: a key never reaches the database).
 ///
 /// The active keys' hashes are held in memory and reloaded when older than `cacheTTL`, so a
-/// revoked key stops working within `cacheTTL` (plus one reload) and a request costs no key
+/// revoked key stops working within `cacheTTL` plus one reload (at most twice `cacheTTL` plus
+/// one reload when reloads are slow) and a request costs no key
 /// query in the steady state. A key the table holds is answered from it while the reload that
 /// its age calls for runs in the background (up to twice `cacheTTL`; older, the request waits
 /// for the reload): before, every request that arrived while the reload ran waited for the next
