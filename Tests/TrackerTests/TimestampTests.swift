@@ -44,8 +44,8 @@ struct TimestampTests {
 
     @Test func civilConversionRoundTripsOverCenturies() {
         for days in stride(from: -800_000, through: 2_900_000, by: 997) {
-            let (y, m, d) = Day.civilFromDays(days)
-            #expect(Day.daysFromCivil(year: y, month: m, day: d) == days)
+            let (y, m, d) = CivilCalendar.date(days: days)
+            #expect(CivilCalendar.days(year: y, month: m, day: d) == days)
         }
     }
 }

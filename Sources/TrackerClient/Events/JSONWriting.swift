@@ -1,3 +1,5 @@
+import TrackerModel
+
 /// The few pieces of JSON the client writes, by hand: the fields of one event and the batch
 /// around them. Writing bytes directly keeps a record call to about a microsecond and the
 /// stored record byte-for-byte what the server will read.
@@ -66,16 +68,7 @@ enum JSONWriting {
         let perDay: Int64 = 86_400_000_000
         let days = micros >= 0 ? micros / perDay : (micros - perDay + 1) / perDay
         let inDay = micros - days * perDay
-        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
+        let (year, month, day) = CivilCalendar.date(days: Int(days))
         let seconds = inDay / 1_000_000
         func pad(_ value: Int64, _ width: Int) {
             var digits = [UInt8](repeating: UInt8(ascii: "0"), count: width)
@@ -86,9 +79,9 @@ enum JSONWriting {
             }
             out.append(contentsOf: digits)
         }
-        pad(year, 4); out.append(UInt8(ascii: "-"))
-        pad(month, 2); out.append(UInt8(ascii: "-"))
-        pad(day, 2); out.append(UInt8(ascii: "T"))
+        pad(Int64(year), 4); out.append(UInt8(ascii: "-"))
+        pad(Int64(month), 2); out.append(UInt8(ascii: "-"))
+        pad(Int64(day), 2); out.append(UInt8(ascii: "T"))
         pad(seconds / 3600, 2); out.append(UInt8(ascii: ":"))
         pad(seconds / 60 % 60, 2); out.append(UInt8(ascii: ":"))
         pad(seconds % 60, 2); out.append(UInt8(ascii: "."))

@@ -67,7 +67,7 @@ public struct Day: Hashable, Comparable, Sendable, CustomStringConvertible {
         guard (1...9999).contains(year), (1...12).contains(month),
               (1...Day.daysIn(month: month, year: year)).contains(day)
         else { return nil }
-        self.daysSinceEpoch = Int32(Day.daysFromCivil(year: year, month: month, day: day))
+        self.daysSinceEpoch = Int32(CivilCalendar.days(year: year, month: month, day: day))
     }
 
     /// Parses `YYYY-MM-DD`.
@@ -92,7 +92,7 @@ public struct Day: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public var civil: (year: Int, month: Int, day: Int) {
-        Day.civilFromDays(Int(daysSinceEpoch))
+        CivilCalendar.date(days: Int(daysSinceEpoch))
     }
 
     /// `YYYY-MM-DD`.
@@ -134,30 +134,6 @@ public struct Day: Hashable, Comparable, Sendable, CustomStringConvertible {
         default: return 31
         }
     }
-
-    /// Howard Hinnant's days_from_civil: days since 1970-01-01 of a Gregorian date.
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    /// The inverse of `daysFromCivil`.
-    static func civilFromDays(_ days: Int) -> (year: Int, month: Int, day: Int) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
-    }
 }
 
 extension Timestamp: CustomStringConvertible {
@@ -184,7 +160,7 @@ extension Timestamp: CustomStringConvertible {
     func appendFormatted(to out: inout String, dateTimeSeparator: Character, zone: String) {
         let days = Timestamp.floorDiv(microseconds, Timestamp.microsecondsPerDay)
         var rest = microseconds - days * Timestamp.microsecondsPerDay
-        let (y, m, d) = Day.civilFromDays(Int(days))
+        let (y, m, d) = CivilCalendar.date(days: Int(days))
         Day.appendPadded(y, width: 4, to: &out)
         out.append("-")
         Day.appendPadded(m, width: 2, to: &out)
