@@ -39,15 +39,6 @@ bench_cleanup() {
 # PyPI, what bench-report compares the reports with), again when that file changes; sets
 # bench_python.
 setup_bench_venv() {
-  need_packages python3-venv python3-pip
-  local venv=.local/bench-venv requirements=scripts/bench/requirements.txt stamp
-  stamp="$venv/.requirements-$(sha256sum "$requirements" | cut -c1-16)"
-  if [ ! -f "$stamp" ]; then
-    rm -rf "$venv"
-    mkdir -p .local
-    /usr/bin/python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
-    touch "$stamp"
-  fi
-  bench_python=$venv/bin/python
+  ensure_venv .local/bench-venv scripts/bench/requirements.txt
+  bench_python=.local/bench-venv/bin/python
 }

@@ -6,6 +6,8 @@
 #                               update first, since a bare machine has no package lists)
 #   require_commands CMD=PKG... fails naming the package when a command is still missing
 #   explain_exit_127            an ERR trap: says which command exited 127 (not found)
+#   ensure_venv DIR REQUIREMENTS a Python venv in DIR with REQUIREMENTS installed from PyPI,
+#                               made again when that file changes
 
 need_packages() {
   local missing=() pkg
@@ -49,4 +51,17 @@ exit 127 (command not found) at line $line: $command
   conmon and its network backend netavark, which runs iptables and aardvark-dns). The
   script installs what it knows of; install the missing one and tell us which it was.
 MSG
+}
+
+ensure_venv() {
+  local venv=$1 requirements=$2 stamp
+  need_packages python3-venv python3-pip
+  stamp="$venv/.requirements-$(sha256sum "$requirements" | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    touch "$stamp"
+  fi
 }

@@ -14,17 +14,9 @@
 test_venv=.local/test-venv
 
 python_tests_setup() {
-  need_packages python3-venv python3-pip "$@"
+  need_packages "$@"
   require_commands psql=postgresql-client-15
-  local requirements=Tests/Python/requirements.txt stamp
-  stamp="$test_venv/.requirements-$(sha256sum "$requirements" | cut -c1-16)"
-  if [ ! -f "$stamp" ]; then
-    rm -rf "$test_venv"
-    mkdir -p .local
-    /usr/bin/python3 -m venv "$test_venv"
-    "$test_venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
-    touch "$stamp"
-  fi
+  ensure_venv "$test_venv" Tests/Python/requirements.txt
   if [ -z "${TRACKER_BINARY:-}" ]; then
     swift build --product tracker
     TRACKER_BINARY="$(swift build --show-bin-path)/tracker"
