@@ -18,11 +18,9 @@ public func fuzzReportQuery(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     }
     // The first value of each name, as Hummingbird's queryParameters.get gives it.
     var parameters: [String: String] = [:]
-    for pair in rawQuery.split(separator: "&", omittingEmptySubsequences: true) {
-        let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-        let name = String(decoding: ReportQuery.percentDecoded(parts[0]), as: UTF8.self)
-        let value = parts.count > 1 ? String(decoding: ReportQuery.percentDecoded(parts[1]), as: UTF8.self) : ""
-        if parameters[name] == nil { parameters[name] = value }
+    for (name, value) in ReportQuery.decodedPairs(rawQuery: rawQuery) {
+        let name = String(decoding: name, as: UTF8.self)
+        if parameters[name] == nil { parameters[name] = String(decoding: value, as: UTF8.self) }
     }
     let query: ReportQuery
     do {

@@ -85,24 +85,31 @@ extension ReportQuery {
     /// cut a value short (`/1/a%00x` answered for `/1/a`) and `%FF` matched nothing; either
     /// way the answer was for another filter than the one sent.
     public static func unreadableParameter(rawQuery: String) -> ReportQueryError? {
-        for pair in rawQuery.split(separator: "&", omittingEmptySubsequences: true) {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let name = String(decoding: percentDecoded(parts[0]), as: UTF8.self)
-            for part in parts {
-                let bytes = percentDecoded(part)
+        for (name, value) in decodedPairs(rawQuery: rawQuery) {
+            let shownName = String(decoding: name, as: UTF8.self)
+            for bytes in [name, value] {
                 if bytes.contains(0) {
-                    return .invalidParameter("\(name) must not contain the character U+0000 (%00)")
+                    return .invalidParameter("\(shownName) must not contain the character U+0000 (%00)")
                 }
                 if String(validating: bytes, as: UTF8.self) == nil {
-                    return .invalidParameter("\(name) must be UTF-8 text once percent-decoded")
+                    return .invalidParameter("\(shownName) must be UTF-8 text once percent-decoded")
                 }
             }
         }
         return nil
     }
 
+    /// The `name=value` pairs of a raw query string, each side percent-decoded (a pair
+    /// without `=` has an empty value).
+    public static func decodedPairs(rawQuery: String) -> [(name: [UInt8], value: [UInt8])] {
+        rawQuery.split(separator: "&", omittingEmptySubsequences: true).map { pair in
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            return (percentDecoded(parts[0]), parts.count > 1 ? percentDecoded(parts[1]) : [])
+        }
+    }
+
     /// The bytes of a query component: `%XX` decoded, `+` as a space (form encoding).
-    public static func percentDecoded(_ text: Substring) -> [UInt8] {
+    static func percentDecoded(_ text: Substring) -> [UInt8] {
         var out: [UInt8] = []
         var utf8 = Array(text.utf8)[...]
         while let b = utf8.popFirst() {

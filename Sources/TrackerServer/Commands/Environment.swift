@@ -5,6 +5,7 @@ import Darwin
 #endif
 import ArgumentParser
 import Logging
+import Tracker
 
 /// Reads one environment variable.
 func environment(_ name: String) -> String? {
@@ -20,6 +21,13 @@ struct DatabaseOptions: ParsableArguments {
         if let databaseURL { return databaseURL }
         if let url = environment("DATABASE_URL") { return url }
         throw ValidationError("no database: pass --database-url or set DATABASE_URL (e.g. postgresql://tracker@127.0.0.1:5432/tracker)")
+    }
+
+    /// One connection for reading projections: an explicit --database-url wins, otherwise the
+    /// read replica (REPORT_DATABASE_URL) when one is configured, otherwise DATABASE_URL.
+    func reportPool() throws -> ConnectionPool {
+        let url = try databaseURL ?? environment("REPORT_DATABASE_URL") ?? resolved()
+        return ConnectionPool(conninfo: url, maxConnections: 1, logger: makeLogger())
     }
 }
 

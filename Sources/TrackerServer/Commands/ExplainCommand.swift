@@ -30,8 +30,7 @@ struct ExplainCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
-        let url = try database.databaseURL ?? environment("REPORT_DATABASE_URL") ?? database.resolved()
-        let pool = ConnectionPool(conninfo: url, maxConnections: 1, logger: makeLogger())
+        let pool = try database.reportPool()
         defer { pool.close() }
         guard let (explanation, lag) = try await AdAudit(pool: pool, maxWait: try reportWait())
             .explain(requestId: requestId, includeTest: includeTest) else {

@@ -140,9 +140,7 @@ struct ReportCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
-        // An explicit --database-url wins; otherwise the read replica when one is configured.
-        let url = try database.databaseURL ?? environment("REPORT_DATABASE_URL") ?? database.resolved()
-        let pool = ConnectionPool(conninfo: url, maxConnections: 1, logger: makeLogger())
+        let pool = try database.reportPool()
         defer { pool.close() }
         let query: ReportQuery
         do {
