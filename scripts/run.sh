@@ -5,6 +5,9 @@
 # .local/pg (unless DATABASE_URL is set), applies migrations, creates a development
 # ingest key and report key (once; kept in .local/dev-keys.env), prints them with a curl
 # example, then serves until Ctrl-C. Running it again reuses all of that.
+# On its own cluster the server connects as the least-privilege roles (tracker_ingest,
+# tracker_projector, tracker_report; passwords generated once into .local/roles.env, mode
+# 0600); with your DATABASE_URL it connects as that role, and says so if it is too strong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -18,8 +21,13 @@ if [ -z "${DATABASE_URL:-}" ]; then
   psql "$admin" -qAtc "SELECT 1 FROM pg_database WHERE datname = 'tracker'" | grep -q 1 \
     || psql "$admin" -qc "CREATE DATABASE tracker"
   export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/tracker"
+  own_cluster=1
 fi
 "$bin" migrate
+roles=.local/roles.env
+if [ "${own_cluster:-0}" = 1 ] && [ ! -f "$roles" ]; then
+  "$bin" roles passwords --env-file "$roles"
+fi
 keys=.local/dev-keys.env
 if [ -f "$keys" ]; then
   # shellcheck disable=SC1090
@@ -39,7 +47,7 @@ port=${TRACKER_PORT:-8080}
 now=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)
 cat <<MSG
 
-Tracker on http://$host:$port  (database: $DATABASE_URL)
+Tracker on http://$host:$port  (database: ${DATABASE_URL%%\?*}${own_cluster:+, as the roles in $roles})
   ingest key: $TRACKER_INGEST_KEY
   report key: $TRACKER_REPORT_KEY
   (both kept in $keys)
@@ -52,4 +60,8 @@ Try:
     -H "Authorization: Bearer $TRACKER_REPORT_KEY"
 
 MSG
+if [ "${own_cluster:-0}" = 1 ]; then
+  # shellcheck disable=SC1090
+  set -a; . "$roles"; set +a
+fi
 exec "$bin" serve --host "$host" --port "$port"

@@ -9,6 +9,8 @@ import Tracker
 /// Everything the HTTP server needs, built once at startup.
 struct ServerDependencies: Sendable {
     var pool: ConnectionPool
+    /// The projector's connections (PROJECTOR_DATABASE_URL), or `pool`: they read the log's lag.
+    var projectorPool: ConnectionPool? = nil
     var keys: APIKeys
     var log: EventLog
     var migrator: Migrator
@@ -26,6 +28,7 @@ struct ServerDependencies: Sendable {
     var beacons: Beacons?
     /// The in-process projector's state (`nil` with TRACKER_PROJECTOR=off), for `/readyz`.
     var projectorStatus: ProjectorStatus? = nil
+    var roleWarnings: RoleWarnings? = nil
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -33,7 +36,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     let router = Router(options: .autoGenerateHeadEndpoints)
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
-    HealthRoutes(pool: deps.pool, migrator: deps.migrator, projectorStatus: deps.projectorStatus).register(on: router)
+    HealthRoutes(pool: deps.pool, migrator: deps.migrator, lagPool: deps.projectorPool, roleWarnings: deps.roleWarnings,
+                 projectorStatus: deps.projectorStatus).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
@@ -46,7 +50,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
     if let registry = deps.metricsRegistry {
-        MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log).register(on: router)
+        MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log, lagPool: deps.projectorPool ?? deps.pool)
+            .register(on: router)
     }
     // Last: it wraps only the not-found answer, and reads the routes registered above.
     router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes))
@@ -59,6 +64,11 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
     let reportPool = configuration.reportDatabaseURL.map {
         ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
     }
+    // The projector's own role (PROJECTOR_DATABASE_URL): one connection projects, one runs
+    // retention, the rest read the lag for /readyz and /metrics.
+    let projectorPool = configuration.projectorDatabaseURL.map {
+        ConnectionPool(conninfo: $0, maxConnections: 4, logger: logger)
+    }
     var logConfiguration = EventLog.Configuration()
     logConfiguration.writers = configuration.writers
     logConfiguration.appendTimeout = configuration.appendTimeout
@@ -67,8 +77,10 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
     let ingestPool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.writers + 1,
                                     sessionSetup: logConfiguration.sessionSetup, logger: logger)
     let log = EventLog(pool: ingestPool, configuration: logConfiguration, logger: logger)
+    let roleWarnings = RoleWarnings()
     let deps = ServerDependencies(
         pool: pool,
+        projectorPool: projectorPool,
         keys: APIKeys(pool: pool),
         log: log,
         migrator: Migrator(logger: logger),
@@ -79,9 +91,12 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         bodyBudgetBytes: configuration.bodyBudgetBytes,
         chartLibraryPath: configuration.chartLibraryPath,
         metricsRegistry: metricsRegistry,
-        metricsPools: [NamedPool(name: "primary", pool: pool)] + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
+        metricsPools: [NamedPool(name: "primary", pool: pool)]
+            + (projectorPool.map { [NamedPool(name: "projector", pool: $0)] } ?? [])
+            + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
         beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) },
-        projectorStatus: configuration.runProjector ? ProjectorStatus() : nil)
+        projectorStatus: configuration.runProjector ? ProjectorStatus() : nil,
+        roleWarnings: roleWarnings)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
@@ -94,21 +109,37 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             // The listener stops accepting before the process runs out of descriptors; the
             // guard's (lower) limit answers the connections in between with 503.
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
-        services: backgroundServices(configuration, pool: pool, log: log, projectorStatus: deps.projectorStatus, logger: logger),
+        services: backgroundServices(configuration, pool: pool, projectorPool: projectorPool, log: log,
+                                     projectorStatus: deps.projectorStatus, logger: logger)
+            + [roleCheck(configuration, pool: pool, projectorPool: projectorPool, reportPool: reportPool,
+                         warnings: roleWarnings, logger: logger)],
         logger: logger)
 }
 
 /// The event log first (it shuts down last), then the optional projector and retention.
-func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, log: EventLog,
-                        projectorStatus: ProjectorStatus? = nil, logger: Logger) -> [any Service] {
+func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, projectorPool: ConnectionPool? = nil,
+                        log: EventLog, projectorStatus: ProjectorStatus? = nil, logger: Logger) -> [any Service] {
     var services: [any Service] = [log]
     if configuration.runProjector {
-        services.append(Projector(pool: pool, attributionWindow: configuration.attributionWindow,
+        services.append(Projector(pool: projectorPool ?? pool, attributionWindow: configuration.attributionWindow,
                                   batchSize: configuration.projectorBatchSize,
                                   status: projectorStatus ?? ProjectorStatus(), logger: logger))
     }
     if let keepDays = configuration.retentionDays {
-        services.append(RetentionService(pool: pool, keepDays: keepDays, logger: logger))
+        services.append(RetentionService(pool: projectorPool ?? pool, keepDays: keepDays, logger: logger))
     }
     return services
+}
+
+/// Checks each of the server's connections against the role whose work it does.
+func roleCheck(_ configuration: ServeConfiguration, pool: ConnectionPool, projectorPool: ConnectionPool?,
+               reportPool: ConnectionPool?, warnings: RoleWarnings, logger: Logger) -> RoleCheck {
+    var uses = [RoleCheck.Use(role: .ingest, setting: DatabaseRole.ingest.setting, pool: pool)]
+    if configuration.runProjector || configuration.retentionDays != nil {
+        uses.append(RoleCheck.Use(role: .projector, setting: projectorPool == nil ? DatabaseRole.ingest.setting : DatabaseRole.projector.setting,
+                                  pool: projectorPool ?? pool))
+    }
+    uses.append(RoleCheck.Use(role: .report, setting: reportPool == nil ? DatabaseRole.ingest.setting : DatabaseRole.report.setting,
+                              pool: reportPool ?? pool))
+    return RoleCheck(uses: uses, warnings: warnings, logger: logger)
 }

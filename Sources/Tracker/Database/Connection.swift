@@ -66,6 +66,17 @@ public final class Connection {
         return poll(&descriptor, 1, 0) == 0
     }
 
+    /// `password` as the SCRAM-SHA-256 verifier PostgreSQL stores for `role`, computed here by
+    /// libpq (`PQencryptPasswordConn`): `ALTER ROLE … PASSWORD` then carries only the verifier,
+    /// so the password itself never reaches the server or its statement log.
+    public func scramVerifier(password: String, role: String) throws(DatabaseError) -> String {
+        guard let raw = PQencryptPasswordConn(handle, password, role, "scram-sha-256") else {
+            throw DatabaseError(.queryFailed, serverMessage: String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQfreemem(raw) }
+        return String(cString: raw)
+    }
+
     /// Ends a transaction a failed borrower left open, so the next one starts clean.
     public func rollbackIfInTransaction() {
         guard !closed, PQtransactionStatus(handle) != PQTRANS_IDLE else { return }

@@ -89,39 +89,25 @@ public struct Retention: Sendable {
     }
 
     /// Decides on one partition inside the caller's transaction and, unless `dryRun`, drops it.
+    ///
+    /// The work is done by `tracker_retire_partition`, a function the owner of the log owns and
+    /// runs (sql/008_roles.sql): the roles the tracker connects as may not drop tables or delete
+    /// ids, and the function, not its caller, checks that the partition is old enough and
+    /// wholly projected.
     static func retire(_ partition: String, day: String, keepDays: Int, dryRun: Bool, on connection: Connection) throws -> RetentionDecision {
-        // The name came from the catalog and matched ^events_[0-9]{8}$ (see `candidates`); it is
-        // checked again here, and quoted, because DDL takes no parameters and it is spliced in below.
-        // A refusal is an error for this run, never a trap of the whole server.
+        // The name came from the catalog and matched ^events_[0-9]{8}$ (see `candidates`); the
+        // function checks it again. A refusal is an error for this run, never a trap of the server.
         guard RetentionSQL.isPartitionName(partition) else { throw RetentionError.notADailyPartition(partition) }
-        let table = RetentionSQL.quotedIdentifier(partition)
-        _ = try connection.query("SELECT pg_advisory_xact_lock(hashtext('tracker.event_partitions'))")
-        if !dryRun {
-            // No writer may add to the partition between the check and the drop. SHARE, not
-            // ACCESS EXCLUSIVE: readers of the log (the projector) lock the parent and then every
-            // partition, so holding the partition exclusively while waiting for the parent below
-            // would deadlock with them. Readers pass; the exclusive locks come parent first.
-            try connection.execute("LOCK TABLE \(table) IN SHARE MODE")
-        }
-        let counts = try connection.query(RetentionSQL.counts(table))
-        let events = Int(counts.int64(0, 0) ?? 0)
-        let pending = Int(counts.int64(0, 1) ?? 0)
-        let checkpoint = counts.string(0, 2) ?? "0"
+        let r = try connection.query(RetentionSQL.retire, [partition, String(keepDays), dryRun ? "true" : "false"])
+        let events = Int(r.int64(0, 0) ?? 0)
+        let pending = Int(r.int64(0, 1) ?? 0)
         if pending > 0 {
             return RetentionDecision(partition: partition, day: day, events: events, action: .keptUnprojected(pending: pending))
         }
-        if dryRun {
-            return RetentionDecision(partition: partition, day: day, events: events, action: .wouldDrop)
+        if r.bool(0, 3) == true {
+            return RetentionDecision(partition: partition, day: day, events: events, action: .dropped(idsForgotten: Int(r.int64(0, 2) ?? 0)))
         }
-        _ = try connection.query("SELECT set_config('tracker.retention', $1, true)", [partition])
-        let forgotten = try connection.query("DELETE FROM event_ids WHERE id IN (SELECT id FROM \(table))").affectedRows
-        // Dropping a partition locks the parent, which queues every writer behind it: give up
-        // (and roll back) rather than stall ingestion behind a long reader.
-        try connection.execute("SET LOCAL lock_timeout = '2s'")
-        try connection.execute("LOCK TABLE ONLY events IN ACCESS EXCLUSIVE MODE")
-        try connection.execute("DROP TABLE \(table)")
-        _ = try connection.query(RetentionSQL.record, [day, partition, String(events), String(forgotten), String(keepDays), checkpoint])
-        return RetentionDecision(partition: partition, day: day, events: events, action: .dropped(idsForgotten: forgotten))
+        return RetentionDecision(partition: partition, day: day, events: events, action: .wouldDrop)
     }
 }
 
@@ -181,15 +167,6 @@ extension RetentionDecision {
 }
 
 enum RetentionSQL {
-    /// `name` as a quoted SQL identifier (PostgreSQL's `quote_ident`: double quotes, inner ones doubled).
-    static func quotedIdentifier(_ name: String) -> String {
-        var quoted = "\""
-        for character in name {
-            if character == "\"" { quoted += "\"\"" } else { quoted.append(character) }
-        }
-        return quoted + "\""
-    }
-
     static func isPartitionName(_ name: String) -> Bool {
         let digits = name.utf8.dropFirst(7)
         return name.utf8.count == 15 && name.hasPrefix("events_") && digits.allSatisfy { (48...57).contains($0) }
@@ -205,19 +182,7 @@ enum RetentionSQL {
         ORDER BY c.relname
         """
 
-    /// Events in the partition, how many of them are beyond the projection checkpoint, and the checkpoint.
-    /// `partition` is already a quoted identifier.
-    static func counts(_ partition: String) -> String {
-        """
-        SELECT (SELECT count(*) FROM \(partition)),
-               (SELECT count(*) FROM \(partition) p, projection_state s
-                 WHERE (p.tx, p.seq) > (s.checkpoint_tx, s.checkpoint_seq)),
-               (SELECT checkpoint_tx::text FROM projection_state)
-        """
-    }
-
-    static let record = """
-        INSERT INTO retention_runs (day, partition_name, events, ids_forgotten, keep_days, checkpoint_tx)
-        VALUES ($1::date, $2, $3::bigint, $4::bigint, $5::int, $6::xid8)
-        """
+    /// Checks and (unless dry run) drops one partition: events, events not yet projected, ids
+    /// forgotten, dropped.
+    static let retire = "SELECT logged, unprojected, forgotten, dropped FROM tracker_retire_partition($1, $2::int, $3::bool)"
 }

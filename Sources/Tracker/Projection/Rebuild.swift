@@ -80,6 +80,11 @@ public struct Rebuild: Sendable {
                 if let options = try c.query(RebuildSQL.storageOptions, ["public.\(table)"]).string(0, 0), !options.isEmpty {
                     try c.execute("ALTER TABLE tracker_rebuild.\(table) SET (\(options))")
                 }
+                // Nor grants: the roles that read and write projections (sql/008_roles.sql), and
+                // any an operator added, keep theirs on the tables swapped in.
+                for grant in try c.query(RebuildSQL.grants, ["public.\(table)"]).rows.compactMap({ $0.first ?? nil }) {
+                    try c.execute(grant)
+                }
             }
             // The planner's row estimates, for the progress bar only; the rows read are counted.
             let estimate = Int(try c.query(RebuildSQL.estimatedEvents).int64(0, 0) ?? 0)
@@ -231,6 +236,14 @@ enum RebuildSQL {
 
     /// A table's storage parameters (`fillfactor=90`), comma-separated, or NULL.
     static let storageOptions = "SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = $1::regclass"
+
+    /// The GRANT statements that give the rebuilt copy of table $1 what other roles hold on it.
+    static let grants = """
+        SELECT format('GRANT %s ON tracker_rebuild.%I TO %s', a.privilege_type, c.relname,
+                      CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END)
+        FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = $1::regclass AND a.grantee <> c.relowner
+        """
 
     /// Checkpoint just below the horizon: everything with tx < H is in, nothing at or above it.
     static let initialState = """

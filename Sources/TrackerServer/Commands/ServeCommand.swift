@@ -19,6 +19,8 @@ struct ServeConfiguration: Sendable {
     var runProjector: Bool
     var projectorBatchSize: Int
     var reportDatabaseURL: String?
+    /// The projector's and retention's connection (the tracker_projector role); `nil`: `databaseURL`.
+    var projectorDatabaseURL: String? = nil
     var retentionDays: Int?
     var maxConcurrentBatches: Int
     var reportWait: Duration
@@ -64,7 +66,10 @@ struct ServeCommand: AsyncParsableCommand {
             TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_ATTRIBUTION_WINDOW (seconds, \
             3600), TRACKER_PROJECTOR (on; 'off' when 'tracker project' runs elsewhere), \
             TRACKER_PROJECTOR_BATCH_SIZE (log events per projector transaction, 20000), \
-            REPORT_DATABASE_URL (a read replica for reports), TRACKER_RETENTION_DAYS (unset: keep the \
+            PROJECTOR_DATABASE_URL (the projector's and retention's connection, as tracker_projector; \
+            unset: DATABASE_URL), REPORT_DATABASE_URL (reports' connection, as tracker_report, or a read \
+            replica; unset: DATABASE_URL). DATABASE_URL connects as tracker_ingest in production: a \
+            superuser or the owner of the log is warned of at start and in /readyz. TRACKER_RETENTION_DAYS (unset: keep the \
             whole log; N: hourly 'tracker retention --keep-days N'), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
             requests in progress at once; more get 503), TRACKER_REPORT_WAIT (5 s a report waits for the \
             projections to include what was committed before it; 0: answer at once), TRACKER_IDLE_TIMEOUT \
@@ -108,6 +113,7 @@ struct ServeCommand: AsyncParsableCommand {
             runProjector: environment("TRACKER_PROJECTOR") != "off",
             projectorBatchSize: try projectorBatchSize(),
             reportDatabaseURL: environment("REPORT_DATABASE_URL"),
+            projectorDatabaseURL: environment("PROJECTOR_DATABASE_URL"),
             retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
             maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256,
             reportWait: try reportWait(),

@@ -8,6 +8,10 @@ import Tracker
 struct HealthRoutes: Sendable {
     let pool: ConnectionPool
     let migrator: Migrator
+    /// Where the projector's lag is read: a connection that may read the log (the projector's).
+    var lagPool: ConnectionPool? = nil
+    /// What the server's database roles may do that they should not, or must and may not.
+    var roleWarnings: RoleWarnings? = nil
     /// The in-process projector's state: a stopped projector makes the node not ready.
     var projectorStatus: ProjectorStatus? = nil
 
@@ -41,16 +45,26 @@ struct HealthRoutes: Sendable {
             if !pending.isEmpty {
                 return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
             }
-            let lag = try await Projector.lag(pool)
+            let lag = try await Projector.lag(lagPool ?? pool)
+            let warnings = roleWarnings?.current ?? []
+            var tail = ""
+            if !warnings.isEmpty {
+                tail = ",\"warnings\":["
+                for (i, w) in warnings.enumerated() {
+                    if i > 0 { tail += "," }
+                    JSONText.appendQuoted(w, to: &tail)
+                }
+                tail += "]"
+            }
             // A stopped projector is said, not made a 503: every node runs the same binary, so a
             // 503 would take ingestion (which still works) out of every balancer at once.
             if let stopped = projectorStatus?.stopReason {
                 var body = "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projector\":\"stopped\",\"projectorError\":"
                 JSONText.appendQuoted(stopped.description, to: &body)
-                body += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}"
+                body += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}\(tail)}"
                 return Self.json(.ok, body)
             }
-            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}}")
+            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}\(tail)}")
         } catch {
             return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
         }

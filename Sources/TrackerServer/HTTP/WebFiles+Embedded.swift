@@ -561,6 +561,16 @@ paths:
                       go on, reports no longer advance. Not a 503, so the balancer keeps the node.
                     const: stopped
                   projectorError: {type: string, description: Why the projector stopped and what to do.}
+                  warnings:
+                    description: |
+                      Present when a database connection of this node is stronger than its work
+                      needs (a superuser, or the owner of the log, which can update and delete it
+                      whatever its protections say) or lacks a grant its work needs. Each names
+                      the setting (DATABASE_URL, PROJECTOR_DATABASE_URL, REPORT_DATABASE_URL) and
+                      the role to connect as instead (docs/OPERATIONS.md, "Database roles").
+                    type: array
+                    minItems: 1
+                    items: {type: string}
         "503":
           description: |
             Not ready: the database is unreachable (with `Retry-After`), or migrations are

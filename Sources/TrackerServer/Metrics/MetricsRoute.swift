@@ -45,6 +45,8 @@ struct MetricsRoute: Sendable {
     let registry: PrometheusCollectorRegistry
     let pools: [NamedPool]
     let log: EventLog
+    /// Where the projector's lag is read: a connection that may read the log (the projector's).
+    let lagPool: ConnectionPool
     private let queueDepth = CoreMetrics.Gauge(label: "tracker_queue_events")
     private let queueCapacity = CoreMetrics.Gauge(label: "tracker_queue_capacity_events")
     private let poolGauges: [(inUse: CoreMetrics.Gauge, idle: CoreMetrics.Gauge, waiting: CoreMetrics.Gauge, size: CoreMetrics.Gauge)]
@@ -52,10 +54,11 @@ struct MetricsRoute: Sendable {
     private let lagSeconds = CoreMetrics.Gauge(label: "tracker_projector_lag_seconds")
     private let lagErrors = CoreMetrics.Counter(label: "tracker_projector_lag_errors_total")
 
-    init(registry: PrometheusCollectorRegistry, pools: [NamedPool], log: EventLog) {
+    init(registry: PrometheusCollectorRegistry, pools: [NamedPool], log: EventLog, lagPool: ConnectionPool) {
         self.registry = registry
         self.pools = pools
         self.log = log
+        self.lagPool = lagPool
         poolGauges = pools.map { named in
             let pool = [("pool", named.name)]
             return (CoreMetrics.Gauge(label: "tracker_db_connections_in_use", dimensions: pool),
@@ -81,7 +84,7 @@ struct MetricsRoute: Sendable {
             gauges.waiting.record(usage.waiting)
             gauges.size.record(named.pool.maxConnections)
         }
-        if let primary = pools.first, let lag = try? await Projector.lag(primary.pool) {
+        if let lag = try? await Projector.lag(lagPool) {
             lagEvents.record(lag.events)
             lagSeconds.record(lag.seconds)
         } else {
