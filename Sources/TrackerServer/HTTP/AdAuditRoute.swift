@@ -26,7 +26,8 @@ struct AdAuditRoute: Sendable {
         guard let (explanation, lag) = try await audit.explain(requestId: requestId, includeTest: includeTest) else {
             throw APIError(.notFound, "not_found", "no stored event has the requestId '\(requestId)' (or the projector has not reached it yet)")
         }
-        var headers: HTTPFields = [.contentType: "application/json"]
+        var headers = ReportRoutes.privateFigures
+        headers[.contentType] = "application/json"
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(lag.seconds)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: explanation.json)))

@@ -50,6 +50,9 @@ struct IngestRoute: Sendable {
             throw tooLarge()
         }
         var body = try await readBody(request, upTo: wireLimit)
+        if let rateLimiter, let wait = rateLimiter.exhausted(key: principal.name) {
+            throw rateLimited(principal.name, rateLimiter, wait)
+        }
 
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
@@ -76,8 +79,7 @@ struct IngestRoute: Sendable {
         metrics.parsed(events: batch.accepted.count + batch.rejected.count, rejected: batch.rejected)
 
         if let rateLimiter, let wait = rateLimiter.admit(key: principal.name, events: batch.accepted.count) {
-            metrics.refused(by: .rateLimit)
-            throw APIError(.tooManyRequests, "rate_limited", "key '\(principal.name)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
+            throw rateLimited(principal.name, rateLimiter, wait)
         }
 
         let outcome: AppendOutcome
@@ -122,6 +124,11 @@ struct IngestRoute: Sendable {
             body.writeBuffer(&chunk)
         }
         return body
+    }
+
+    private func rateLimited(_ key: String, _ rateLimiter: RateLimiter, _ wait: Int) -> APIError {
+        metrics.refused(by: .rateLimit)
+        return APIError(.tooManyRequests, "rate_limited", "key '\(key)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
     }
 
     private func tooLarge() -> APIError {

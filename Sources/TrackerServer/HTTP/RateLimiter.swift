@@ -14,6 +14,22 @@ final class RateLimiter: Sendable {
         self.eventsPerSecond = eventsPerSecond
     }
 
+    /// The whole seconds until `key` may send one event again, or `nil` when it may now.
+    ///
+    /// A key whose bucket has not even one event left would be refused whatever its batch
+    /// holds, so its batch is refused before it is decoded: under overload, decoding batches
+    /// only to refuse them took the cores the admitted batches needed.
+    func exhausted(key: String) -> Int? {
+        let now = ContinuousClock.now
+        let rate = Double(eventsPerSecond)
+        return buckets.withLock { b in
+            guard let bucket = b[key] else { return nil }
+            let tokens = min(rate, bucket.tokens + (now - bucket.updated).seconds * rate)
+            guard tokens < 1 else { return nil }
+            return max(1, Int(((1 - tokens) / rate).rounded(.up)))
+        }
+    }
+
     /// `nil` when the batch may go (its events are taken from the bucket), otherwise the whole
     /// seconds to wait before the same batch would be let through.
     func admit(key: String, events: Int) -> Int? {

@@ -33,15 +33,17 @@ struct ReportRoutes: Sendable {
         case let other?: throw APIError(.badRequest, "invalid_parameter", "format must be json or csv, got '\(other)'")
         }
         let result = try await reports.run(query)
-        var headers: HTTPFields = [
-            .contentType: csv ? "text/csv; charset=utf-8" : "application/json",
-            // Reports are private figures: no shared or browser cache keeps them, and a browser
-            // never guesses another type (a CSV cell is not HTML).
-            .cacheControl: "no-store",
-            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
-        ]
+        var headers = Self.privateFigures
+        headers[.contentType] = csv ? "text/csv; charset=utf-8" : "application/json"
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: csv ? result.csv : result.json)))
     }
+
+    /// Reports and audit trails are private figures: no shared or browser cache keeps them, and
+    /// a browser never guesses another type (a CSV cell or a request id is not HTML).
+    static let privateFigures: HTTPFields = [
+        .cacheControl: "no-store",
+        HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+    ]
 }
