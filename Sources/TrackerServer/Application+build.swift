@@ -18,6 +18,9 @@ struct ServerDependencies: Sendable {
     var audit: AdAudit
     var rateLimiter: RateLimiter?
     var maxConcurrentBatches: Int
+    /// The ingest admission places, shared with each connection's `ConnectionGuard` (which
+    /// refuses a batch at its head when all are taken); `nil`: the router makes its own.
+    var admission: Admission? = nil
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
     /// The Prometheus registry `/metrics` serves; `nil` when metrics are off.
@@ -41,7 +44,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
-                admission: Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
+                admission: deps.admission ?? Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
                 metrics: IngestMetrics())
         .register(on: router)
     BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pool),
@@ -78,6 +81,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
                                     sessionSetup: logConfiguration.sessionSetup, logger: logger)
     let log = EventLog(pool: ingestPool, configuration: logConfiguration, logger: logger)
     let roleWarnings = RoleWarnings()
+    let admission = Admission(limit: configuration.maxConcurrentBatches)
     let deps = ServerDependencies(
         pool: pool,
         projectorPool: projectorPool,
@@ -88,6 +92,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         audit: AdAudit(pool: reportPool ?? pool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         maxConcurrentBatches: configuration.maxConcurrentBatches,
+        admission: admission,
         bodyBudgetBytes: configuration.bodyBudgetBytes,
         chartLibraryPath: configuration.chartLibraryPath,
         metricsRegistry: metricsRegistry,
@@ -102,7 +107,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
     return Application(
         router: buildRouter(deps),
         server: .http1(configuration: HTTP1Channel.Configuration(
-            additionalChannelHandlers: [ConnectionGuard(counter: connections, requestTimeout: requestTimeout)],
+            additionalChannelHandlers: [ConnectionGuard(counter: connections, requestTimeout: requestTimeout, admission: admission)],
             idleTimeout: .nanoseconds(Int64(configuration.idleTimeout.microseconds) * 1000))),
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "tracker",

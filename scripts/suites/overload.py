@@ -188,6 +188,10 @@ def main():
         checks.figure("offers_not_sent_all_connections_busy", unsent[0])
         checks.figure("refusal_latency_p50_seconds", round(s.percentile(refusal_times, 50) or 0, 3))
         checks.figure("refusal_latency_p99_seconds", round(s.percentile(refusal_times, 99) or 0, 3))
+        for code in (429, 503):
+            times = [e[2] for e in results if e[1] == code]
+            checks.figure(f"refusal_latency_{code}_p50_p99_seconds",
+                          [round(s.percentile(times, 50) or 0, 3), round(s.percentile(times, 99) or 0, 3)])
         checks.figure("offered_times_sustainable", round(offered / rate, 1))
         checks.figure("acknowledged_events_per_second", round(len(admitted) * BATCH / elapsed))
         checks.figure("answers", statuses)
@@ -195,6 +199,7 @@ def main():
         checks.figure("admitted_latency_p99_seconds", None if p99 is None else round(p99, 3))
         checks.figure("admitted_latency_bound_seconds", round(latency_bound, 1))
         checks.figure("healthz_p99_seconds", round(s.percentile([h[1] for h in health], 99) or 0, 3))
+        checks.figure("requests_resent_after_the_keepalive_race", s.Connection.stale_retries)
         checks.figure("peak_rss_mib_sampled", round(memory.peak_kib / 1024, 1))
         checks.figure("peak_rss_mib_vmhwm", None if hwm is None else round(hwm / 1024, 1))
         checks.figure("memory_bound_mib", MEMORY_BOUND_MIB)

@@ -457,12 +457,22 @@ def build_request(method, path, headers=None, body=None, version="HTTP/1.1"):
 
 
 class Connection:
-    """One keep-alive connection; reconnects when the server closed it."""
+    """One keep-alive connection; reconnects when the server closed it.
+
+    Like browsers and HTTP libraries, a request sent on a reused connection that the server
+    closed before answering (it timed the connection out as idle just as the request left:
+    the keep-alive race of RFC 9112, section 9.3.1) is sent once more on a new connection.
+    Batches are idempotent by their events' ids, so this is what a real client does;
+    `Connection.stale_retries` counts these, and suites report it."""
+
+    stale_retries = 0
+    _lock = threading.Lock()
 
     def __init__(self, port, timeout=10):
         self.port = port
         self.timeout = timeout
         self.sock = None
+        self.reused = False
 
     def _connect(self):
         self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout)
@@ -477,15 +487,28 @@ class Connection:
         """Sends raw request bytes and reads one response. Raises OSError on a failure."""
         timeout = timeout or self.timeout
         start = time.time()
-        if self.sock is None:
-            self._connect()
-        try:
-            self.sock.settimeout(timeout)
-            self.sock.sendall(raw)
-            status, headers, body = _read_response(self.sock, start + timeout)
-        except BaseException:
-            self.close()
-            raise
+        for attempt in (1, 2):
+            if self.sock is None:
+                self._connect()
+                self.reused = False
+            reused = self.reused
+            try:
+                self.sock.settimeout(timeout)
+                self.sock.sendall(raw)
+                status, headers, body = _read_response(self.sock, start + timeout)
+                break
+            except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as error:
+                self.close()
+                before_any_answer = not isinstance(error, ConnectionClosed) or "before a response" in str(error)
+                if attempt == 1 and reused and before_any_answer:
+                    with Connection._lock:
+                        Connection.stale_retries += 1
+                    continue
+                raise
+            except BaseException:
+                self.close()
+                raise
+        self.reused = True
         if headers.get("connection", "").lower() == "close":
             self.close()
         return Response(status, headers, body, time.time() - start)

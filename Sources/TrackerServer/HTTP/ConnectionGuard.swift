@@ -37,7 +37,8 @@ final class ConnectionCounter: Sendable {
 ///   trickles its body is answered `408` (unless an answer is already on its way) and closed.
 ///   The header itself is bounded by the server's idle timeout, which no partial header resets.
 /// - When it is added it puts `HTTP1Corners` before the HTTP/1 codec (HTTP/1.0 closes after
-///   its answer; requests the parser cannot read get a JSON `400`).
+///   its answer; requests the parser cannot read get a JSON `400`), and at the first request
+///   `QuickAnswers` at the end of the pipeline.
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -51,10 +52,13 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var deadline: Scheduled<Void>?
     /// Whether a response head went out for the request being read (then no 408 may follow).
     private var answering = false
+    /// Given to `QuickAnswers`, which is put in place at the first request (`nil`: none).
+    private var quickAnswers: QuickAnswers?
 
-    init(counter: ConnectionCounter, requestTimeout: TimeAmount) {
+    init(counter: ConnectionCounter, requestTimeout: TimeAmount, admission: Admission? = nil) {
         self.counter = counter
         self.requestTimeout = requestTimeout
+        self.quickAnswers = admission.map(QuickAnswers.init(admission:))
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -97,6 +101,10 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if let quickAnswers {
+            self.quickAnswers = nil
+            QuickAnswers.place(quickAnswers, after: context)
+        }
         let part = unwrapInboundIn(data)
         if refused {
             if case .head = part {

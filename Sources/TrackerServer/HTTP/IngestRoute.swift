@@ -2,6 +2,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import NIOPosix
 import Synchronization
 import Tracker
 
@@ -21,6 +22,14 @@ struct IngestRoute: Sendable {
     let metrics: IngestMetrics
 
     var limits: IngestLimits { decoder.limits }
+
+    /// Bodies of at least this many bytes are inflated and decoded on NIO's blocking thread
+    /// pool instead of the cooperative threads that run every request's task and the server's
+    /// accept loop. Under ten times the sustainable load, hundreds of 250 KiB decodes on those
+    /// two threads kept new connections waiting in the kernel's backlog (`/healthz` took 10 s),
+    /// and a refusal waited behind them. Small batches stay where they are: a thread hop costs
+    /// more than decoding a few events.
+    static let offloadBytes = 16 * 1024
 
     /// A gzip body larger than this cannot be a valid batch (it would decompress past the limit
     /// or be incompressible noise); refusing it early bounds memory.
@@ -49,33 +58,21 @@ struct IngestRoute: Sendable {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > wireLimit {
             throw tooLarge()
         }
-        var body = try await readBody(request, upTo: wireLimit)
+        let body = try await readBody(request, upTo: wireLimit)
         if let rateLimiter, let wait = rateLimiter.exhausted(key: principal.name) {
             throw rateLimited(principal.name, rateLimiter, wait)
         }
 
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
-            throw APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(admission.limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+            throw admission.refusal
         }
         defer { admission.leave() }
-        if gzip {
-            do {
-                body = try Gunzip.decompress(body, maxSize: limits.maxBodyBytes)
-            } catch .tooLarge {
-                throw tooLarge()
-            } catch .invalid(let why) {
-                throw APIError(.badRequest, "invalid_gzip", why)
-            }
-        }
-
         let receivedAt = Timestamp.now()
-        let batch: DecodedBatch
-        do {
-            batch = try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt)
-        } catch {
-            throw APIError.from(error)
+        let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
+            inflateAndDecode(body, gzip: gzip, receivedAt: receivedAt)
         }
+        let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
         metrics.parsed(events: batch.accepted.count + batch.rejected.count, rejected: batch.rejected)
 
         if let rateLimiter, let wait = rateLimiter.admit(key: principal.name, events: batch.accepted.count) {
@@ -105,6 +102,27 @@ struct IngestRoute: Sendable {
             rejected.sort { $0.index < $1.index }
         }
         return Self.receipt(outcome: outcome, rejected: rejected)
+    }
+
+    /// The batch in `body` (inflated first when `gzip`), or the error to answer.
+    private func inflateAndDecode(_ body: ByteBuffer, gzip: Bool, receivedAt: Timestamp) -> Result<DecodedBatch, APIError> {
+        var body = body
+        if gzip {
+            do {
+                body = try Gunzip.decompress(body, maxSize: limits.maxBodyBytes)
+            } catch .tooLarge {
+                return .failure(tooLarge())
+            } catch .invalid(let why) {
+                return .failure(APIError(.badRequest, "invalid_gzip", why))
+            } catch {
+                return .failure(APIError(.badRequest, "invalid_gzip", "\(error)"))
+            }
+        }
+        do {
+            return .success(try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt))
+        } catch {
+            return .failure(APIError.from(error))
+        }
     }
 
     /// The whole body, at most `limit` bytes (`413` beyond, whether or not it declared its
@@ -195,5 +213,13 @@ final class Admission: Sendable {
 
     func leave() {
         inProgress.subtract(1, ordering: .relaxed)
+    }
+
+    /// Every place is taken now (`ConnectionGuard` refuses a batch's head then, on the event loop).
+    var isFull: Bool { inProgress.load(ordering: .relaxed) >= limit }
+
+    /// The refusal of a batch when every place is taken, wherever it is refused.
+    var refusal: APIError {
+        APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
     }
 }

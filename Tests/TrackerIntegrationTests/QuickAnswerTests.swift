@@ -1,0 +1,52 @@
+import Foundation
+import Testing
+import Tracker
+
+/// The answers `ConnectionGuard` gives on the event loop (docs/RELIABILITY.md, overload): a
+/// batch that arrives while every admission place is taken, and `GET /healthz`.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct QuickAnswerTests {
+    @Test func aBatchArrivingWhileEveryPlaceIsTakenIsRefusedAndItsConnectionStaysUsable() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1", "TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
+                // The one place is held by a batch whose write waits for a lock.
+                let locker = try Connection.open(db.url)
+                defer { locker.close() }
+                try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
+                let client = tracker.client
+                let held = Task { try client.postEvents(Wire.batch([Wire.event()]), key: key) }
+                var waiting = false
+                for _ in 0..<100 where !waiting {
+                    try await Task.sleep(for: .milliseconds(50))
+                    waiting = try await db.scalar("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'event_ids'::regclass") != "0"
+                }
+                #expect(waiting, "the first batch is waiting for the lock, holding the place")
+
+                let refusedID = UUID().uuidString.lowercased()
+                let body = Wire.batch([Wire.event(id: refusedID)])
+                let socket = try RawSocket(port: tracker.port)
+                socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n")
+                socket.write(body)
+                let refusal = socket.read(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).contains("}") }
+                let text = String(decoding: refusal.data, as: UTF8.self)
+                #expect(RawSocket.status(of: refusal.data) == 503, "\(text)")
+                #expect(text.lowercased().contains("retry-after: 1"), "\(text)")
+                #expect(text.contains("\"error\":\"overloaded\""), "\(text)")
+                #expect(!refusal.closed, "the connection stays open after the refusal")
+
+                // The refused batch's body was read and dropped: the connection reads the next request.
+                socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                let health = socket.read(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).contains("}") }
+                #expect(RawSocket.status(of: health.data) == 200, "\(String(decoding: health.data, as: UTF8.self))")
+                #expect(String(decoding: health.data, as: UTF8.self).contains("{\"status\":\"ok\"}"))
+
+                try locker.execute("COMMIT")
+                #expect(try await held.value.status == 200, "the held batch is stored once the lock goes")
+                #expect(try await db.scalar("SELECT count(*) FROM events WHERE id = $1::uuid", [refusedID]) == "0")
+                // With the place free again, a batch goes through on a new connection.
+                #expect(try client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            }
+        }
+    }
+}
