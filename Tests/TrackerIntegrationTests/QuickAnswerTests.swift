@@ -34,6 +34,7 @@ struct QuickAnswerTests {
                 #expect(text.lowercased().contains("retry-after: 1"), "\(text)")
                 #expect(text.contains("\"error\":\"overloaded\""), "\(text)")
                 #expect(!refusal.closed, "the connection stays open after the refusal")
+                #expect(text.lowercased().contains("x-request-id: "), "it carries a request id like every answer: \(text)")
 
                 // The refused batch's body was read and dropped: the connection reads the next request.
                 socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")

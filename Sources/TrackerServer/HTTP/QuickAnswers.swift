@@ -25,6 +25,8 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let admission: Admission
     private let metrics = IngestMetrics()
+    /// Counted with the routes' requests (`tracker_http_requests_total`), as `RequestObserver` does.
+    private static let httpMetrics = HTTPMetrics()
     /// A request was passed on and its answer has not ended yet.
     private var inFlight = false
     /// The parts of a request answered here are dropped until its end.
@@ -61,7 +63,10 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
                 closeAfterDropping = head.headerFields[values: .connection].contains { value in
                     value.split(separator: ",").contains { String($0).trimmingSpaces.lowercased() == "close" }
                 }
-                write(context, answer, close: closeAfterDropping)
+                let id = head.headerFields[RequestObserver<BasicRequestContext>.requestIDField].flatMap(ClientRequestID.sane)
+                    ?? Self.newRequestID()
+                Self.httpMetrics.count(route: answer.route, status: answer.status.code)
+                write(context, answer, requestID: id, close: closeAfterDropping)
                 return
             }
             inFlight = true
@@ -75,10 +80,10 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// The answer given here to a request with `head`, if any.
-    private func answer(to head: HTTPRequest) -> (status: HTTPResponse.Status, body: String, retryAfter: Int?)? {
+    private func answer(to head: HTTPRequest) -> Answer? {
         let path = head.path.map { $0.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? $0 }
         if head.method == .get, path == "/healthz" {
-            return (.ok, "{\"status\":\"ok\"}", nil)
+            return Answer(route: "/healthz", status: .ok, body: "{\"status\":\"ok\"}", retryAfter: nil)
         }
         if head.method == .post, path == "/v1/events", admission.isFull {
             metrics.refused(by: .concurrentBatches)
@@ -87,16 +92,30 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
             JSONText.appendQuoted(refusal.code, to: &body)
             body += ",\"message\":"
             JSONText.appendQuoted(refusal.message, to: &body)
-            return (refusal.status, body + "}", refusal.retryAfterSeconds)
+            return Answer(route: "/v1/events", status: refusal.status, body: body + "}", retryAfter: refusal.retryAfterSeconds)
         }
         return nil
     }
 
+    struct Answer {
+        var route: String
+        var status: HTTPResponse.Status
+        var body: String
+        var retryAfter: Int?
+    }
+
+    /// A request id for a request that brought no sane one (32 hex digits).
+    static func newRequestID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let hex = String(generator.next() as UInt64, radix: 16) + String(generator.next() as UInt64, radix: 16)
+        return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
+    }
+
     /// Writes a whole JSON answer; with `close`, the connection closes once the request has arrived whole.
-    private func write(_ context: ChannelHandlerContext, _ answer: (status: HTTPResponse.Status, body: String, retryAfter: Int?),
-                       close: Bool) {
+    private func write(_ context: ChannelHandlerContext, _ answer: Answer, requestID: String, close: Bool) {
         let body = ByteBuffer(string: answer.body)
         var fields: HTTPFields = [.contentType: "application/json", .contentLength: String(body.readableBytes)]
+        fields[RequestObserver<BasicRequestContext>.requestIDField] = requestID
         if close { fields[.connection] = "close" }
         if let retryAfter = answer.retryAfter { fields[.retryAfter] = String(retryAfter) }
         context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: fields))), promise: nil)
