@@ -32,6 +32,12 @@ struct ServerDependencies: Sendable {
     /// The in-process projector's state (`nil` with TRACKER_PROJECTOR=off), for `/readyz`.
     var projectorStatus: ProjectorStatus? = nil
     var roleWarnings: RoleWarnings? = nil
+    /// The reports' connections (REPORT_DATABASE_URL), if apart from `pool`.
+    var reportPool: ConnectionPool? = nil
+
+    /// Where the projector's lag is read for `/readyz` and `/metrics`: a connection that may read
+    /// the log and the checkpoint, the projector's or else the reports' (tracker_ingest may not).
+    var lagPool: ConnectionPool { projectorPool ?? reportPool ?? pool }
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
@@ -39,7 +45,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     let router = Router(options: .autoGenerateHeadEndpoints)
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
-    HealthRoutes(pool: deps.pool, migrator: deps.migrator, lagPool: deps.projectorPool, roleWarnings: deps.roleWarnings,
+    HealthRoutes(pool: deps.pool, migrator: deps.migrator, lagPool: deps.lagPool, roleWarnings: deps.roleWarnings,
                  projectorStatus: deps.projectorStatus).register(on: router)
     ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
@@ -53,7 +59,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
     if let registry = deps.metricsRegistry {
-        MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log, lagPool: deps.projectorPool ?? deps.pool)
+        MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log, lagPool: deps.lagPool)
             .register(on: router)
     }
     // Last: it wraps only the not-found answer, and reads the routes registered above.
@@ -101,7 +107,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
         beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) },
         projectorStatus: configuration.runProjector ? ProjectorStatus() : nil,
-        roleWarnings: roleWarnings)
+        roleWarnings: roleWarnings,
+        reportPool: reportPool)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(

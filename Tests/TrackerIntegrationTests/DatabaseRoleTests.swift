@@ -196,6 +196,30 @@ struct DatabaseRoleTests {
         }
     }
 
+    /// The projector runs elsewhere (`tracker project`) and DATABASE_URL is tracker_ingest alone,
+    /// which may not read the log: the node ingests, so it stays ready, without the lag and
+    /// with a warning naming what to add (it used to answer 503 for ever).
+    @Test func anIngestOnlyNodeIsReadyAndSaysWhatItCannotRead() async throws {
+        try await withTestDatabase { db in
+            let ingestURL = ConnectionString.replacingLogin(of: db.url, user: DatabaseRole.ingest.rawValue, password: "trusted")
+            let tracker = try await TrackerProcess(databaseURL: db.url, environment: [
+                "DATABASE_URL": ingestURL, "TRACKER_PROJECTOR": "off",
+            ], leastPrivilege: false)
+            var ready = try tracker.client.request("GET", "/readyz")
+            for _ in 0..<50 where (ready.json["warnings"] as? [String]) == nil {
+                try await Task.sleep(for: .milliseconds(100))
+                ready = try tracker.client.request("GET", "/readyz")
+            }
+            #expect(ready.status == 200, "\(ready.text)")
+            #expect(ready.json["projectionLag"] == nil, "\(ready.text)")
+            let warnings = ready.json["warnings"] as? [String] ?? []
+            #expect(warnings.contains { $0.contains("may not read the log") }, "\(warnings)")
+            let key = try await db.createKey("app", scope: .ingest)
+            #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            await tracker.kill9()
+        }
+    }
+
     @Test func retentionRunsAsTheProjectorRole() async throws {
         try await withTestDatabase { db in
             // An old, wholly projected day (written as the owner; the checkpoint is moved past it).

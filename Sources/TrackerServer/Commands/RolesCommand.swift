@@ -48,27 +48,39 @@ struct RolesCommand: AsyncParsableCommand {
             if generated && envFile == nil {
                 throw ValidationError("--env-file is needed: generated passwords are written there and nowhere else")
             }
+            // The file first, under a temporary name: if it cannot be written, no password has
+            // changed yet; it takes its name only once the passwords are set.
+            let pending = envFile.map { $0 + ".tmp" }
+            if let pending {
+                var text = "# Written by tracker roles passwords: one connection per least-privilege role.\n"
+                for (role, password) in passwords {
+                    let url = ConnectionString.replacingLogin(of: owner, user: role.rawValue, password: password)
+                    text += "\(role.setting)=\(shellQuoted(url))\n"
+                }
+                try writePrivateFile(pending, text)
+            }
             let pool = ConnectionPool(conninfo: owner, maxConnections: 1, logger: makeLogger())
             defer { pool.close() }
             let settings = passwords
             do {
-                try await pool.withConnection { connection in
-                    try connection.transaction {
-                        for (role, password) in settings { try role.setPassword(password, on: connection) }
+                do {
+                    try await pool.withConnection { connection in
+                        try connection.transaction {
+                            for (role, password) in settings { try role.setPassword(password, on: connection) }
+                        }
                     }
+                } catch {
+                    // Nothing changed (one transaction): the new passwords' file goes too.
+                    if let pending { unlink(pending) }
+                    throw error
                 }
             } catch let error as DatabaseError where error.sqlState == "42501" {
                 throw CommandFailure("the roles' passwords could not be set: \(error.serverMessage) (run as a superuser or a role with CREATEROLE)")
             } catch let error as DatabaseError where error.sqlState == "42704" {
                 throw CommandFailure("\(error.serverMessage): run tracker migrate first, it creates the roles")
             }
-            if let envFile {
-                var text = "# Written by tracker roles passwords: one connection per least-privilege role.\n"
-                for (role, password) in passwords {
-                    let url = ConnectionString.replacingLogin(of: owner, user: role.rawValue, password: password)
-                    text += "\(role.setting)=\(shellQuoted(url))\n"
-                }
-                try writePrivateFile(envFile, text)
+            if let envFile, let pending, rename(pending, envFile) != 0 {
+                throw CommandFailure("the passwords are set but \(pending) could not be renamed to \(envFile): \(String(cString: strerror(errno))); it holds them")
             }
             print("set the passwords of \(DatabaseRole.allCases.map(\.rawValue).joined(separator: ", "))"
                   + (envFile.map { "; their connection URLs are in \($0) (mode 0600)" } ?? ""))

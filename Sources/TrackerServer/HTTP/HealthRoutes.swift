@@ -45,7 +45,16 @@ struct HealthRoutes: Sendable {
             if !pending.isEmpty {
                 return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
             }
-            let lag = try await Projector.lag(lagPool ?? pool)
+            // A node whose connections may not read the log (DATABASE_URL as tracker_ingest, the
+            // projector elsewhere, no REPORT_DATABASE_URL) is still ready: it ingests. Its lag is
+            // left out, and the role check's warning says which setting to add.
+            var lagField = ""
+            do {
+                let lag = try await Projector.lag(lagPool ?? pool)
+                lagField = ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}"
+            } catch let error as DatabaseError where error.sqlState == "42501" {
+                lagField = ""
+            }
             let warnings = roleWarnings?.current ?? []
             var tail = ""
             if !warnings.isEmpty {
@@ -61,10 +70,10 @@ struct HealthRoutes: Sendable {
             if let stopped = projectorStatus?.stopReason {
                 var body = "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projector\":\"stopped\",\"projectorError\":"
                 JSONText.appendQuoted(stopped.description, to: &body)
-                body += ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}\(tail)}"
+                body += "\(lagField)\(tail)}"
                 return Self.json(.ok, body)
             }
-            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}\(tail)}")
+            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\"\(lagField)\(tail)}")
         } catch {
             return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
         }

@@ -27,12 +27,14 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     private let metrics = IngestMetrics()
     /// Counted with the routes' requests (`tracker_http_requests_total`), as `RequestObserver` does.
     private static let httpMetrics = HTTPMetrics()
-    /// A request was passed on and its answer has not ended yet.
-    private var inFlight = false
+    /// Requests passed on whose answers have not ended yet (more than one when pipelined).
+    private var inFlight = 0
     /// The parts of a request answered here are dropped until its end.
     private var dropping = false
-    /// That request asked for `Connection: close`: the connection closes at its end.
+    /// That request asked for `Connection: close`: the connection closes at its end, once the
+    /// answer is written (a close discards writes still pending).
     private var closeAfterDropping = false
+    private var answerWritten: EventLoopFuture<Void>?
 
     init(admission: Admission) {
         self.admission = admission
@@ -53,12 +55,19 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         if dropping {
             if case .end = part {
                 dropping = false
-                if closeAfterDropping { context.close(promise: nil) }
+                if closeAfterDropping {
+                    if let answerWritten {
+                        answerWritten.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+                    } else {
+                        context.close(promise: nil)
+                    }
+                }
+                answerWritten = nil
             }
             return
         }
         if case .head(let head) = part {
-            if !inFlight, let answer = answer(to: head) {
+            if inFlight == 0, let answer = answer(to: head) {
                 dropping = true
                 closeAfterDropping = head.headerFields[values: .connection].contains { value in
                     value.split(separator: ",").contains { String($0).trimmingSpaces.lowercased() == "close" }
@@ -69,13 +78,13 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
                 write(context, answer, requestID: id, close: closeAfterDropping)
                 return
             }
-            inFlight = true
+            inFlight += 1
         }
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { inFlight = false }
+        if case .end = unwrapOutboundIn(data) { inFlight = max(0, inFlight - 1) }
         context.write(data, promise: promise)
     }
 
@@ -120,7 +129,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         if let retryAfter = answer.retryAfter { fields[.retryAfter] = String(retryAfter) }
         context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: fields))), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        answerWritten = context.writeAndFlush(wrapOutboundOut(.end(nil)))
     }
 }
 

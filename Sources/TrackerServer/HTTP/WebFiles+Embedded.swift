@@ -548,12 +548,18 @@ paths:
               schema:
                 type: object
                 additionalProperties: false
-                required: [status, database, migrations, projectionLag]
+                required: [status, database, migrations]
                 properties:
                   status: {const: ready}
                   database: {const: ok}
                   migrations: {const: current}
-                  projectionLag: {$ref: "#/components/schemas/ProjectionLag"}
+                  projectionLag:
+                    description: |
+                      How far the projections are behind the log. Absent only when none of this
+                      node's connections may read the log (DATABASE_URL as tracker_ingest, with
+                      neither PROJECTOR_DATABASE_URL nor REPORT_DATABASE_URL set); `warnings` then
+                      says so.
+                    allOf: [{$ref: "#/components/schemas/ProjectionLag"}]
                   projector:
                     description: |
                       Present when this node's projector stopped on something a retry cannot fix
