@@ -97,6 +97,9 @@ DECLARE
     part text;
     created integer := 0;
     today date := (now() AT TIME ZONE 'UTC')::date;
+    -- Names are qualified: pg_catalog comes first in this function's search_path.
+    sch text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = 'events'::regclass);
 BEGIN
     IF first_day IS NULL OR last_day IS NULL OR last_day < first_day THEN
         RAISE EXCEPTION 'tracker_ensure_event_partitions: first_day and last_day must be days with first_day <= last_day'
@@ -110,15 +113,15 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('tracker.event_partitions'));
     FOR d IN SELECT generate_series(first_day, last_day, interval '1 day')::date LOOP
         part := 'events_' || to_char(d, 'YYYYMMDD');
-        IF to_regclass(part) IS NULL THEN
+        IF to_regclass(format('%I.%I', sch, part)) IS NULL THEN
             EXECUTE format(
-                'CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
-                part,
+                'CREATE TABLE %I.%I PARTITION OF %I.events FOR VALUES FROM (%L) TO (%L)',
+                sch, part, sch,
                 (d::timestamp AT TIME ZONE 'UTC'),
                 ((d + 1)::timestamp AT TIME ZONE 'UTC'));
             EXECUTE format(
-                'CREATE TRIGGER %I BEFORE TRUNCATE ON %I FOR EACH STATEMENT EXECUTE FUNCTION tracker_reject_log_change()',
-                part || '_no_truncate', part);
+                'CREATE TRIGGER %I BEFORE TRUNCATE ON %I.%I FOR EACH STATEMENT EXECUTE FUNCTION %I.tracker_reject_log_change()',
+                part || '_no_truncate', sch, part, sch);
             created := created + 1;
         END IF;
     END LOOP;
@@ -136,6 +139,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     part_day date;
     checkpoint xid8;
+    -- Names are qualified: pg_catalog comes first in this function's search_path.
+    sch text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = 'events'::regclass);
 BEGIN
     IF part_name IS NULL OR part_name !~ '^events_[0-9]{8}$' OR NOT EXISTS (
         SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -157,12 +163,12 @@ BEGIN
         -- No writer may add to the partition between the count and the drop. SHARE, not
         -- ACCESS EXCLUSIVE: readers of the log lock the parent and then every partition, so
         -- holding the partition exclusively while waiting for the parent would deadlock.
-        EXECUTE format('LOCK TABLE %I IN SHARE MODE', part_name);
+        EXECUTE format('LOCK TABLE %I.%I IN SHARE MODE', sch, part_name);
     END IF;
     SELECT s.checkpoint_tx INTO checkpoint FROM projection_state s;
     EXECUTE format(
         'SELECT count(*), count(*) FILTER (WHERE (p.tx, p.seq) > (s.checkpoint_tx, s.checkpoint_seq))
-         FROM %I p, projection_state s', part_name)
+         FROM %I.%I p, %I.projection_state s', sch, part_name, sch)
         INTO logged, unprojected;
     forgotten := 0;
     dropped := false;
@@ -171,14 +177,14 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('tracker.retention', part_name, true);
-    EXECUTE format('DELETE FROM event_ids WHERE id IN (SELECT id FROM %I)', part_name);
+    EXECUTE format('DELETE FROM %I.event_ids WHERE id IN (SELECT id FROM %I.%I)', sch, sch, part_name);
     GET DIAGNOSTICS forgotten = ROW_COUNT;
     PERFORM set_config('tracker.retention', '', true);
     -- Dropping a partition locks the parent, which queues every writer behind it: give up (the
     -- caller rolls back and retries later) rather than stall ingestion behind a long reader.
     PERFORM set_config('lock_timeout', '2s', true);
     LOCK TABLE ONLY events IN ACCESS EXCLUSIVE MODE;
-    EXECUTE format('DROP TABLE %I', part_name);
+    EXECUTE format('DROP TABLE %I.%I', sch, part_name);
     -- A day can be dropped twice: its partition can be made again (the writer makes yesterday's).
     INSERT INTO retention_runs AS r (day, partition_name, events, ids_forgotten, keep_days, checkpoint_tx)
     VALUES (part_day, part_name, logged, forgotten, keep_days, checkpoint)

@@ -84,6 +84,11 @@ struct DatabaseRoleTests {
                 (.ingest, "read the log", "SELECT ad_unit FROM events"),
                 (.ingest, "create keys", "INSERT INTO api_keys (name, scope, key_hash, key_prefix) VALUES ('x', 'ingest', '\\x00', 'x')"),
                 (.ingest, "read the projections", "SELECT * FROM format_day"),
+                (.ingest, "choose an event's place in the log", """
+                    INSERT INTO events (tx, seq, id, type, request_id, ad_unit, format_id, source, eea, reservation, test,
+                                        occurred_at, received_at, corrected_at, key_name)
+                    VALUES ('1', 1, gen_random_uuid(), 'impression', 'r', '/1/a', 'f', 'app', false, false, false, now(), now(), now(), 'k')
+                    """),
                 (.projector, "append to the log", "INSERT INTO event_ids VALUES (gen_random_uuid())"),
                 (.projector, "read keys' hashes", "SELECT key_hash FROM api_keys"),
                 (.report, "read keys' hashes", "SELECT key_hash FROM api_keys"),

@@ -50,4 +50,31 @@ struct QuickAnswerTests {
             }
         }
     }
+
+    /// Pipelined requests are answered in order: a `/healthz` behind a batch that waits for the
+    /// database is not answered before the batch.
+    @Test func aPipelinedHealthzWaitsForTheAnswerBeforeIt() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
+                let locker = try Connection.open(db.url)
+                defer { locker.close() }
+                try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
+                let body = Wire.batch([Wire.event()])
+                let socket = try RawSocket(port: tracker.port)
+                socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n")
+                socket.write(body)
+                socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                let early = socket.read(timeout: .seconds(1))
+                #expect(early.data.isEmpty, "nothing is answered while the batch waits: \(String(decoding: early.data, as: UTF8.self))")
+                try locker.execute("COMMIT")
+                let both = socket.read(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).components(separatedBy: "HTTP/1.1 ").count >= 3 }
+                let text = String(decoding: both.data, as: UTF8.self)
+                let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst()
+                #expect(answers.count == 2, "\(text)")
+                #expect(answers.first?.contains("\"accepted\":1") == true, "the batch's answer comes first: \(text)")
+                #expect(answers.last?.contains("{\"status\":\"ok\"}") == true, "then /healthz's: \(text)")
+            }
+        }
+    }
 }

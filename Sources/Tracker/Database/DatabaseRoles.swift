@@ -67,7 +67,7 @@ public enum DatabaseRole: String, Sendable, CaseIterable {
         SELECT current_user::text,
                r.rolsuper,
                pg_has_role(current_user, c.relowner, 'MEMBER'),
-               has_table_privilege('events', 'INSERT'),
+               has_any_column_privilege('events', 'INSERT'),
                has_column_privilege('api_keys', 'key_hash', 'SELECT'),
                has_function_privilege('tracker_ensure_event_partitions(date, date)', 'EXECUTE'),
                has_table_privilege('events', 'SELECT'),

@@ -409,6 +409,23 @@ BEGIN
         END IF;
     END LOOP;
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO tracker_ingest, tracker_projector, tracker_report', current_schema());
+    -- The owner's functions below resolve names through the schema: a role that could create a
+    -- function there (public before PostgreSQL 15, or a cluster upgraded from one) could shadow
+    -- a built-in one with a closer match and run code as the owner. PostgreSQL 15 grants no
+    -- CREATE on public; where it still is granted, take it back or stop.
+    FOREACH r IN ARRAY ARRAY['tracker_ingest', 'tracker_projector', 'tracker_report'] LOOP
+        IF has_schema_privilege(r, current_schema(), 'CREATE') THEN
+            BEGIN
+                EXECUTE format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC', current_schema());
+                EXECUTE format('REVOKE CREATE ON SCHEMA %I FROM %I', current_schema(), r);
+            EXCEPTION WHEN insufficient_privilege THEN NULL;
+            END;
+            IF has_schema_privilege(r, current_schema(), 'CREATE') THEN
+                RAISE EXCEPTION '% may create objects in schema %, so it could run code as the owner of the log', r, current_schema()
+                    USING HINT = format('As the schema''s owner: REVOKE CREATE ON SCHEMA %I FROM PUBLIC; then run tracker migrate again.', current_schema());
+            END IF;
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -417,8 +434,12 @@ $$;
 REVOKE ALL ON events, event_ids, api_keys, format_day, asset_day, source_day, projection_state,
     retention_runs, ad_state, beacon_rejections, schema_migrations FROM PUBLIC;
 
--- Ingest: append to the log. RETURNING id needs SELECT on that column only.
-GRANT INSERT ON events TO tracker_ingest;
+-- Ingest: append to the log. RETURNING id needs SELECT on that column only. Not tx and seq:
+-- they are the log's order, which only their defaults may set (a forged low tx would never be
+-- projected, a high one would hold the projector's lag and retention forever).
+GRANT INSERT (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
+              reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name)
+    ON events TO tracker_ingest;
 GRANT SELECT (id) ON events TO tracker_ingest;
 GRANT INSERT ON event_ids TO tracker_ingest;
 GRANT SELECT (id) ON event_ids TO tracker_ingest;
@@ -448,28 +469,31 @@ DECLARE
     part text;
     created integer := 0;
     today date := (now() AT TIME ZONE 'UTC')::date;
+    -- Names are qualified: pg_catalog comes first in this function's search_path.
+    sch text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = 'events'::regclass);
 BEGIN
     IF first_day IS NULL OR last_day IS NULL OR last_day < first_day THEN
         RAISE EXCEPTION 'tracker_ensure_event_partitions: first_day and last_day must be days with first_day <= last_day'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF (first_day < today - 2 OR last_day > today + 31)
+    IF (first_day < today - 1 OR last_day > today + 31)
        AND NOT pg_has_role(session_user, (SELECT relowner FROM pg_class WHERE oid = 'events'::regclass), 'MEMBER') THEN
-        RAISE EXCEPTION 'tracker_ensure_event_partitions: % may create partitions from % to % only', session_user, today - 2, today + 31
+        RAISE EXCEPTION 'tracker_ensure_event_partitions: % may create partitions from % to % only', session_user, today - 1, today + 31
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('tracker.event_partitions'));
     FOR d IN SELECT generate_series(first_day, last_day, interval '1 day')::date LOOP
         part := 'events_' || to_char(d, 'YYYYMMDD');
-        IF to_regclass(part) IS NULL THEN
+        IF to_regclass(format('%I.%I', sch, part)) IS NULL THEN
             EXECUTE format(
-                'CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
-                part,
+                'CREATE TABLE %I.%I PARTITION OF %I.events FOR VALUES FROM (%L) TO (%L)',
+                sch, part, sch,
                 (d::timestamp AT TIME ZONE 'UTC'),
                 ((d + 1)::timestamp AT TIME ZONE 'UTC'));
             EXECUTE format(
-                'CREATE TRIGGER %I BEFORE TRUNCATE ON %I FOR EACH STATEMENT EXECUTE FUNCTION tracker_reject_log_change()',
-                part || '_no_truncate', part);
+                'CREATE TRIGGER %I BEFORE TRUNCATE ON %I.%I FOR EACH STATEMENT EXECUTE FUNCTION %I.tracker_reject_log_change()',
+                part || '_no_truncate', sch, part, sch);
             created := created + 1;
         END IF;
     END LOOP;
@@ -487,6 +511,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     part_day date;
     checkpoint xid8;
+    -- Names are qualified: pg_catalog comes first in this function's search_path.
+    sch text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = 'events'::regclass);
 BEGIN
     IF part_name IS NULL OR part_name !~ '^events_[0-9]{8}$' OR NOT EXISTS (
         SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -508,12 +535,12 @@ BEGIN
         -- No writer may add to the partition between the count and the drop. SHARE, not
         -- ACCESS EXCLUSIVE: readers of the log lock the parent and then every partition, so
         -- holding the partition exclusively while waiting for the parent would deadlock.
-        EXECUTE format('LOCK TABLE %I IN SHARE MODE', part_name);
+        EXECUTE format('LOCK TABLE %I.%I IN SHARE MODE', sch, part_name);
     END IF;
     SELECT s.checkpoint_tx INTO checkpoint FROM projection_state s;
     EXECUTE format(
         'SELECT count(*), count(*) FILTER (WHERE (p.tx, p.seq) > (s.checkpoint_tx, s.checkpoint_seq))
-         FROM %I p, projection_state s', part_name)
+         FROM %I.%I p, %I.projection_state s', sch, part_name, sch)
         INTO logged, unprojected;
     forgotten := 0;
     dropped := false;
@@ -522,16 +549,21 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('tracker.retention', part_name, true);
-    EXECUTE format('DELETE FROM event_ids WHERE id IN (SELECT id FROM %I)', part_name);
+    EXECUTE format('DELETE FROM %I.event_ids WHERE id IN (SELECT id FROM %I.%I)', sch, sch, part_name);
     GET DIAGNOSTICS forgotten = ROW_COUNT;
     PERFORM set_config('tracker.retention', '', true);
     -- Dropping a partition locks the parent, which queues every writer behind it: give up (the
     -- caller rolls back and retries later) rather than stall ingestion behind a long reader.
     PERFORM set_config('lock_timeout', '2s', true);
     LOCK TABLE ONLY events IN ACCESS EXCLUSIVE MODE;
-    EXECUTE format('DROP TABLE %I', part_name);
-    INSERT INTO retention_runs (day, partition_name, events, ids_forgotten, keep_days, checkpoint_tx)
-    VALUES (part_day, part_name, logged, forgotten, keep_days, checkpoint);
+    EXECUTE format('DROP TABLE %I.%I', sch, part_name);
+    -- A day can be dropped twice: its partition can be made again (the writer makes yesterday's).
+    INSERT INTO retention_runs AS r (day, partition_name, events, ids_forgotten, keep_days, checkpoint_tx)
+    VALUES (part_day, part_name, logged, forgotten, keep_days, checkpoint)
+    ON CONFLICT (day) DO UPDATE SET events = r.events + EXCLUDED.events,
+                                    ids_forgotten = r.ids_forgotten + EXCLUDED.ids_forgotten,
+                                    keep_days = EXCLUDED.keep_days, checkpoint_tx = EXCLUDED.checkpoint_tx,
+                                    dropped_at = now();
     dropped := true;
     RETURN NEXT;
 END
@@ -557,9 +589,9 @@ $$;
 -- Run as the owner, with a search path no caller can put a table or function in front of.
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION tracker_ensure_event_partitions(date, date) SECURITY DEFINER SET search_path = %I, pg_temp',
+    EXECUTE format('ALTER FUNCTION tracker_ensure_event_partitions(date, date) SECURITY DEFINER SET search_path = pg_catalog, %I, pg_temp',
                    current_schema());
-    EXECUTE format('ALTER FUNCTION tracker_retire_partition(text, integer, boolean) SECURITY DEFINER SET search_path = %I, pg_temp',
+    EXECUTE format('ALTER FUNCTION tracker_retire_partition(text, integer, boolean) SECURITY DEFINER SET search_path = pg_catalog, %I, pg_temp',
                    current_schema());
 END
 $$;
