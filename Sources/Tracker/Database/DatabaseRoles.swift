@@ -17,32 +17,50 @@ public enum DatabaseRole: String, Sendable, CaseIterable {
         }
     }
 
-    /// What a connection used for this role's work can do, as warnings for the operator: empty
-    /// when the login is exactly as strong as it needs to be. A superuser or a member of the
-    /// log's owner can update, delete or detach the log whatever its triggers say; a role missing
-    /// a grant will fail at its first request.
-    /// `setting` names where the connection came from (`DATABASE_URL` when the role's own
-    /// setting is not set and the main connection does its work).
-    public func warnings(on connection: Connection, via setting: String? = nil) throws -> [String] {
-        let setting = setting ?? self.setting
-        let r = try connection.query(Self.privileges)
+    /// The work's name (`ingest`, `projector`, `report`).
+    public var work: String { String(rawValue.dropFirst("tracker_".count)) }
+
+    /// The environment variable `tracker roles passwords` reads this role's password from.
+    public var passwordSetting: String { "TRACKER_\(work.uppercased())_PASSWORD" }
+
+    /// What this role's work needs of a connection: a test PostgreSQL answers for the logged-in
+    /// role, and what fails without it.
+    var needs: [(test: String, what: String)] {
+        switch self {
+        case .ingest: [("has_any_column_privilege('events', 'INSERT')", "append to the log (INSERT on events)"),
+                       ("has_column_privilege('api_keys', 'key_hash', 'SELECT')", "read keys (SELECT on api_keys)"),
+                       ("has_function_privilege('tracker_ensure_event_partitions(date, date)', 'EXECUTE')",
+                        "create the log's daily partitions (EXECUTE tracker_ensure_event_partitions)")]
+        case .projector: [("has_table_privilege('events', 'SELECT')", "read the log (SELECT on events)"),
+                          ("has_table_privilege('format_day', 'UPDATE')", "write the projections (UPDATE on format_day)")]
+        case .report: [("has_table_privilege('format_day', 'SELECT')", "read the projections (SELECT on format_day)"),
+                       ("has_table_privilege('events', 'SELECT')", "read the log (SELECT on events)")]
+        }
+    }
+
+    /// What the role `connection` logged in as may do that this role's work must not (a
+    /// superuser or a member of the log's owner can update, delete or detach the log whatever
+    /// its triggers say), or must and may not (that work fails at its first request). Empty
+    /// when the login is exactly as strong as the work needs.
+    public func findings(on connection: Connection) throws -> [RoleFinding] {
+        let needs = self.needs
+        let r = try connection.query("""
+            SELECT current_user::text, r.rolsuper, pg_has_role(current_user, c.relowner, 'MEMBER'),
+                   \(needs.map(\.test).joined(separator: ", "))
+            FROM pg_roles r, pg_class c
+            WHERE r.rolname = current_user AND c.oid = 'events'::regclass
+            """)
         guard r.rowCount == 1, let user = r.string(0, 0) else { return [] }
-        var warnings: [String] = []
+        var findings: [RoleFinding] = []
         if r.bool(0, 1) == true {
-            warnings.append("\(setting) connects as \(user), a superuser: it can update, delete and detach the log whatever its protections say; connect as \(rawValue) (docs/OPERATIONS.md, \"Database roles\")")
+            findings.append(RoleFinding(user: user, problem: .superuser))
         } else if r.bool(0, 2) == true {
-            warnings.append("\(setting) connects as \(user), which owns the log: it can update, delete and detach the log whatever its protections say; connect as \(rawValue) (docs/OPERATIONS.md, \"Database roles\")")
+            findings.append(RoleFinding(user: user, problem: .owner))
         }
-        let needed: [(column: Int, what: String)] = switch self {
-        case .ingest: [(3, "append to the log (INSERT on events)"), (4, "read keys (SELECT on api_keys)"),
-                       (5, "create the log's daily partitions (EXECUTE tracker_ensure_event_partitions)")]
-        case .projector: [(6, "read the log (SELECT on events)"), (7, "write the projections (UPDATE on format_day)")]
-        case .report: [(8, "read the projections (SELECT on format_day)"), (6, "read the log (SELECT on events)")]
+        for (column, need) in needs.enumerated() where r.bool(0, 3 + column) == false {
+            findings.append(RoleFinding(user: user, problem: .missing(need.what)))
         }
-        for (column, what) in needed where r.bool(0, column) == false {
-            warnings.append("\(setting) connects as \(user), which may not \(what): that work will fail; grant \(rawValue) to it or connect as \(rawValue)")
-        }
-        return warnings
+        return findings
     }
 
     /// Sets this role's password: only its SCRAM-SHA-256 verifier, computed by libpq, is sent
@@ -62,18 +80,37 @@ public enum DatabaseRole: String, Sendable, CaseIterable {
         var generator = SystemRandomNumberGenerator()
         return Base64URL.encode((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
+}
 
-    static let privileges = """
-        SELECT current_user::text,
-               r.rolsuper,
-               pg_has_role(current_user, c.relowner, 'MEMBER'),
-               has_any_column_privilege('events', 'INSERT'),
-               has_column_privilege('api_keys', 'key_hash', 'SELECT'),
-               has_function_privilege('tracker_ensure_event_partitions(date, date)', 'EXECUTE'),
-               has_table_privilege('events', 'SELECT'),
-               has_table_privilege('format_day', 'UPDATE'),
-               has_table_privilege('format_day', 'SELECT')
-        FROM pg_roles r, pg_class c
-        WHERE r.rolname = current_user AND c.oid = 'events'::regclass
-        """
+/// Something the role a connection logged in as may do that its work must not, or must and may not.
+public struct RoleFinding: Sendable, Hashable {
+    public enum Problem: Sendable, Hashable {
+        /// A superuser: it can switch the log's triggers off.
+        case superuser
+        /// A member of the log's owner: it can disable the triggers or detach partitions.
+        case owner
+        /// A grant the work needs is missing: what fails without it.
+        case missing(String)
+    }
+
+    public var user: String
+    public var problem: Problem
+
+    /// The warning for an operator: `setting` is where the connection came from, `roles` the
+    /// work it does (a connection too strong for several kinds of work is named once, with the
+    /// settings to split it into).
+    public func message(setting: String, roles: [DatabaseRole]) -> String {
+        let role = roles.first ?? .ingest
+        let strength: String
+        switch problem {
+        case .missing(let what):
+            return "\(setting) connects as \(user), which may not \(what): that work will fail; grant \(role.rawValue) to it or connect as \(role.rawValue)"
+        case .superuser: strength = "a superuser"
+        case .owner: strength = "which owns the log"
+        }
+        let others = roles.dropFirst().map { "\($0.setting) as \($0.rawValue)" }
+        return "\(setting) connects as \(user), \(strength): it can update, delete and detach the log whatever its protections say; "
+            + "connect as \(role.rawValue)" + (others.isEmpty ? "" : ", with " + others.joined(separator: " and "))
+            + " (docs/OPERATIONS.md, \"Database roles\")"
+    }
 }

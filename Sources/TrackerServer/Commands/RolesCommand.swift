@@ -37,8 +37,7 @@ struct RolesCommand: AsyncParsableCommand {
             var passwords: [(DatabaseRole, String)] = []
             var generated = false
             for role in DatabaseRole.allCases {
-                let variable = "TRACKER_\(role.rawValue.dropFirst("tracker_".count).uppercased())_PASSWORD"
-                if let given = environment(variable) {
+                if let given = environment(role.passwordSetting) {
                     passwords.append((role, given))
                 } else {
                     passwords.append((role, DatabaseRole.generatePassword()))
@@ -92,31 +91,20 @@ struct RolesCommand: AsyncParsableCommand {
             abstract: "Say what the role of --database-url may do that the given role should not, or must and may not; exit 1 if anything.")
 
         @Option(help: "The work the connection is for: ingest, projector or report.")
-        var role: Work
+        var role: DatabaseRole
 
         @OptionGroup var database: DatabaseOptions
-
-        enum Work: String, ExpressibleByArgument, CaseIterable {
-            case ingest, projector, report
-            var role: DatabaseRole {
-                switch self {
-                case .ingest: .ingest
-                case .projector: .projector
-                case .report: .report
-                }
-            }
-        }
 
         func run() async throws {
             let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
             defer { pool.close() }
-            let role = self.role.role
-            let warnings = try await pool.withConnection { try role.warnings(on: $0, via: "--database-url") }
-            if warnings.isEmpty {
-                print("the connection's role may do \(self.role.rawValue) work and nothing that would bypass the log's protections")
+            let role = self.role
+            let findings = try await pool.withConnection { try role.findings(on: $0) }
+            if findings.isEmpty {
+                print("the connection's role may do \(role.work) work and nothing that would bypass the log's protections")
                 return
             }
-            for warning in warnings { print(warning) }
+            for finding in findings { print(finding.message(setting: "--database-url", roles: [role])) }
             throw ExitCode(1)
         }
     }
@@ -144,4 +132,14 @@ func shellQuoted(_ text: String) -> String {
         if character == "'" { out += "'\\''" } else { out.append(character) }
     }
     return out + "'"
+}
+
+/// `--role ingest|projector|report`.
+extension DatabaseRole: ExpressibleByArgument {
+    public init?(argument: String) {
+        guard let role = Self.allCases.first(where: { $0.work == argument }) else { return nil }
+        self = role
+    }
+
+    public static var allValueStrings: [String] { allCases.map(\.work) }
 }

@@ -23,12 +23,16 @@ struct APIError: Error, HTTPResponseError {
         self.headers = headers
     }
 
-    func response(from request: Request, context: some RequestContext) throws -> Response {
+    /// `{"error": "<code>", "message": "<what to fix>"}`.
+    var body: String {
         var body = "{\"error\":"
         JSONText.appendQuoted(code, to: &body)
         body += ",\"message\":"
         JSONText.appendQuoted(message, to: &body)
-        body += "}"
+        return body + "}"
+    }
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
         var headers = self.headers
         headers[.contentType] = "application/json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }

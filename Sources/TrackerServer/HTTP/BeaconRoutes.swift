@@ -183,15 +183,10 @@ struct BeaconRoutes: Sendable {
 
     /// The API's JSON error body with the beacon headers (no cache keeps a refusal either).
     static func error(_ error: APIError) -> Response {
-        var body = "{\"error\":"
-        JSONText.appendQuoted(error.code, to: &body)
-        body += ",\"message\":"
-        JSONText.appendQuoted(error.message, to: &body)
-        body += "}"
         var headers = Self.headers
         headers[.contentType] = "application/json"
         if let seconds = error.retryAfterSeconds { headers[.retryAfter] = String(seconds) }
-        return Response(status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+        return Response(status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: error.body)))
     }
 }
 

@@ -146,18 +146,30 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Writes a whole error response in the API's JSON shape and closes the connection.
     private func respond(_ context: ChannelHandlerContext, _ status: HTTPResponse.Status, _ code: String,
                          _ message: String, retryAfter: Int? = nil) {
-        let body = ByteBuffer(string: "{\"error\":\"\(code)\",\"message\":\"\(message)\"}")
-        var fields: HTTPFields = [.contentType: "application/json", .connection: "close",
-                                  .contentLength: String(body.readableBytes)]
+        var fields: HTTPFields = [.connection: "close"]
         if let retryAfter { fields[.retryAfter] = String(retryAfter) }
-        context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: fields))), promise: nil)
-        context.write(wrapOutboundOut(.body(body)), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        WholeAnswer.write(context, status: status, body: APIError(status, code, message).body, fields: fields)
+            .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
     }
 }
 
 @available(*, unavailable)
 extension ConnectionGuard: Sendable {}
+
+/// A whole JSON answer written by a channel handler, in front of the routes.
+enum WholeAnswer {
+    /// Writes and flushes head, body and end; the future is the end's write.
+    @discardableResult
+    static func write(_ context: ChannelHandlerContext, status: HTTPResponse.Status, body: String, fields: HTTPFields) -> EventLoopFuture<Void> {
+        let bytes = ByteBuffer(string: body)
+        var fields = fields
+        fields[.contentType] = "application/json"
+        fields[.contentLength] = String(bytes.readableBytes)
+        context.write(NIOAny(HTTPResponsePart.head(HTTPResponse(status: status, headerFields: fields))), promise: nil)
+        context.write(NIOAny(HTTPResponsePart.body(bytes)), promise: nil)
+        return context.writeAndFlush(NIOAny(HTTPResponsePart.end(nil)))
+    }
+}
 
 /// What HTTP/1 needs where the version and the parser's errors are still in sight: before
 /// the codec that turns HTTP/1 into Hummingbird's requests (Hummingbird's configuration only
@@ -215,10 +227,7 @@ final class HTTP1Corners: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         answeredError = true
-        var body = "{\"error\":\"bad_request\",\"message\":"
-        JSONText.appendQuoted("the request could not be read as HTTP/1.1 (\(parserError)): a request line or header over the server's limits, or broken syntax", to: &body)
-        body += "}"
-        let bytes = ByteBuffer(string: body)
+        let bytes = ByteBuffer(string: APIError(.badRequest, "bad_request", "the request could not be read as HTTP/1.1 (\(parserError)): a request line or header over the server's limits, or broken syntax").body)
         let head = HTTPResponseHead(version: .http1_1, status: .badRequest, headers: [
             "content-type": "application/json", "content-length": String(bytes.readableBytes), "connection": "close",
         ])

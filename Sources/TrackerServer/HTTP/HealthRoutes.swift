@@ -8,16 +8,19 @@ import Tracker
 struct HealthRoutes: Sendable {
     let pool: ConnectionPool
     let migrator: Migrator
-    /// Where the projector's lag is read: a connection that may read the log (the projector's).
-    var lagPool: ConnectionPool? = nil
+    /// Where the projector's lag is read: a connection that may read the log (`ServerDependencies.lagPool`).
+    let lagPool: ConnectionPool
     /// What the server's database roles may do that they should not, or must and may not.
     var roleWarnings: RoleWarnings? = nil
     /// The in-process projector's state: a stopped projector makes the node not ready.
     var projectorStatus: ProjectorStatus? = nil
 
+    /// `GET /healthz`'s answer (also given by `QuickAnswers`, on the event loop).
+    static let alive = "{\"status\":\"ok\"}"
+
     func register(on router: Router<some RequestContext>) {
         router.get("/healthz") { _, _ in
-            Self.json(.ok, "{\"status\":\"ok\"}")
+            Self.json(.ok, Self.alive)
         }
         router.get("/readyz") { _, _ in
             await readiness(within: .seconds(3))
@@ -50,7 +53,7 @@ struct HealthRoutes: Sendable {
             // left out, and the role check's warning says which setting to add.
             var lagField = ""
             do {
-                let lag = try await Projector.lag(lagPool ?? pool)
+                let lag = try await Projector.lag(lagPool)
                 lagField = ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}"
             } catch let error as DatabaseError where error.sqlState == "42501" {
                 lagField = ""

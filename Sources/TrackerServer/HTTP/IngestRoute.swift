@@ -110,12 +110,11 @@ struct IngestRoute: Sendable {
         if gzip {
             do {
                 body = try Gunzip.decompress(body, maxSize: limits.maxBodyBytes)
-            } catch .tooLarge {
-                return .failure(tooLarge())
-            } catch .invalid(let why) {
-                return .failure(APIError(.badRequest, "invalid_gzip", why))
             } catch {
-                return .failure(APIError(.badRequest, "invalid_gzip", "\(error)"))
+                switch error {
+                case .tooLarge: return .failure(tooLarge())
+                case .invalid(let why): return .failure(APIError(.badRequest, "invalid_gzip", why))
+                }
             }
         }
         do {

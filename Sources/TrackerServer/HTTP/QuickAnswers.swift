@@ -24,7 +24,8 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPResponsePart
 
     private let admission: Admission
-    private let metrics = IngestMetrics()
+    /// Shared by every connection: made once, not per connection.
+    private static let metrics = IngestMetrics()
     /// Counted with the routes' requests (`tracker_http_requests_total`), as `RequestObserver` does.
     private static let httpMetrics = HTTPMetrics()
     /// Requests passed on whose answers have not ended yet (more than one when pipelined).
@@ -89,21 +90,25 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// The answer given here to a request with `head`, if any.
+    /// Runs for every request head, so it allocates nothing until it has an answer.
     private func answer(to head: HTTPRequest) -> Answer? {
-        let path = head.path.map { $0.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? $0 }
-        if head.method == .get, path == "/healthz" {
-            return Answer(route: "/healthz", status: .ok, body: "{\"status\":\"ok\"}", retryAfter: nil)
+        guard let path = head.path else { return nil }
+        if head.method == .get, Self.path(path, is: "/healthz") {
+            return Answer(route: "/healthz", status: .ok, body: HealthRoutes.alive, retryAfter: nil)
         }
-        if head.method == .post, path == "/v1/events", admission.isFull {
-            metrics.refused(by: .concurrentBatches)
+        if head.method == .post, Self.path(path, is: "/v1/events"), admission.isFull {
+            Self.metrics.refused(by: .concurrentBatches)
             let refusal = admission.refusal
-            var body = "{\"error\":"
-            JSONText.appendQuoted(refusal.code, to: &body)
-            body += ",\"message\":"
-            JSONText.appendQuoted(refusal.message, to: &body)
-            return Answer(route: "/v1/events", status: refusal.status, body: body + "}", retryAfter: refusal.retryAfterSeconds)
+            return Answer(route: "/v1/events", status: refusal.status, body: refusal.body, retryAfter: refusal.retryAfterSeconds)
         }
         return nil
+    }
+
+    /// Whether the request target `path` is `route`, with or without a query.
+    static func path(_ path: String, is route: String) -> Bool {
+        guard path.utf8.starts(with: route.utf8) else { return false }
+        let rest = path.utf8.dropFirst(route.utf8.count)
+        return rest.isEmpty || rest.first == UInt8(ascii: "?")
     }
 
     struct Answer {
@@ -122,14 +127,10 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Writes a whole JSON answer; with `close`, the connection closes once the request has arrived whole.
     private func write(_ context: ChannelHandlerContext, _ answer: Answer, requestID: String, close: Bool) {
-        let body = ByteBuffer(string: answer.body)
-        var fields: HTTPFields = [.contentType: "application/json", .contentLength: String(body.readableBytes)]
-        fields[RequestObserver<BasicRequestContext>.requestIDField] = requestID
+        var fields: HTTPFields = [RequestObserver<BasicRequestContext>.requestIDField: requestID]
         if close { fields[.connection] = "close" }
         if let retryAfter = answer.retryAfter { fields[.retryAfter] = String(retryAfter) }
-        context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: fields))), promise: nil)
-        context.write(wrapOutboundOut(.body(body)), promise: nil)
-        answerWritten = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        answerWritten = WholeAnswer.write(context, status: answer.status, body: answer.body, fields: fields)
     }
 }
 

@@ -20,13 +20,9 @@ final class RateLimiter: Sendable {
     /// holds, so its batch is refused before it is decoded: under overload, decoding batches
     /// only to refuse them took the cores the admitted batches needed.
     func exhausted(key: String) -> Int? {
-        let now = ContinuousClock.now
-        let rate = Double(eventsPerSecond)
-        return buckets.withLock { b in
+        buckets.withLock { b in
             guard let bucket = b[key] else { return nil }
-            let tokens = min(rate, bucket.tokens + (now - bucket.updated).seconds * rate)
-            guard tokens < 1 else { return nil }
-            return max(1, Int(((1 - tokens) / rate).rounded(.up)))
+            return wait(for: 1, in: refilled(bucket, at: .now))
         }
     }
 
@@ -34,18 +30,24 @@ final class RateLimiter: Sendable {
     /// seconds to wait before the same batch would be let through.
     func admit(key: String, events: Int) -> Int? {
         let now = ContinuousClock.now
-        let rate = Double(eventsPerSecond)
         return buckets.withLock { b in
-            var bucket = b[key] ?? (rate, now)
-            bucket.tokens = min(rate, bucket.tokens + (now - bucket.updated).seconds * rate)
-            bucket.updated = now
-            let needed = min(Double(events), rate)
-            defer { b[key] = bucket }
-            guard bucket.tokens >= needed else {
-                return max(1, Int(((needed - bucket.tokens) / rate).rounded(.up)))
-            }
-            bucket.tokens -= Double(events)
+            var tokens = b[key].map { refilled($0, at: now) } ?? Double(eventsPerSecond)
+            defer { b[key] = (tokens, now) }
+            if let wait = wait(for: min(Double(events), Double(eventsPerSecond)), in: tokens) { return wait }
+            tokens -= Double(events)
             return nil
         }
+    }
+
+    /// The bucket's tokens at `now`: refilled at the rate since its last update, one second's worth at most.
+    private func refilled(_ bucket: (tokens: Double, updated: ContinuousClock.Instant), at now: ContinuousClock.Instant) -> Double {
+        let rate = Double(eventsPerSecond)
+        return min(rate, bucket.tokens + (now - bucket.updated).seconds * rate)
+    }
+
+    /// `nil` when `tokens` cover `needed`, otherwise the whole seconds (at least 1) until they would.
+    private func wait(for needed: Double, in tokens: Double) -> Int? {
+        guard tokens < needed else { return nil }
+        return max(1, Int(((needed - tokens) / Double(eventsPerSecond)).rounded(.up)))
     }
 }

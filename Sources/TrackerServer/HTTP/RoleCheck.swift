@@ -1,4 +1,3 @@
-import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -33,14 +32,13 @@ struct RoleCheck: Service {
         var delay = Duration.seconds(1)
         while !Task.isCancelled {
             do {
-                var raw: [(warning: String, role: DatabaseRole)] = []
+                var found: [(use: Use, finding: RoleFinding)] = []
                 for use in uses {
-                    let more = try await use.pool.withConnection { try use.role.warnings(on: $0, via: use.setting) }
-                    raw += more.map { ($0, use.role) }
+                    found += try await use.pool.withConnection { try use.role.findings(on: $0) }.map { (use, $0) }
                 }
-                let found = Self.merged(raw)
-                warnings.set(found)
-                for warning in found { logger.warning("\(warning)") }
+                let messages = Self.messages(found)
+                warnings.set(messages)
+                for message in messages { logger.warning("\(message)") }
                 break
             } catch {
                 try? await Task.sleep(for: delay)
@@ -51,24 +49,24 @@ struct RoleCheck: Service {
         try? await gracefulShutdown()
     }
 
-    /// One connection doing several roles' work (DATABASE_URL as a superuser, say) gets one
-    /// warning that names every role it should be split into, not one warning per role.
-    static func merged(_ found: [(warning: String, role: DatabaseRole)]) -> [String] {
-        var order: [String] = []
-        var roles: [String: [DatabaseRole]] = [:]
-        for (warning, role) in found {
-            let head = warning.components(separatedBy: "; connect as ").first ?? warning
-            if roles[head] == nil { order.append(head) }
-            roles[head, default: []].append(role)
+    /// One message per finding, except that a connection too strong for several kinds of work
+    /// (DATABASE_URL as a superuser, say) gets one naming every role to split it into.
+    static func messages(_ found: [(use: Use, finding: RoleFinding)]) -> [String] {
+        // Strength is told once per setting and finding; a missing grant once per role.
+        struct Group: Hashable {
+            var setting: String
+            var finding: RoleFinding
+            var role: DatabaseRole?
         }
-        return order.map { head in
-            let named = roles[head] ?? []
-            guard head.hasSuffix("whatever its protections say"), let first = named.first else {
-                return found.first { $0.warning.hasPrefix(head) }?.warning ?? head
-            }
-            let others = named.dropFirst().map { "\($0.setting) as \($0.rawValue)" }
-            return head + "; connect as \(first.rawValue)" + (others.isEmpty ? "" : ", with " + others.joined(separator: " and "))
-                + " (docs/OPERATIONS.md, \"Database roles\")"
+        var order: [Group] = []
+        var roles: [Group: [DatabaseRole]] = [:]
+        for (use, finding) in found {
+            let perRole: Bool
+            if case .missing = finding.problem { perRole = true } else { perRole = false }
+            let group = Group(setting: use.setting, finding: finding, role: perRole ? use.role : nil)
+            if roles[group] == nil { order.append(group) }
+            roles[group, default: []].append(use.role)
         }
+        return order.map { $0.finding.message(setting: $0.setting, roles: roles[$0] ?? []) }
     }
 }

@@ -45,7 +45,7 @@ struct MetricsRoute: Sendable {
     let registry: PrometheusCollectorRegistry
     let pools: [NamedPool]
     let log: EventLog
-    /// Where the projector's lag is read: a connection that may read the log (the projector's).
+    /// Where the projector's lag is read: a connection that may read the log (`ServerDependencies.lagPool`).
     let lagPool: ConnectionPool
     private let queueDepth = CoreMetrics.Gauge(label: "tracker_queue_events")
     private let queueCapacity = CoreMetrics.Gauge(label: "tracker_queue_capacity_events")
