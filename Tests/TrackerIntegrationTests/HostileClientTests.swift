@@ -44,7 +44,8 @@ import Tracker
                 let writing = try tracker.client.startRequest(
                     "POST", "/v1/events", headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
                     bodyPrefix: first, declaredLength: first.count)
-                let waiting = try await eventually(within: .seconds(10)) { () -> Bool? in
+                // Generous: at the start of the whole suite one run took over 10 s to get there.
+                let waiting = try await eventually(within: .seconds(40)) { () -> Bool? in
                     let n = try await db.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO event_ids%'")
                     return n == "1" ? true : nil
                 }

@@ -43,9 +43,11 @@ final class TrackerProcess: Sendable {
 
     var client: HTTPClient { HTTPClient(port: port) }
 
-    /// Waits up to 30 s: a debug binary on a loaded 2-core machine can take seconds to listen.
+    /// Waits up to 60 s: a debug binary on a loaded 2-core machine can take seconds to listen,
+    /// and at the start of the whole suite a dozen suites start clusters and trackers at once
+    /// (one run saw a tracker not listening after 30 s).
     func waitUntilHealthy() async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             if let r = try? client.request("GET", "/healthz"), r.status == 200 { return }
             if !process.isRunning { break }
