@@ -110,11 +110,12 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         roleWarnings: roleWarnings,
         reportPool: reportPool)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
+    let quickAnswers = QuickAnswers.Rules(admission: admission, keys: deps.keys, rateLimiter: deps.rateLimiter)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
         router: buildRouter(deps),
         server: .http1(configuration: HTTP1Channel.Configuration(
-            additionalChannelHandlers: [ConnectionGuard(counter: connections, requestTimeout: requestTimeout, admission: admission)],
+            additionalChannelHandlers: [ConnectionGuard(counter: connections, requestTimeout: requestTimeout, quickAnswers: quickAnswers)],
             idleTimeout: .nanoseconds(Int64(configuration.idleTimeout.microseconds) * 1000))),
         configuration: .init(
             address: .hostname(configuration.host, port: configuration.port), serverName: "tracker",

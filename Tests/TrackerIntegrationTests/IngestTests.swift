@@ -164,6 +164,32 @@ struct IngestTests {
         }
     }
 
+    /// A batch is charged for every event it carries, valid or not, gzip or not; a batch then
+    /// refused whole gets its charge back, so its corrected retry is not refused too.
+    @Test func rateLimitChargesEveryEventSentAndRefundsBatchesRefusedWhole() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
+                // 8 events, but sentAt is a number: the whole batch is refused (400) after its
+                // 8 events were charged, and the charge comes back.
+                let badSentAt = try JSONSerialization.data(withJSONObject: ["events": (0..<8).map { _ in Wire.event() }, "sentAt": 5])
+                #expect(try tracker.client.postEvents(badSentAt, key: key).status == 400)
+                let corrected = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
+                #expect(corrected.status == 200, "the refused batch's charge was given back: \(corrected.text)")
+                let gzipped = try await gzipped(Wire.batch((0..<5).map { _ in Wire.event() }))
+                try await Task.sleep(for: .seconds(1.2))
+                // Invalid events count too: 10 events, 8 of them rejected, use the whole second.
+                let mixed = Wire.batch((0..<10).map { i in i < 2 ? Wire.event() : Wire.event(type: "nonsense") })
+                let partly = try tracker.client.postEvents(mixed, key: key)
+                #expect(partly.status == 200 && (partly.json["accepted"] as? Int) == 2, "\(partly.text)")
+                let over = try tracker.client.postEvents(gzipped, key: key, headers: ["Content-Encoding": "gzip"])
+                #expect(over.status == 429, "nothing left: the 8 rejected events were charged too")
+                #expect(over.json["error"] as? String == "rate_limited")
+            }
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "12")
+        }
+    }
+
     @Test func revokedKeyStopsWorking() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)

@@ -3,7 +3,8 @@ import Testing
 import Tracker
 
 /// The answers `ConnectionGuard` gives on the event loop (docs/RELIABILITY.md, overload): a
-/// batch that arrives while every admission place is taken, and `GET /healthz`.
+/// batch that arrives while every admission place is taken or whose key is over its rate
+/// limit, and `GET /healthz`.
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
 struct QuickAnswerTests {
     @Test func aBatchArrivingWhileEveryPlaceIsTakenIsRefusedAndItsConnectionStaysUsable() async throws {
@@ -48,6 +49,33 @@ struct QuickAnswerTests {
                 #expect(try await db.scalar("SELECT count(*) FROM events WHERE id = $1::uuid", [refusedID]) == "0")
                 // With the place free again, a batch goes through on a new connection.
                 #expect(try client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            }
+        }
+    }
+
+    /// A key with nothing left of its rate limit is refused as soon as the request head is in,
+    /// before its body is even sent, and the connection reads the next request after the body.
+    @Test func aKeyOverItsRateLimitIsRefusedAtTheRequestHead() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "20"]) { tracker in
+                #expect(try tracker.client.postEvents(Wire.batch((0..<60).map { _ in Wire.event() }), key: key).status == 200,
+                        "a batch over a second of the limit goes through a full bucket and leaves 40 events of debt")
+                let refusedID = UUID().uuidString.lowercased()
+                let body = Wire.batch([Wire.event(id: refusedID)])
+                let socket = try RawSocket(port: tracker.port)
+                socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n")
+                let refusal = socket.read(timeout: .seconds(40)) { String(decoding: $0, as: UTF8.self).contains("}") }
+                let text = String(decoding: refusal.data, as: UTF8.self)
+                #expect(RawSocket.status(of: refusal.data) == 429, "answered with the body not sent: \(text)")
+                #expect(text.contains("\"error\":\"rate_limited\""), "\(text)")
+                #expect(Int(text.lowercased().components(separatedBy: "retry-after: ").dropFirst().first?.prefix(while: \.isNumber) ?? "") ?? 0 >= 2,
+                        "40 events of debt at 20/s: \(text)")
+                socket.write(body)
+                socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                let health = socket.read(timeout: .seconds(40)) { String(decoding: $0, as: UTF8.self).contains("}") }
+                #expect(RawSocket.status(of: health.data) == 200, "\(String(decoding: health.data, as: UTF8.self))")
+                #expect(try await db.scalar("SELECT count(*) FROM events WHERE id = $1::uuid", [refusedID]) == "0")
             }
         }
     }

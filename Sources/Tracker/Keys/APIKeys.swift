@@ -119,6 +119,15 @@ public final class APIKeys: Sendable {
         return try await reload(after: now)[digest]
     }
 
+    /// The principal of a presented key from the table in memory, without waiting: `nil` when
+    /// the key is not in it or the table is older than the cache TTL (then only `authenticate`
+    /// can tell). For answers given on the event loop, where nothing may wait for the database.
+    public func cachedPrincipal(_ presented: String) -> Principal? {
+        let digest = KeyDigest(key: presented)
+        guard let current = table.withLock({ $0 }), ContinuousClock.now - current.loadedAt < cacheTTL else { return nil }
+        return current.keys[digest]
+    }
+
     /// The table as loaded by a reload that began after `instant` (shared with other callers).
     private func reload(after instant: ContinuousClock.Instant) async throws -> [KeyDigest: Principal] {
         let pool = self.pool

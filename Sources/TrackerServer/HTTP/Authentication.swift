@@ -8,11 +8,9 @@ extension APIKeys {
         guard let header = request.headers[.authorization] else {
             throw APIError(.unauthorized, "unauthorized", "send your key as 'Authorization: Bearer <key>'")
         }
-        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+        guard let key = Self.bearerKey(header) else {
             throw APIError(.unauthorized, "unauthorized", "the Authorization header must be 'Bearer <key>'")
         }
-        let key = String(parts[1]).trimmingSpaces
         guard !key.isEmpty, key.utf8.count <= 256, let principal = try await authenticate(key) else {
             throw APIError(.unauthorized, "unauthorized", "unknown or revoked key")
         }
@@ -20,6 +18,13 @@ extension APIKeys {
             throw APIError(.forbidden, "forbidden", "key '\(principal.name)' has the \(principal.scope.rawValue) scope; this endpoint needs a key with the \(scope.rawValue) scope")
         }
         return principal
+    }
+
+    /// The key of an `Authorization: Bearer <key>` header, or `nil` for another scheme.
+    static func bearerKey(_ header: String) -> String? {
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        return String(parts[1]).trimmingSpaces
     }
 }
 

@@ -55,10 +55,10 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Given to `QuickAnswers`, which is put in place at the first request (`nil`: none).
     private var quickAnswers: QuickAnswers?
 
-    init(counter: ConnectionCounter, requestTimeout: TimeAmount, admission: Admission? = nil) {
+    init(counter: ConnectionCounter, requestTimeout: TimeAmount, quickAnswers: QuickAnswers.Rules? = nil) {
         self.counter = counter
         self.requestTimeout = requestTimeout
-        self.quickAnswers = admission.map(QuickAnswers.init(admission:))
+        self.quickAnswers = quickAnswers.map(QuickAnswers.init(rules:))
     }
 
     func handlerAdded(context: ChannelHandlerContext) {

@@ -43,6 +43,11 @@ struct IngestRoute: Sendable {
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
         let principal = try await keys.principal(for: request, requiring: .ingest)
+        // The rate limit's one decision, before the body is read (usually already made on the
+        // event loop, by QuickAnswers).
+        if let rateLimiter, let wait = rateLimiter.exhausted(key: principal.name) {
+            throw rateLimited(principal.name, rateLimiter, wait)
+        }
         guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the batch with 'Content-Type: application/json'")
         }
@@ -58,11 +63,31 @@ struct IngestRoute: Sendable {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > wireLimit {
             throw tooLarge()
         }
-        let body = try await readBody(request, upTo: wireLimit)
-        if let rateLimiter, let wait = rateLimiter.exhausted(key: principal.name) {
-            throw rateLimited(principal.name, rateLimiter, wait)
+        var body = try await readBody(request, upTo: wireLimit)
+        var inflated = !gzip
+        var charged: Int?
+        if let rateLimiter {
+            // Charged now, not after the batch waited for a place and was decoded (seconds,
+            // under overload), so the key's next batches see the charge. The count needs the
+            // inflated bytes; inflating here costs a small part of what decoding does.
+            if !inflated {
+                body = try inflate(body).get()
+                inflated = true
+            }
+            charged = body.withUnsafeReadableBytes { BatchDecoder.eventCount(in: $0) }
+            if let charged { rateLimiter.charge(key: principal.name, events: charged) }
         }
+        do {
+            let outcome = try await decodeAndAppend(body, inflated: inflated, key: principal.name, charged: charged, context: context)
+            charged = nil
+            return outcome
+        } catch {
+            if let rateLimiter, let charged { rateLimiter.refund(key: principal.name, events: charged) }
+            throw error
+        }
+    }
 
+    private func decodeAndAppend(_ body: ByteBuffer, inflated: Bool, key: String, charged: Int?, context: some RequestContext) async throws -> Response {
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
             throw admission.refusal
@@ -70,25 +95,26 @@ struct IngestRoute: Sendable {
         defer { admission.leave() }
         let receivedAt = Timestamp.now()
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
-            inflateAndDecode(body, gzip: gzip, receivedAt: receivedAt)
+            (inflated ? .success(body) : inflate(body)).flatMap { decode($0, receivedAt: receivedAt) }
         }
         let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
         metrics.parsed(events: batch.accepted.count + batch.rejected.count, rejected: batch.rejected)
 
-        if let rateLimiter, let wait = rateLimiter.admit(key: principal.name, events: batch.accepted.count) {
-            throw rateLimited(principal.name, rateLimiter, wait)
+        if let rateLimiter, charged == nil {
+            // The scan could not count the events (an `events` key written with escapes).
+            rateLimiter.charge(key: key, events: batch.accepted.count + batch.rejected.count)
         }
 
         let outcome: AppendOutcome
         do {
-            outcome = try await log.append(batch.accepted.map(\.event), keyName: principal.name)
+            outcome = try await log.append(batch.accepted.map(\.event), keyName: key)
         } catch {
             if error == .overloaded { metrics.refused(by: .queue) }
             throw APIError.from(error)
         }
         metrics.stored(outcome)
         context.logger.debug("batch stored", metadata: [
-            "tracker.key_name": .string(principal.name), "tracker.accepted": .stringConvertible(outcome.stored),
+            "tracker.key_name": .string(key), "tracker.accepted": .stringConvertible(outcome.stored),
             "tracker.duplicates": .stringConvertible(outcome.duplicates), "tracker.rejected": .stringConvertible(batch.rejected.count + outcome.refused.count),
         ])
         var rejected = batch.rejected
@@ -104,19 +130,20 @@ struct IngestRoute: Sendable {
         return Self.receipt(outcome: outcome, rejected: rejected)
     }
 
-    /// The batch in `body` (inflated first when `gzip`), or the error to answer.
-    private func inflateAndDecode(_ body: ByteBuffer, gzip: Bool, receivedAt: Timestamp) -> Result<DecodedBatch, APIError> {
-        var body = body
-        if gzip {
-            do {
-                body = try Gunzip.decompress(body, maxSize: limits.maxBodyBytes)
-            } catch {
-                switch error {
-                case .tooLarge: return .failure(tooLarge())
-                case .invalid(let why): return .failure(APIError(.badRequest, "invalid_gzip", why))
-                }
+    /// The gzip body inflated, or the error to answer.
+    private func inflate(_ body: ByteBuffer) -> Result<ByteBuffer, APIError> {
+        do {
+            return .success(try Gunzip.decompress(body, maxSize: limits.maxBodyBytes))
+        } catch {
+            switch error {
+            case .tooLarge: return .failure(tooLarge())
+            case .invalid(let why): return .failure(APIError(.badRequest, "invalid_gzip", why))
             }
         }
+    }
+
+    /// The batch in `body`, or the error to answer.
+    private func decode(_ body: ByteBuffer, receivedAt: Timestamp) -> Result<DecodedBatch, APIError> {
         do {
             return .success(try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt))
         } catch {
@@ -145,7 +172,7 @@ struct IngestRoute: Sendable {
 
     private func rateLimited(_ key: String, _ rateLimiter: RateLimiter, _ wait: Int) -> APIError {
         metrics.refused(by: .rateLimit)
-        return APIError(.tooManyRequests, "rate_limited", "key '\(key)' sends more than its limit of \(rateLimiter.eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
+        return rateLimiter.refusal(key: key, wait: wait)
     }
 
     private func tooLarge() -> APIError {

@@ -5,11 +5,12 @@ import NIOCore
 import NIOHTTPTypes
 import Tracker
 
-/// Two answers given on the event loop, without waiting for the tasks that run the routes:
+/// Answers given on the event loop, without waiting for the tasks that run the routes:
 /// `GET /healthz`, so a liveness probe learns that the process is alive, not how busy it is;
-/// and the `503` to a batch that arrives while every admission place is taken, so a refusal is
-/// prompt and costs no decoding. Under ten times the sustainable load both used to wait
-/// behind hundreds of batches being decoded (docs/RELIABILITY.md, overload).
+/// the `503` to a batch that arrives while every admission place is taken; and the `429` to a
+/// batch whose key (known from the key table in memory) has nothing left of its rate limit.
+/// So a refusal is prompt and costs no decoding. Under ten times the sustainable load these
+/// used to wait behind hundreds of batches being decoded (docs/RELIABILITY.md, overload).
 ///
 /// The refused batch's body is read and dropped and the connection stays open: closing with
 /// the body unread could reset the connection before the client read the answer. Nothing is
@@ -23,7 +24,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundIn = HTTPResponsePart
     typealias OutboundOut = HTTPResponsePart
 
-    private let admission: Admission
+    private let rules: Rules
     /// Shared by every connection: made once, not per connection.
     private static let metrics = IngestMetrics()
     /// Counted with the routes' requests (`tracker_http_requests_total`), as `RequestObserver` does.
@@ -37,8 +38,16 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     private var closeAfterDropping = false
     private var answerWritten: EventLoopFuture<Void>?
 
-    init(admission: Admission) {
-        self.admission = admission
+    /// What the refusals are decided by; shared by every connection.
+    struct Rules: Sendable {
+        var admission: Admission
+        /// With both, a key over its rate limit is refused here.
+        var keys: APIKeys?
+        var rateLimiter: RateLimiter?
+    }
+
+    init(rules: Rules) {
+        self.rules = rules
     }
 
     /// Puts `handler` after Hummingbird's connection state handler (or, without one, after `context`'s).
@@ -96,12 +105,24 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         if head.method == .get, Self.path(path, is: "/healthz") {
             return Answer(route: "/healthz", status: .ok, body: HealthRoutes.alive, retryAfter: nil)
         }
-        if head.method == .post, Self.path(path, is: "/v1/events"), admission.isFull {
+        guard head.method == .post, Self.path(path, is: "/v1/events") else { return nil }
+        if rules.admission.isFull {
             Self.metrics.refused(by: .concurrentBatches)
-            let refusal = admission.refusal
-            return Answer(route: "/v1/events", status: refusal.status, body: refusal.body, retryAfter: refusal.retryAfterSeconds)
+            return Answer(refusing: rules.admission.refusal)
+        }
+        if let rateLimiter = rules.rateLimiter, let key = ingestKeyName(head), let wait = rateLimiter.exhausted(key: key) {
+            Self.metrics.refused(by: .rateLimit)
+            return Answer(refusing: rateLimiter.refusal(key: key, wait: wait))
         }
         return nil
+    }
+
+    /// The name of the ingest key the request carries, when the key table in memory knows it.
+    private func ingestKeyName(_ head: HTTPRequest) -> String? {
+        guard let keys = rules.keys, let header = head.headerFields[.authorization],
+              let presented = APIKeys.bearerKey(header), presented.utf8.count <= 256,
+              let principal = keys.cachedPrincipal(presented), principal.scope == .ingest else { return nil }
+        return principal.name
     }
 
     /// Whether the request target `path` is `route`, with or without a query.
@@ -116,6 +137,18 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var status: HTTPResponse.Status
         var body: String
         var retryAfter: Int?
+
+        init(route: String, status: HTTPResponse.Status, body: String, retryAfter: Int?) {
+            self.route = route
+            self.status = status
+            self.body = body
+            self.retryAfter = retryAfter
+        }
+
+        /// A batch's refusal.
+        init(refusing error: APIError) {
+            self.init(route: "/v1/events", status: error.status, body: error.body, retryAfter: error.retryAfterSeconds)
+        }
     }
 
     /// A request id for a request that brought no sane one (32 hex digits).

@@ -1,11 +1,18 @@
+import HTTPTypes
 import Synchronization
 
-/// A token bucket per key: `eventsPerSecond` sustained, one second of burst.
+/// A token bucket per key: `eventsPerSecond` sustained, one second of burst, refused at the
+/// request head.
 ///
-/// Off unless `TRACKER_RATE_LIMIT` is set; a key over its limit gets `429` with `Retry-After`.
-/// A batch larger than one second of the limit is let through when the bucket is full and
-/// leaves it in debt (the key then waits until the debt is repaid): refusing it would refuse
-/// every retry of it too, so a client following `Retry-After` would never get through.
+/// Off unless `TRACKER_RATE_LIMIT` is set. The one decision is made before the body is read:
+/// a key with less than one event left gets `429` with `Retry-After` (usually on the event
+/// loop, by `QuickAnswers`). A batch let through is charged for every event it carries, valid
+/// or not, once its body is in and before it waits for a place or is decoded; the charge may
+/// take the bucket below zero, and the key then waits until the debt is repaid. So the key
+/// sends at most its limit over time, a refusal never waits behind other batches' decoding
+/// (it did, seconds under overload, when it needed the batch's size), and a batch larger than
+/// the bucket is not refused forever: every retry of it would have been refused too. A batch
+/// then refused whole (not JSON, over a limit, the database unavailable) gets its charge back.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
@@ -14,28 +21,37 @@ final class RateLimiter: Sendable {
         self.eventsPerSecond = eventsPerSecond
     }
 
-    /// The whole seconds until `key` may send one event again, or `nil` when it may now.
-    ///
-    /// A key whose bucket has not even one event left would be refused whatever its batch
-    /// holds, so its batch is refused before it is decoded: under overload, decoding batches
-    /// only to refuse them took the cores the admitted batches needed.
+    /// The whole seconds until `key` may send again, or `nil` when it may now.
     func exhausted(key: String) -> Int? {
         buckets.withLock { b in
             guard let bucket = b[key] else { return nil }
-            return wait(for: 1, in: refilled(bucket, at: .now))
+            let tokens = refilled(bucket, at: .now)
+            guard tokens < 1 else { return nil }
+            return max(1, Int(((1 - tokens) / Double(eventsPerSecond)).rounded(.up)))
         }
     }
 
-    /// `nil` when the batch may go (its events are taken from the bucket), otherwise the whole
-    /// seconds to wait before the same batch would be let through.
-    func admit(key: String, events: Int) -> Int? {
+    /// Takes `events` from `key`'s bucket, into debt if it holds fewer.
+    func charge(key: String, events: Int) {
+        add(-Double(events), to: key)
+    }
+
+    /// Gives back the charge of a batch that was then refused whole: nothing of it was stored,
+    /// and its retry must not pay twice. The bucket still holds at most one second of the limit.
+    func refund(key: String, events: Int) {
+        add(Double(events), to: key)
+    }
+
+    /// The `429` for `key`, to retry after `wait` seconds.
+    func refusal(key: String, wait: Int) -> APIError {
+        APIError(.tooManyRequests, "rate_limited", "key '\(key)' sends more than its limit of \(eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
+    }
+
+    private func add(_ events: Double, to key: String) {
         let now = ContinuousClock.now
-        return buckets.withLock { b in
-            var tokens = b[key].map { refilled($0, at: now) } ?? Double(eventsPerSecond)
-            defer { b[key] = (tokens, now) }
-            if let wait = wait(for: min(Double(events), Double(eventsPerSecond)), in: tokens) { return wait }
-            tokens -= Double(events)
-            return nil
+        buckets.withLock { b in
+            let tokens = b[key].map { refilled($0, at: now) } ?? Double(eventsPerSecond)
+            b[key] = (min(Double(eventsPerSecond), tokens + events), now)
         }
     }
 
@@ -43,11 +59,5 @@ final class RateLimiter: Sendable {
     private func refilled(_ bucket: (tokens: Double, updated: ContinuousClock.Instant), at now: ContinuousClock.Instant) -> Double {
         let rate = Double(eventsPerSecond)
         return min(rate, bucket.tokens + (now - bucket.updated).seconds * rate)
-    }
-
-    /// `nil` when `tokens` cover `needed`, otherwise the whole seconds (at least 1) until they would.
-    private func wait(for needed: Double, in tokens: Double) -> Int? {
-        guard tokens < needed else { return nil }
-        return max(1, Int(((needed - tokens) / Double(eventsPerSecond)).rounded(.up)))
     }
 }
