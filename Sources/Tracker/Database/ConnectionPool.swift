@@ -49,13 +49,6 @@ public final class ConnectionPool: Sendable {
         return try await slot.run(conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
     }
 
-    /// Runs `body` in one transaction on one connection.
-    public func withTransaction<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        try await withConnection { connection in
-            try connection.transaction { try body(connection) }
-        }
-    }
-
     /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.
     public func close() {
         let (idle, waiters) = state.withLock { s -> ([Slot], [CheckedContinuation<Slot, any Error>]) in

@@ -65,9 +65,4 @@ public final class QueryResult {
     public var rows: [[String?]] {
         (0..<rowCount).map { r in (0..<columnCount).map { c in string(r, c) } }
     }
-
-    public func column(named name: String) -> Int? {
-        let index = Int(PQfnumber(result, name))
-        return index < 0 ? nil : index
-    }
 }

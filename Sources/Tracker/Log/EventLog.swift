@@ -313,18 +313,18 @@ public final class EventLog: Service, Sendable {
             if appendError == .failed, group.count > 1 {
                 // Something in the group was refused: write the submissions one by one so
                 // only the one at fault fails, and the others are still acknowledged.
-                logger.warning("group write failed; retrying its submissions one by one", metadata: ["error": "\(String(reflecting: error))"])
+                logger.warning("group write failed; retrying its submissions one by one", metadata: ["tracker.error": "\(String(reflecting: error))"])
                 for submission in group { await write([submission]) }
                 return
             }
             if appendError == .failed, let submission = group.first, (error as? DatabaseError).map(Self.refusesContent) == true {
                 // The database refused something the validator let through: find the events at
                 // fault by halves, so one bad value costs its own event, not its batch forever.
-                logger.warning("the database refused an event's content; isolating it", metadata: ["error": "\(String(reflecting: error))"])
+                logger.warning("the database refused an event's content; isolating it", metadata: ["tracker.error": "\(String(reflecting: error))"])
                 await isolate(submission)
                 return
             }
-            logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
+            logger.error("event append failed", metadata: ["tracker.error": "\(String(reflecting: error))"])
             for submission in group { submission.continuation.resume(throwing: appendError) }
         }
     }
@@ -362,7 +362,7 @@ public final class EventLog: Service, Sendable {
         do {
             try await storeIsolating(submission.events[...], keyName: submission.keyName, stored: &stored, refused: &refused)
         } catch {
-            logger.error("event append failed", metadata: ["error": "\(String(reflecting: error))"])
+            logger.error("event append failed", metadata: ["tracker.error": "\(String(reflecting: error))"])
             submission.continuation.resume(throwing: Self.classify(error))
             return
         }
@@ -420,7 +420,7 @@ public final class EventLog: Service, Sendable {
             do {
                 try await pool.withConnection { _ = try $0.query(EventLogSQL.ensurePartitions) }
             } catch {
-                logger.debug("partition maintenance failed", metadata: ["error": "\(String(reflecting: error))"])
+                logger.debug("partition maintenance failed", metadata: ["tracker.error": "\(String(reflecting: error))"])
             }
         }
     }

@@ -142,7 +142,7 @@ public struct RetentionService: Service {
                     let decisions = try await retention.run(keepDays: keepDays, dryRun: false)
                     finished = decisions.allSatisfy(\.isFinal)
                 } catch {
-                    logger.warning("retention failed; retrying later", metadata: ["error": "\(String(reflecting: error))"])
+                    logger.warning("retention failed; retrying later", metadata: ["tracker.error": "\(String(reflecting: error))"])
                 }
                 if finished {
                     delay = retryDelay

@@ -66,14 +66,14 @@ public final class Projector: Service, Sendable {
                         try? await Task.sleep(for: self.pollInterval)
                     }
                 } catch let error as ProjectorError {
-                    self.logger.critical("projector stopped; ingestion and reports go on, reports no longer advance", metadata: ["error": "\(error)"])
+                    self.logger.critical("projector stopped; ingestion and reports go on, reports no longer advance", metadata: ["tracker.error": "\(error)"])
                     self.status.stop(error)
                     // Alone (`tracker project`), the process ends with the error. Inside `tracker serve`
                     // it waits for the shutdown and the server goes on: nothing here changes by itself.
                     if self.status.endsTheRun { return error }
                     while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
                 } catch {
-                    self.logger.warning("projection step failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                    self.logger.warning("projection step failed; retrying", metadata: ["tracker.error": "\(String(reflecting: error))"])
                     try? await Task.sleep(for: .seconds(1))
                 }
             }

@@ -56,25 +56,12 @@ extension ReportResult {
 
     /// Aligned columns for a terminal: dimensions left, numbers right.
     public var table: String {
-        let cells = [columns] + rows.map { $0.map(\.plain) }
-        var widths = columns.map(\.count)
-        for row in cells { for (i, c) in row.enumerated() { widths[i] = max(widths[i], c.count) } }
-        let numeric: [Bool] = columns.indices.map { i in
+        let numeric = columns.indices.filter { i in
             guard let first = rows.first else { return false }
             if case .text = first[i] { return false }
             return true
         }
-        var out = ""
-        for row in cells {
-            var line = ""
-            for (i, cell) in row.enumerated() {
-                let pad = String(repeating: " ", count: widths[i] - cell.count)
-                if i > 0 { line += "  " }
-                line += numeric[i] ? pad + cell : cell + pad
-            }
-            while line.last == " " { line.removeLast() }
-            out += line + "\n"
-        }
+        var out = TextTable.render([columns] + rows.map { $0.map(\.plain) }, rightAligned: Set(numeric))
         if rows.isEmpty { out += "(no rows)\n" }
         return out
     }

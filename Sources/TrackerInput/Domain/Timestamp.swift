@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// An instant in UTC with microsecond precision, as PostgreSQL's `timestamptz` keeps it.
 ///
 /// Stored as microseconds since 1970-01-01T00:00:00Z so that ordering, differences
@@ -181,5 +187,14 @@ extension Timestamp: CustomStringConvertible {
         out.append(".")
         Day.appendPadded(Int(micro), width: 6, to: &out)
         out.append(zone)
+    }
+}
+
+extension Timestamp {
+    /// The server's wall clock, the `receivedAt` of a batch.
+    public static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Timestamp(microseconds: Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1_000)
     }
 }

@@ -1,30 +1,32 @@
 /// An event that passed every rule of SPEC section 1 and has its corrected time.
 ///
-/// Only the validator creates these, so code downstream never re-checks fields.
+/// Only the validator creates these (the initializer is not public and the fields cannot
+/// change), so code downstream never re-checks fields.
 public struct TrackingEvent: Sendable, Hashable {
     /// The idempotency key, lower-case canonical UUID text.
-    public var id: UUIDText
-    public var type: EventType
+    public let id: UUIDText
+    public let type: EventType
     /// The ad: one loaded ad object.
-    public var requestId: String
-    public var adUnit: String
-    public var formatId: String
-    public var assetKey: String?
-    public var clickAction: ClickAction?
-    public var source: EventSource
-    public var adapter: String?
-    public var eea: Bool
-    public var reservation: Bool
-    public var test: Bool
+    public let requestId: String
+    public let adUnit: String
+    public let formatId: String
+    public let assetKey: String?
+    public let clickAction: ClickAction?
+    public let source: EventSource
+    public let adapter: String?
+    public let eea: Bool
+    public let reservation: Bool
+    public let test: Bool
     /// Attribute pairs in the order they arrived.
-    public var attributes: [(key: String, value: AttributeValue)]
-    public var occurredAt: Timestamp
-    public var sentAt: Timestamp?
-    public var receivedAt: Timestamp
+    public let attributes: [(key: String, value: AttributeValue)]
+    public let occurredAt: Timestamp
+    public let sentAt: Timestamp?
+    public let receivedAt: Timestamp
     /// The time every report uses (SPEC section 3).
-    public var correctedAt: Timestamp
+    public let correctedAt: Timestamp
 
-    public init(
+    /// For the validator (`EventRules`) and the package's own test fixtures only.
+    package init(
         id: UUIDText, type: EventType, requestId: String, adUnit: String, formatId: String,
         assetKey: String? = nil, clickAction: ClickAction? = nil, source: EventSource = .app,
         adapter: String? = nil, eea: Bool = false, reservation: Bool = false, test: Bool = false,
@@ -103,4 +105,11 @@ public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible 
     }
 
     public var description: String { text }
+}
+
+extension TrackingEvent {
+    /// The attributes as the log stores them (`jsonb`), `nil` when there are none.
+    public var attributesJSON: String? {
+        AttributeValue.json(attributes)
+    }
 }

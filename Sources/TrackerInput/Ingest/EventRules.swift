@@ -363,10 +363,3 @@ extension AttributeValue {
         return out + "}"
     }
 }
-
-extension TrackingEvent {
-    /// The attributes as the log stores them (`jsonb`), `nil` when there are none.
-    public var attributesJSON: String? {
-        AttributeValue.json(attributes)
-    }
-}

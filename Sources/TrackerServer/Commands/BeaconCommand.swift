@@ -124,7 +124,7 @@ struct BeaconCommand: AsyncParsableCommand {
 
         func run() async throws {
             guard limit > 0 else { throw ValidationError("--limit must be a positive integer, got \(limit)") }
-            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            let pool = try database.pool()
             defer { pool.close() }
             let rows = try await BeaconRejections(pool: pool).latest(limit: limit)
             let table = [["EVENT ID", "TYPE", "REQUEST ID", "REASON", "ATTEMPTS", "LAST RECEIVED", "MESSAGE"]]

@@ -20,7 +20,7 @@ struct KeysCommand: AsyncParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() async throws {
-            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            let pool = try database.pool()
             defer { pool.close() }
             do {
                 let key = try await APIKeys(pool: pool).create(name: name, scope: scope)
@@ -40,7 +40,7 @@ struct KeysCommand: AsyncParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() async throws {
-            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            let pool = try database.pool()
             defer { pool.close() }
             let keys = try await APIKeys(pool: pool).list()
             let rows = [["NAME", "SCOPE", "PREFIX", "CREATED", "REVOKED"]]
@@ -58,7 +58,7 @@ struct KeysCommand: AsyncParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() async throws {
-            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            let pool = try database.pool()
             defer { pool.close() }
             do {
                 try await APIKeys(pool: pool).revoke(name: name)

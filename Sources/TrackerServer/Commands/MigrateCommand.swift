@@ -11,7 +11,7 @@ struct MigrateCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = makeLogger()
-        let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: logger)
+        let pool = try database.pool(logger: logger)
         defer { pool.close() }
         let applied = try await Migrator(logger: logger).migrate(pool)
         if applied.isEmpty {

@@ -25,7 +25,7 @@ struct RetentionCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = makeLogger()
-        let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: logger)
+        let pool = try database.pool(logger: logger)
         defer { pool.close() }
         let decisions: [RetentionDecision]
         do {

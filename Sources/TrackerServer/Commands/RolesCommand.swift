@@ -96,7 +96,7 @@ struct RolesCommand: AsyncParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() async throws {
-            let pool = ConnectionPool(conninfo: try database.resolved(), maxConnections: 1, logger: makeLogger())
+            let pool = try database.pool()
             defer { pool.close() }
             let role = self.role
             let findings = try await pool.withConnection { try role.findings(on: $0) }

@@ -88,10 +88,10 @@ struct ErrorBodyMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as HTTPError {
             throw APIError(error.status, Self.code(for: error.status), error.body ?? error.status.reasonPhrase)
         } catch let error as DatabaseError {
-            context.logger.error("database error", metadata: ["error": "\(error.debugDescription)"])
+            context.logger.error("database error", metadata: ["tracker.error": "\(error.debugDescription)"])
             throw APIError.from(error)
         } catch {
-            context.logger.error("unhandled error", metadata: ["error": "\(String(reflecting: error))"])
+            context.logger.error("unhandled error", metadata: ["tracker.error": "\(String(reflecting: error))"])
             throw APIError(.internalServerError, "internal", "internal error")
         }
     }

@@ -87,7 +87,7 @@ struct BeaconRoutes: Sendable {
                 return try await self.store(visit)
             } catch {
                 context.logger.warning("beacon click redirected but not recorded", metadata: [
-                    "tracker.beacon.outcome": "not_recorded", "error": "\(String(reflecting: error))",
+                    "tracker.beacon.outcome": "not_recorded", "tracker.error": "\(String(reflecting: error))",
                 ])
                 return "not_recorded"
             }

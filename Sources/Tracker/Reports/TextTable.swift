@@ -1,6 +1,7 @@
-/// Left-aligned columns for terminal output.
-enum TextTable {
-    static func render(_ rows: [[String]], rightAligned: Set<Int> = []) -> String {
+/// Columns for a terminal, two spaces apart: left-aligned, or right-aligned (numbers). The
+/// reports' table and every command's listing use it.
+public enum TextTable {
+    public static func render(_ rows: [[String]], rightAligned: Set<Int> = []) -> String {
         guard let first = rows.first else { return "" }
         var widths = Array(repeating: 0, count: first.count)
         for row in rows {
