@@ -1,34 +1,53 @@
 import Testing
+import Tracker
 @testable import TrackerServer
 
-/// The per-key token bucket: refused only while a key has less than one event left; a batch
-/// let through is charged whole, into debt if need be.
+/// The per-key token bucket: refused only while a key has less than one event left; a request
+/// let through reserves its events, into debt if need be, and settles them once decoded. Rates
+/// of a few events per second keep the milliseconds between two calls out of the results.
 struct RateLimiterTests {
-    @Test func aKeyWithTokensLeftIsNotExhausted() {
-        let limiter = RateLimiter(eventsPerSecond: 100)
+    @Test func aKeyIsRefusedOnlyOnceItHasLessThanOneEventLeft() {
+        let limiter = RateLimiter(eventsPerSecond: 3)
         #expect(limiter.exhausted(key: "new") == nil, "a key never seen has a full bucket")
-        limiter.charge(key: "app", events: 60)
-        #expect(limiter.exhausted(key: "app") == nil, "40 events are left")
-        limiter.charge(key: "app", events: 40)
-        #expect(limiter.exhausted(key: "app") == 1, "nothing left: one event comes back within a second")
+        #expect(limiter.reserve(key: "app", events: 2) == nil)
+        #expect(limiter.exhausted(key: "app") == nil, "one event is left")
+        #expect(limiter.reserve(key: "app", events: 1) == nil)
+        #expect(limiter.reserve(key: "app", events: 1) == 1, "nothing left: one event comes back within a second")
+        #expect(limiter.exhausted(key: "other") == nil, "one key's use is not another's")
     }
 
-    @Test func aKeyInDebtWaitsUntilTheDebtIsRepaid() {
-        let limiter = RateLimiter(eventsPerSecond: 10)
-        limiter.charge(key: "app", events: 50)
+    @Test func aReservationLargerThanTheBucketLeavesDebtThatIsWaitedOut() {
+        let limiter = RateLimiter(eventsPerSecond: 2)
+        #expect(limiter.reserve(key: "app", events: 20) == nil, "a full bucket lets a batch larger than itself through")
         let wait = limiter.exhausted(key: "app")
-        #expect(wait != nil && wait! >= 4, "40 events of debt at 10/s: about 4 s, got \(String(describing: wait))")
-        #expect(limiter.exhausted(key: "other") == nil, "one key's debt is not another's")
+        #expect(wait != nil && (9...10).contains(wait!), "18 events of debt at 2/s: 9.5 s, got \(String(describing: wait))")
+    }
+
+    @Test func settlingReplacesTheReservationByWhatTheBatchCarried() {
+        let limiter = RateLimiter(eventsPerSecond: 2)
+        #expect(limiter.reserve(key: "app", events: 500) == nil)
+        #expect(limiter.exhausted(key: "app") != nil, "in flight, the reservation holds the key back")
+        limiter.settle(key: "app", reserved: 500, actual: 1)
+        #expect(limiter.exhausted(key: "app") == nil, "the batch carried 1 event: 1 is left")
     }
 
     @Test func aRefundGivesBackTheChargeUpToOneSecondOfTheLimit() {
-        let limiter = RateLimiter(eventsPerSecond: 10)
-        limiter.charge(key: "app", events: 30)
-        #expect(limiter.exhausted(key: "app") != nil)
+        let limiter = RateLimiter(eventsPerSecond: 2)
+        #expect(limiter.reserve(key: "app", events: 30) == nil)
         limiter.refund(key: "app", events: 30)
         #expect(limiter.exhausted(key: "app") == nil, "the refund repaid the debt")
         limiter.refund(key: "app", events: 50)
-        limiter.charge(key: "app", events: 10)
+        #expect(limiter.reserve(key: "app", events: 2) == nil)
         #expect(limiter.exhausted(key: "app") != nil, "a refund never raises the bucket past one second of the limit")
+    }
+
+    @Test func theReservationIsAnUpperBoundOfTheEventsABodyCanCarry() {
+        func route(_ length: Int?, _ gzip: Bool) -> Int {
+            IngestRoute.estimatedEvents(length: length, gzip: gzip, limits: IngestLimits())
+        }
+        #expect(route(147, false) == 1, "the smallest valid event is about 147 bytes")
+        #expect(route(256_000, false) == 500, "at most a batch's limit")
+        #expect(route(nil, false) == 500, "a body of undeclared length may carry a whole batch")
+        #expect(route(1_600, true) == 100, "16 bytes an event gzipped")
     }
 }

@@ -43,11 +43,6 @@ struct IngestRoute: Sendable {
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
         let principal = try await keys.principal(for: request, requiring: .ingest)
-        // The rate limit's one decision, before the body is read (usually already made on the
-        // event loop, by QuickAnswers).
-        if let rateLimiter, let wait = rateLimiter.exhausted(key: principal.name) {
-            throw rateLimited(principal.name, rateLimiter, wait)
-        }
         guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the batch with 'Content-Type: application/json'")
         }
@@ -60,34 +55,42 @@ struct IngestRoute: Sendable {
         }
 
         let wireLimit = gzip ? maxCompressedBytes : limits.maxBodyBytes
-        if let length = request.headers[.contentLength].flatMap(Int.init), length > wireLimit {
+        let length = request.headers[.contentLength].flatMap(Int.init)
+        if let length, length > wireLimit {
             throw tooLarge()
         }
-        var body = try await readBody(request, upTo: wireLimit)
-        var inflated = !gzip
-        var charged: Int?
+        // The rate limit's one decision, before the body is read (usually already made on the
+        // event loop, by QuickAnswers): the reservation is settled once the batch is decoded.
+        var charged = 0
         if let rateLimiter {
-            // Charged now, not after the batch waited for a place and was decoded (seconds,
-            // under overload), so the key's next batches see the charge. The count needs the
-            // inflated bytes; inflating here costs a small part of what decoding does.
-            if !inflated {
-                body = try inflate(body).get()
-                inflated = true
+            let reservation = Self.estimatedEvents(length: length, gzip: gzip, limits: limits)
+            if let wait = rateLimiter.reserve(key: principal.name, events: reservation) {
+                throw rateLimited(principal.name, rateLimiter, wait)
             }
-            charged = body.withUnsafeReadableBytes { BatchDecoder.eventCount(in: $0) }
-            if let charged { rateLimiter.charge(key: principal.name, events: charged) }
+            charged = reservation
         }
         do {
-            let outcome = try await decodeAndAppend(body, inflated: inflated, key: principal.name, charged: charged, context: context)
-            charged = nil
-            return outcome
+            let body = try await readBody(request, upTo: wireLimit)
+            let response = try await decodeAndAppend(body, gzip: gzip, key: principal.name, charged: &charged, context: context)
+            charged = 0
+            return response
         } catch {
-            if let rateLimiter, let charged { rateLimiter.refund(key: principal.name, events: charged) }
+            if let rateLimiter, charged > 0 { rateLimiter.refund(key: principal.name, events: charged) }
             throw error
         }
     }
 
-    private func decodeAndAppend(_ body: ByteBuffer, inflated: Bool, key: String, charged: Int?, context: some RequestContext) async throws -> Response {
+    /// At least as many events as a body of `length` bytes can carry (the smallest valid event
+    /// is about 140 bytes as JSON, and no fewer than 16 gzipped), at most a batch's limit; the
+    /// limit when the length is not declared.
+    static func estimatedEvents(length: Int?, gzip: Bool, limits: IngestLimits) -> Int {
+        guard let length else { return limits.maxEventsPerBatch }
+        return min(limits.maxEventsPerBatch, max(1, length / (gzip ? 16 : 128)))
+    }
+
+    /// Decodes and appends the batch; settles the rate limit's reservation in `charged` to the
+    /// events the batch carried once it is decoded.
+    private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key: String, charged: inout Int, context: some RequestContext) async throws -> Response {
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
             throw admission.refusal
@@ -95,14 +98,14 @@ struct IngestRoute: Sendable {
         defer { admission.leave() }
         let receivedAt = Timestamp.now()
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
-            (inflated ? .success(body) : inflate(body)).flatMap { decode($0, receivedAt: receivedAt) }
+            (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt) }
         }
         let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
-        metrics.parsed(events: batch.accepted.count + batch.rejected.count, rejected: batch.rejected)
-
-        if let rateLimiter, charged == nil {
-            // The scan could not count the events (an `events` key written with escapes).
-            rateLimiter.charge(key: key, events: batch.accepted.count + batch.rejected.count)
+        let carried = batch.accepted.count + batch.rejected.count
+        metrics.parsed(events: carried, rejected: batch.rejected)
+        if let rateLimiter {
+            rateLimiter.settle(key: key, reserved: charged, actual: carried)
+            charged = carried
         }
 
         let outcome: AppendOutcome

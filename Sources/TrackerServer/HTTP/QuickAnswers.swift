@@ -99,7 +99,8 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// The answer given here to a request with `head`, if any.
-    /// Runs for every request head, so it allocates nothing until it has an answer.
+    /// Runs for every request head: it allocates nothing for other requests, and for a batch
+    /// only what finding its key costs (the header's key and its SHA-256, as the route does).
     private func answer(to head: HTTPRequest) -> Answer? {
         guard let path = head.path else { return nil }
         if head.method == .get, Self.path(path, is: "/healthz") {

@@ -6,13 +6,15 @@ import Synchronization
 ///
 /// Off unless `TRACKER_RATE_LIMIT` is set. The one decision is made before the body is read:
 /// a key with less than one event left gets `429` with `Retry-After` (usually on the event
-/// loop, by `QuickAnswers`). A batch let through is charged for every event it carries, valid
-/// or not, once its body is in and before it waits for a place or is decoded; the charge may
-/// take the bucket below zero, and the key then waits until the debt is repaid. So the key
-/// sends at most its limit over time, a refusal never waits behind other batches' decoding
-/// (it did, seconds under overload, when it needed the batch's size), and a batch larger than
-/// the bucket is not refused forever: every retry of it would have been refused too. A batch
-/// then refused whole (not JSON, over a limit, the database unavailable) gets its charge back.
+/// loop, by `QuickAnswers`). A request let through reserves at once an upper bound of the
+/// events its body can carry (from its length, at most a batch's limit), so requests in
+/// flight together cannot pass the key's limit; once the batch is decoded the reservation is
+/// settled to the events it carried, valid or not. The balance may go below zero: the key
+/// then waits until the debt is repaid, so over time it sends at most its limit, a refusal
+/// never waits behind other batches' decoding (it did, seconds under overload, when it was
+/// decided after decoding), and a batch larger than the bucket is not refused forever (every
+/// retry of it would have been). A batch refused whole (not JSON, over a limit, the database
+/// unavailable) gets its charge back.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
@@ -25,15 +27,25 @@ final class RateLimiter: Sendable {
     func exhausted(key: String) -> Int? {
         buckets.withLock { b in
             guard let bucket = b[key] else { return nil }
-            let tokens = refilled(bucket, at: .now)
-            guard tokens < 1 else { return nil }
-            return max(1, Int(((1 - tokens) / Double(eventsPerSecond)).rounded(.up)))
+            return wait(refilled(bucket, at: .now))
         }
     }
 
-    /// Takes `events` from `key`'s bucket, into debt if it holds fewer.
-    func charge(key: String, events: Int) {
-        add(-Double(events), to: key)
+    /// Takes `events` from `key`'s bucket (into debt if it holds fewer) unless it has less than
+    /// one event left: then the whole seconds to wait, and nothing is taken.
+    func reserve(key: String, events: Int) -> Int? {
+        let now = ContinuousClock.now
+        return buckets.withLock { b in
+            let tokens = b[key].map { refilled($0, at: now) } ?? Double(eventsPerSecond)
+            if let wait = wait(tokens) { return wait }
+            b[key] = (tokens - Double(events), now)
+            return nil
+        }
+    }
+
+    /// Replaces a reservation of `reserved` events by the `actual` number the batch carried.
+    func settle(key: String, reserved: Int, actual: Int) {
+        add(Double(reserved - actual), to: key)
     }
 
     /// Gives back the charge of a batch that was then refused whole: nothing of it was stored,
@@ -47,7 +59,14 @@ final class RateLimiter: Sendable {
         APIError(.tooManyRequests, "rate_limited", "key '\(key)' sends more than its limit of \(eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
     }
 
+    /// `nil` when `tokens` hold at least one event, otherwise the whole seconds (at least 1) until they will.
+    private func wait(_ tokens: Double) -> Int? {
+        guard tokens < 1 else { return nil }
+        return max(1, Int(((1 - tokens) / Double(eventsPerSecond)).rounded(.up)))
+    }
+
     private func add(_ events: Double, to key: String) {
+        guard events != 0 else { return }
         let now = ContinuousClock.now
         buckets.withLock { b in
             let tokens = b[key].map { refilled($0, at: now) } ?? Double(eventsPerSecond)
