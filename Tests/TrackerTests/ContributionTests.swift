@@ -53,29 +53,29 @@ private struct Totals {
         }
     }
 
-    var impressions: Int64 { format[Measure.Format.impressions] }
-    var duplicateImpressions: Int64 { format[Measure.Format.duplicateImpressions] }
-    var staleImpressions: Int64 { format[Measure.Format.staleImpressions] }
-    var clicks: Int64 { format[Measure.Format.clicks] }
-    var duplicateClicks: Int64 { format[Measure.Format.duplicateClicks] }
-    var attributedClicks: Int64 { format[Measure.Format.attributedClicks] }
-    var adchoicesImpressions: Int64 { format[Measure.Format.adchoicesImpressions] }
-    var adchoicesClicks: Int64 { format[Measure.Format.adchoicesClicks] }
-    var videoPlays: Int64 { format[Measure.Format.videoPlays] }
-    var videoEnds: Int64 { format[Measure.Format.videoEnds] }
-    var eeaReservationImpressions: Int64 { format[Measure.Format.eeaReservationImpressions] }
-    var withAdChoices: Int64 { format[Measure.Format.withAdChoices] }
-    var assetClicks: Int64 { asset[Measure.Asset.clicks] }
-    var assetDuplicateClicks: Int64 { asset[Measure.Asset.duplicateClicks] }
-    var assetAttributed: Int64 { asset[Measure.Asset.attributedClicks] }
-    var noImpression: Int64 { asset[Measure.Asset.noImpression] }
-    var beforeImpression: Int64 { asset[Measure.Asset.beforeImpression] }
-    var outsideWindow: Int64 { asset[Measure.Asset.outsideWindow] }
-    var appImpressions: Int64 { source[Measure.Source.appImpressions] }
-    var sdkImpressions: Int64 { source[Measure.Source.sdkImpressions] }
-    var mediationImpressions: Int64 { source[Measure.Source.mediationImpressions] }
-    var doubleTrackedImpressionAds: Int64 { source[Measure.Source.doubleTrackedImpressionAds] }
-    var doubleTrackedClickAds: Int64 { source[Measure.Source.doubleTrackedClickAds] }
+    var impressions: Int64 { format[FormatMeasure.impressions] }
+    var duplicateImpressions: Int64 { format[FormatMeasure.duplicateImpressions] }
+    var staleImpressions: Int64 { format[FormatMeasure.staleImpressions] }
+    var clicks: Int64 { format[FormatMeasure.clicks] }
+    var duplicateClicks: Int64 { format[FormatMeasure.duplicateClicks] }
+    var attributedClicks: Int64 { format[FormatMeasure.attributedClicks] }
+    var adchoicesImpressions: Int64 { format[FormatMeasure.adchoicesImpressions] }
+    var adchoicesClicks: Int64 { format[FormatMeasure.adchoicesClicks] }
+    var videoPlays: Int64 { format[FormatMeasure.videoPlays] }
+    var videoEnds: Int64 { format[FormatMeasure.videoEnds] }
+    var eeaReservationImpressions: Int64 { format[FormatMeasure.eeaReservationImpressions] }
+    var withAdChoices: Int64 { format[FormatMeasure.withAdChoices] }
+    var assetClicks: Int64 { asset[AssetMeasure.clicks] }
+    var assetDuplicateClicks: Int64 { asset[AssetMeasure.duplicateClicks] }
+    var assetAttributed: Int64 { asset[AssetMeasure.attributedClicks] }
+    var noImpression: Int64 { asset[AssetMeasure.noImpression] }
+    var beforeImpression: Int64 { asset[AssetMeasure.beforeImpression] }
+    var outsideWindow: Int64 { asset[AssetMeasure.outsideWindow] }
+    var appImpressions: Int64 { source[SourceMeasure.appImpressions] }
+    var sdkImpressions: Int64 { source[SourceMeasure.sdkImpressions] }
+    var mediationImpressions: Int64 { source[SourceMeasure.mediationImpressions] }
+    var doubleTrackedImpressionAds: Int64 { source[SourceMeasure.doubleTrackedImpressionAds] }
+    var doubleTrackedClickAds: Int64 { source[SourceMeasure.doubleTrackedClickAds] }
 }
 
 private func totals(_ ad: Ad, window: Duration = .seconds(3600), includeTest: Bool = false, day: Day? = nil,
@@ -105,7 +105,7 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.impression(.seconds(3), adUnit: "/1234/early/native")
         let keys = rowKeys(ad, .format)
         let counted = AdContribution().contribution(of: ad.events).rows
-            .first { $0.key.table == .format && $0.value[Measure.Format.impressions] == 1 }
+            .first { $0.key.table == .format && $0.value[FormatMeasure.impressions] == 1 }
         #expect(counted?.key.adUnit == "/1234/early/native")
         #expect(keys.count == 2)
     }
@@ -116,8 +116,8 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.impression(.zero, id: 3, adUnit: "/1234/a/native")
         // "…0003" < "…0020" as strings: the impression with id 3 is counted.
         let rows = AdContribution().contribution(of: ad.events).rows
-        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/a/native" }?.value[Measure.Format.impressions] == 1)
-        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/b/native" }?.value[Measure.Format.duplicateImpressions] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/a/native" }?.value[FormatMeasure.impressions] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/b/native" }?.value[FormatMeasure.duplicateImpressions] == 1)
     }
 
     @Test func idTiesCompareAsLowerCaseTextNotAsNumbers() {
@@ -128,7 +128,7 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.events.append(AdEvent(id: UUIDText("00000000-0000-4000-8000-000000000099")!, type: .impression,
                                  correctedAt: t0, adUnit: "/1234/dec/native", formatId: format))
         let rows = AdContribution().contribution(of: ad.events).rows
-        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/dec/native" }?.value[Measure.Format.impressions] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/dec/native" }?.value[FormatMeasure.impressions] == 1)
     }
 
     @Test func impressionMoreThanOneHourAfterLoadIsStaleAndStillCounted() {
@@ -365,8 +365,8 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.add(.click, .zero, id: 9, asset: "MainImage", adUnit: "/1234/b/native")
         ad.add(.click, .zero, id: 2, asset: "MainImage", adUnit: "/1234/a/native")
         let rows = AdContribution().contribution(of: ad.events).rows
-        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/a/native" }?.value[Measure.Format.clicks] == 1)
-        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/b/native" }?.value[Measure.Format.duplicateClicks] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/a/native" }?.value[FormatMeasure.clicks] == 1)
+        #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/b/native" }?.value[FormatMeasure.duplicateClicks] == 1)
     }
 }
 

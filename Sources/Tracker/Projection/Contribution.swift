@@ -37,26 +37,6 @@ public struct ProjectionKey: Sendable, Hashable {
     public var adapter: String = ""
 }
 
-/// Indices of the measures in a row's vector, per table.
-public enum Measure {
-    public enum Format {
-        public static let impressions = 0, duplicateImpressions = 1, staleImpressions = 2, clicks = 3,
-            duplicateClicks = 4, attributedClicks = 5, adchoicesImpressions = 6, adchoicesClicks = 7,
-            videoPlays = 8, videoEnds = 9, eeaReservationImpressions = 10, withAdChoices = 11
-        public static let count = 12
-    }
-    public enum Asset {
-        public static let clicks = 0, duplicateClicks = 1, attributedClicks = 2, noImpression = 3,
-            beforeImpression = 4, outsideWindow = 5
-        public static let count = 6
-    }
-    public enum Source {
-        public static let appImpressions = 0, sdkImpressions = 1, mediationImpressions = 2,
-            doubleTrackedImpressionAds = 3, doubleTrackedClickAds = 4
-        public static let count = 5
-    }
-}
-
 /// A row's measures; unused lanes stay zero. SIMD makes adding and subtracting rows cheap.
 public typealias Measures = SIMD16<Int64>
 
@@ -66,8 +46,9 @@ public struct Contribution: Sendable, Equatable {
 
     public init() {}
 
-    mutating func add(_ key: ProjectionKey, _ index: Int, _ amount: Int64 = 1) {
-        rows[key, default: Measures()][index] &+= amount
+    mutating func add<M: ProjectionMeasure>(_ key: ProjectionKey, _ measure: M, _ amount: Int64 = 1) {
+        assert(key.table == M.table, "a \(M.table) measure on a \(key.table) row")
+        rows[key, default: Measures()][measure.lane] &+= amount
     }
 
     public mutating func add(_ other: Contribution) {
@@ -277,70 +258,70 @@ struct ContributionRows: AdVerdicts {
 
     private mutating func impressionBySource(_ e: AdEvent) {
         let bySource = switch e.source {
-        case .app: Measure.Source.appImpressions
-        case .sdk: Measure.Source.sdkImpressions
-        case .mediation: Measure.Source.mediationImpressions
+        case .app: SourceMeasure.appImpressions
+        case .sdk: SourceMeasure.sdkImpressions
+        case .mediation: SourceMeasure.mediationImpressions
         }
         out.add(sourceKey(e), bySource)
     }
 
     mutating func countedImpression(_ e: AdEvent) {
-        out.add(formatKey(e), Measure.Format.impressions)
+        out.add(formatKey(e), FormatMeasure.impressions)
         impressionBySource(e)
     }
 
     mutating func duplicateImpression(_ e: AdEvent, of counted: AdEvent) {
-        out.add(formatKey(e), Measure.Format.duplicateImpressions)
+        out.add(formatKey(e), FormatMeasure.duplicateImpressions)
         impressionBySource(e)
     }
 
     mutating func countedImpressionFacts(_ impression: AdEvent, stale: Bool, doubleTracked: Bool, withAdChoices: Bool) {
-        if stale { out.add(formatKey(impression), Measure.Format.staleImpressions) }
-        if doubleTracked { out.add(sourceKey(impression), Measure.Source.doubleTrackedImpressionAds) }
+        if stale { out.add(formatKey(impression), FormatMeasure.staleImpressions) }
+        if doubleTracked { out.add(sourceKey(impression), SourceMeasure.doubleTrackedImpressionAds) }
         if impression.eea && impression.reservation {
-            out.add(formatKey(impression), Measure.Format.eeaReservationImpressions)
-            if withAdChoices { out.add(formatKey(impression), Measure.Format.withAdChoices) }
+            out.add(formatKey(impression), FormatMeasure.eeaReservationImpressions)
+            if withAdChoices { out.add(formatKey(impression), FormatMeasure.withAdChoices) }
         }
     }
 
     mutating func adLoaded(_ e: AdEvent, earliest: Bool) {}
 
     mutating func countedClick(_ c: AdEvent, _ attribution: ClickAttribution) {
-        out.add(formatKey(c), Measure.Format.clicks)
-        out.add(assetKey(c), Measure.Asset.clicks)
+        out.add(formatKey(c), FormatMeasure.clicks)
+        out.add(assetKey(c), AssetMeasure.clicks)
         switch attribution {
         case .attributed:
-            out.add(formatKey(c), Measure.Format.attributedClicks)
-            out.add(assetKey(c), Measure.Asset.attributedClicks)
-        case .unattributed(.noImpression): out.add(assetKey(c), Measure.Asset.noImpression)
-        case .unattributed(.beforeImpression): out.add(assetKey(c), Measure.Asset.beforeImpression)
-        case .unattributed(.outsideWindow): out.add(assetKey(c), Measure.Asset.outsideWindow)
+            out.add(formatKey(c), FormatMeasure.attributedClicks)
+            out.add(assetKey(c), AssetMeasure.attributedClicks)
+        case .unattributed(.noImpression): out.add(assetKey(c), AssetMeasure.noImpression)
+        case .unattributed(.beforeImpression): out.add(assetKey(c), AssetMeasure.beforeImpression)
+        case .unattributed(.outsideWindow): out.add(assetKey(c), AssetMeasure.outsideWindow)
         }
     }
 
     mutating func duplicateClick(_ c: AdEvent, of counted: AdEvent) {
-        out.add(formatKey(c), Measure.Format.duplicateClicks)
-        out.add(assetKey(c), Measure.Asset.duplicateClicks)
+        out.add(formatKey(c), FormatMeasure.duplicateClicks)
+        out.add(assetKey(c), AssetMeasure.duplicateClicks)
     }
 
     mutating func doubleTrackedClicks(firstClick: AdEvent) {
-        out.add(sourceKey(firstClick), Measure.Source.doubleTrackedClickAds)
+        out.add(sourceKey(firstClick), SourceMeasure.doubleTrackedClickAds)
     }
 
     mutating func countedAdchoicesImpression(_ e: AdEvent) {
-        out.add(formatKey(e), Measure.Format.adchoicesImpressions)
+        out.add(formatKey(e), FormatMeasure.adchoicesImpressions)
     }
 
     mutating func duplicateAdchoicesImpression(_ e: AdEvent, of counted: AdEvent) {}
 
     mutating func adchoicesClick(_ e: AdEvent) {
-        out.add(formatKey(e), Measure.Format.adchoicesClicks)
+        out.add(formatKey(e), FormatMeasure.adchoicesClicks)
     }
 
     mutating func video(_ e: AdEvent, countedAs measure: VideoMeasure?) {
         switch measure {
-        case .videoPlays?: out.add(formatKey(e), Measure.Format.videoPlays)
-        case .videoEnds?: out.add(formatKey(e), Measure.Format.videoEnds)
+        case .videoPlays?: out.add(formatKey(e), FormatMeasure.videoPlays)
+        case .videoEnds?: out.add(formatKey(e), FormatMeasure.videoEnds)
         case nil: break
         }
     }

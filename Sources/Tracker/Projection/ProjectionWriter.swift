@@ -7,7 +7,7 @@ enum ProjectionWriter {
         for table in ProjectionTable.allCases {
             let rows = delta.rows.filter { $0.key.table == table }
             guard !rows.isEmpty else { continue }
-            let width = table.measureCount
+            let width = table.measureColumns.count
             var trafficClass = BinaryArray(.int8, capacity: rows.count)
             var day = BinaryArray(.int8, capacity: rows.count)
             var adUnit = BinaryArray(.text, capacity: rows.count)
@@ -39,29 +39,6 @@ enum ProjectionWriter {
 }
 
 extension ProjectionTable {
-    var measureCount: Int {
-        switch self {
-        case .format: Measure.Format.count
-        case .asset: Measure.Asset.count
-        case .source: Measure.Source.count
-        }
-    }
-
-    /// Measure columns in the order of `Measure.*` indices.
-    var measureColumns: [String] {
-        switch self {
-        case .format:
-            ["impressions", "duplicate_impressions", "stale_impressions", "clicks", "duplicate_clicks",
-             "attributed_clicks", "adchoices_impressions", "adchoices_clicks", "video_plays", "video_ends",
-             "eea_reservation_impressions", "with_adchoices"]
-        case .asset:
-            ["clicks", "duplicate_clicks", "attributed_clicks", "no_impression", "before_impression", "outside_window"]
-        case .source:
-            ["app_impressions", "sdk_impressions", "mediation_impressions", "double_tracked_impression_ads",
-             "double_tracked_click_ads"]
-        }
-    }
-
     var tableName: String {
         switch self {
         case .format: "format_day"

@@ -77,6 +77,20 @@ enum ReportSQL {
         var measures: @Sendable ([Int64]) -> [ReportValue]
     }
 
+    /// One of a report's measure columns: a measure of the table, summed over the report's
+    /// rows, or a value computed from the row's summed measures (which the report must show).
+    enum Column<M: ProjectionMeasure> {
+        case sum(M)
+        case computed(String, @Sendable (Sums<M>) -> ReportValue)
+    }
+
+    /// A report row's summed measures, by measure.
+    struct Sums<M: ProjectionMeasure> {
+        fileprivate let values: [Int64]
+        fileprivate let position: [M: Int]
+        subscript(_ measure: M) -> Int64 { values[position[measure]!] }
+    }
+
     static func ratio(_ a: Int64, _ b: Int64) -> ReportValue {
         .ratio(b == 0 ? 0 : Double(a) / Double(b))
     }
@@ -88,80 +102,63 @@ enum ReportSQL {
           AND ($5::text IS NULL OR format_id = $5::text)
         """
 
+    /// The report's dimension names (after `day`) and their columns.
+    private static let dimensionColumns = ["adUnit": "ad_unit", "formatId": "format_id", "assetKey": "asset_key", "adapter": "adapter"]
+
     static func spec(_ kind: ReportKind) -> Spec {
         switch kind {
         case .summary:
-            Spec(
-                dimensions: ["day", "adUnit", "formatId"],
-                measureNames: ["impressions", "duplicateImpressions", "staleImpressions", "clicks", "duplicateClicks",
-                               "attributedClicks", "unattributedClicks", "ctr", "adchoicesImpressions", "adchoicesClicks",
-                               "videoPlays", "videoEnds"],
-                sql: """
-                    SELECT to_char(day, 'YYYY-MM-DD'), ad_unit, format_id,
-                           sum(impressions), sum(duplicate_impressions), sum(stale_impressions), sum(clicks),
-                           sum(duplicate_clicks), sum(attributed_clicks), sum(adchoices_impressions),
-                           sum(adchoices_clicks), sum(video_plays), sum(video_ends)
-                    FROM format_day
-                    \(filters)
-                    GROUP BY day, ad_unit, format_id
-                    HAVING sum(impressions) <> 0 OR sum(duplicate_impressions) <> 0 OR sum(stale_impressions) <> 0
-                        OR sum(clicks) <> 0 OR sum(duplicate_clicks) <> 0 OR sum(attributed_clicks) <> 0
-                        OR sum(adchoices_impressions) <> 0 OR sum(adchoices_clicks) <> 0
-                        OR sum(video_plays) <> 0 OR sum(video_ends) <> 0
-                    ORDER BY day, ad_unit COLLATE "C", format_id COLLATE "C"
-                    """,
-                measures: { c in
-                    let (impressions, clicks, attributed) = (c[0], c[3], c[5])
-                    return [.count(impressions), .count(c[1]), .count(c[2]), .count(clicks), .count(c[4]),
-                            .count(attributed), .count(clicks - attributed), ratio(attributed, impressions),
-                            .count(c[6]), .count(c[7]), .count(c[8]), .count(c[9])]
-                })
+            spec(["adUnit", "formatId"], [
+                .sum(FormatMeasure.impressions), .sum(.duplicateImpressions), .sum(.staleImpressions), .sum(.clicks),
+                .sum(.duplicateClicks), .sum(.attributedClicks),
+                .computed("unattributedClicks") { .count($0[.clicks] - $0[.attributedClicks]) },
+                .computed("ctr") { ratio($0[.attributedClicks], $0[.impressions]) },
+                .sum(.adchoicesImpressions), .sum(.adchoicesClicks), .sum(.videoPlays), .sum(.videoEnds),
+            ])
         case .assets:
-            Spec(
-                dimensions: ["day", "adUnit", "formatId", "assetKey"],
-                measureNames: ["clicks", "duplicateClicks", "attributedClicks", "noImpression", "beforeImpression", "outsideWindow"],
-                sql: """
-                    SELECT to_char(day, 'YYYY-MM-DD'), ad_unit, format_id, asset_key,
-                           sum(clicks), sum(duplicate_clicks), sum(attributed_clicks), sum(no_impression),
-                           sum(before_impression), sum(outside_window)
-                    FROM asset_day
-                    \(filters)
-                    GROUP BY day, ad_unit, format_id, asset_key
-                    HAVING sum(clicks) <> 0 OR sum(duplicate_clicks) <> 0 OR sum(attributed_clicks) <> 0
-                        OR sum(no_impression) <> 0 OR sum(before_impression) <> 0 OR sum(outside_window) <> 0
-                    ORDER BY day, ad_unit COLLATE "C", format_id COLLATE "C", asset_key COLLATE "C"
-                    """,
-                measures: { c in c.map(ReportValue.count) })
+            spec(["adUnit", "formatId", "assetKey"], AssetMeasure.allCases.map(Column.sum))
         case .sources:
-            Spec(
-                dimensions: ["day", "adUnit", "adapter"],
-                measureNames: ["appImpressions", "sdkImpressions", "mediationImpressions", "doubleTrackedImpressionAds", "doubleTrackedClickAds"],
-                sql: """
-                    SELECT to_char(day, 'YYYY-MM-DD'), ad_unit, adapter,
-                           sum(app_impressions), sum(sdk_impressions), sum(mediation_impressions),
-                           sum(double_tracked_impression_ads), sum(double_tracked_click_ads)
-                    FROM source_day
-                    \(filters)
-                    GROUP BY day, ad_unit, adapter
-                    HAVING sum(app_impressions) <> 0 OR sum(sdk_impressions) <> 0 OR sum(mediation_impressions) <> 0
-                        OR sum(double_tracked_impression_ads) <> 0 OR sum(double_tracked_click_ads) <> 0
-                    ORDER BY day, ad_unit COLLATE "C", adapter COLLATE "C"
-                    """,
-                measures: { c in c.map(ReportValue.count) })
+            spec(["adUnit", "adapter"], SourceMeasure.allCases.map(Column.sum))
         case .adchoices:
-            Spec(
-                dimensions: ["day", "adUnit", "formatId"],
-                measureNames: ["eeaReservationImpressions", "withAdChoices", "share", "adchoicesClicks"],
-                sql: """
-                    SELECT to_char(day, 'YYYY-MM-DD'), ad_unit, format_id,
-                           sum(eea_reservation_impressions), sum(with_adchoices), sum(adchoices_clicks)
-                    FROM format_day
-                    \(filters)
-                    GROUP BY day, ad_unit, format_id
-                    HAVING sum(eea_reservation_impressions) <> 0 OR sum(with_adchoices) <> 0 OR sum(adchoices_clicks) <> 0
-                    ORDER BY day, ad_unit COLLATE "C", format_id COLLATE "C"
-                    """,
-                measures: { c in [.count(c[0]), .count(c[1]), ratio(c[1], c[0]), .count(c[2])] })
+            spec(["adUnit", "formatId"], [
+                .sum(FormatMeasure.eeaReservationImpressions), .sum(.withAdChoices),
+                .computed("share") { ratio($0[.withAdChoices], $0[.eeaReservationImpressions]) },
+                .sum(.adchoicesClicks),
+            ])
         }
+    }
+
+    /// A report over `M`'s table: one row per day and `dimensions`, in that order (bytewise),
+    /// leaving out rows whose summed measures are all zero.
+    static func spec<M: ProjectionMeasure>(_ dimensions: [String], _ columns: [Column<M>]) -> Spec {
+        let summed: [M] = columns.compactMap { if case .sum(let m) = $0 { m } else { nil } }
+        let position = Dictionary(uniqueKeysWithValues: summed.enumerated().map { ($1, $0) })
+        let dims = dimensions.map { dimensionColumns[$0]! }
+        let sums = summed.map { "sum(\($0.column))" }
+        let sql = """
+            SELECT to_char(day, 'YYYY-MM-DD'), \(dims.joined(separator: ", ")),
+                   \(sums.joined(separator: ", "))
+            FROM \(M.table.tableName)
+            \(filters)
+            GROUP BY day, \(dims.joined(separator: ", "))
+            HAVING \(sums.map { "\($0) <> 0" }.joined(separator: " OR "))
+            ORDER BY day, \(dims.map { "\($0) COLLATE \"C\"" }.joined(separator: ", "))
+            """
+        let names = columns.map { column in
+            switch column {
+            case .sum(let m): m.name
+            case .computed(let name, _): name
+            }
+        }
+        let measures: @Sendable ([Int64]) -> [ReportValue] = { counts in
+            let row = Sums(values: counts, position: position)
+            return columns.map { column in
+                switch column {
+                case .sum(let m): .count(row[m])
+                case .computed(_, let compute): compute(row)
+                }
+            }
+        }
+        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, measures: measures)
     }
 }

@@ -1,0 +1,98 @@
+/// The measures the projection tables keep: the one list from which the tables' measure
+/// columns, the projector's writes and the reports' SQL and names are derived.
+///
+/// A case's position is its lane in a row's `Measures` vector, `column` is its column in the
+/// table, and reports name it as the case is named. Adding a measure takes a case here with
+/// its column, its rule in `AdContribution`, a migration adding the column, and the report
+/// columns that show it (`ReportSQL`); `ProjectionSchemaTests` fails while this list and the
+/// schema disagree.
+public protocol ProjectionMeasure: CaseIterable, Sendable, Hashable, RawRepresentable<Int> where AllCases == [Self] {
+    static var table: ProjectionTable { get }
+    var column: String { get }
+}
+
+extension ProjectionMeasure {
+    /// The measure's lane in a row's `Measures` vector.
+    var lane: Int { rawValue }
+    /// The measure's name in reports (SPEC section 6).
+    public var name: String { String(describing: self) }
+}
+
+/// `format_day`: per day, ad unit and format.
+public enum FormatMeasure: Int, ProjectionMeasure {
+    case impressions, duplicateImpressions, staleImpressions, clicks, duplicateClicks, attributedClicks,
+         adchoicesImpressions, adchoicesClicks, videoPlays, videoEnds, eeaReservationImpressions, withAdChoices
+
+    public static let table = ProjectionTable.format
+
+    public var column: String {
+        switch self {
+        case .impressions: "impressions"
+        case .duplicateImpressions: "duplicate_impressions"
+        case .staleImpressions: "stale_impressions"
+        case .clicks: "clicks"
+        case .duplicateClicks: "duplicate_clicks"
+        case .attributedClicks: "attributed_clicks"
+        case .adchoicesImpressions: "adchoices_impressions"
+        case .adchoicesClicks: "adchoices_clicks"
+        case .videoPlays: "video_plays"
+        case .videoEnds: "video_ends"
+        case .eeaReservationImpressions: "eea_reservation_impressions"
+        case .withAdChoices: "with_adchoices"
+        }
+    }
+}
+
+/// `asset_day`: per day, ad unit, format and asset key.
+public enum AssetMeasure: Int, ProjectionMeasure {
+    case clicks, duplicateClicks, attributedClicks, noImpression, beforeImpression, outsideWindow
+
+    public static let table = ProjectionTable.asset
+
+    public var column: String {
+        switch self {
+        case .clicks: "clicks"
+        case .duplicateClicks: "duplicate_clicks"
+        case .attributedClicks: "attributed_clicks"
+        case .noImpression: "no_impression"
+        case .beforeImpression: "before_impression"
+        case .outsideWindow: "outside_window"
+        }
+    }
+}
+
+/// `source_day`: per day, ad unit, format and adapter.
+public enum SourceMeasure: Int, ProjectionMeasure {
+    case appImpressions, sdkImpressions, mediationImpressions, doubleTrackedImpressionAds, doubleTrackedClickAds
+
+    public static let table = ProjectionTable.source
+
+    public var column: String {
+        switch self {
+        case .appImpressions: "app_impressions"
+        case .sdkImpressions: "sdk_impressions"
+        case .mediationImpressions: "mediation_impressions"
+        case .doubleTrackedImpressionAds: "double_tracked_impression_ads"
+        case .doubleTrackedClickAds: "double_tracked_click_ads"
+        }
+    }
+}
+
+extension ProjectionTable {
+    /// The table's measure columns, in lane order.
+    public var measureColumns: [String] {
+        switch self {
+        case .format: FormatMeasure.allCases.map(\.column)
+        case .asset: AssetMeasure.allCases.map(\.column)
+        case .source: SourceMeasure.allCases.map(\.column)
+        }
+    }
+}
+
+extension SIMD16 where Scalar == Int64 {
+    /// The value of `measure` in a row's vector.
+    public subscript<M: ProjectionMeasure>(_ measure: M) -> Int64 {
+        get { self[measure.lane] }
+        set { self[measure.lane] = newValue }
+    }
+}
