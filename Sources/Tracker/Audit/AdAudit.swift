@@ -9,7 +9,7 @@ public struct AdAudit: Sendable {
     private let pool: ConnectionPool
     private let reports: Reports
 
-    public init(pool: ConnectionPool, maxWait: Duration = .seconds(5)) {
+    public init(pool: ConnectionPool, maxWait: Duration = LogCursor.defaultReportWait) {
         self.pool = pool
         reports = Reports(pool: pool, maxWait: maxWait)
     }
@@ -19,7 +19,7 @@ public struct AdAudit: Sendable {
         try await reports.waitForProjections()
         let found: (logged: [LoggedEvent], window: Duration)? = try await pool.withConnection { connection in
             let state = try connection.query(AdAuditSQL.window)
-            let window = Duration.microseconds(state.int64(0, 0) ?? 3_600_000_000)
+            let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
             var strings = StringTable(limit: 64)
             let packed = try connection.query(AdAuditSQL.adState, [.text(requestId)], binaryResults: true)
             var projected: [AdEvent] = []
@@ -62,7 +62,7 @@ public struct AdAudit: Sendable {
         guard let found else { return nil }
         let explanation = AdContribution(attributionWindow: found.window)
             .explain(requestId: requestId, found.logged, includeTest: includeTest)
-        return (explanation, try await Projector.lag(pool))
+        return (explanation, try await LogCursor(pool: pool).lag())
     }
 }
 

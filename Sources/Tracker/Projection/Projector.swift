@@ -3,17 +3,6 @@ import Metrics
 import ServiceLifecycle
 import Synchronization
 
-/// How far the projections trail the log.
-public struct ProjectionLag: Sendable, Hashable {
-    /// Log events not yet projected: counted up to `cap`, estimated beyond it from the log's
-    /// sequence (a count of 100 000 rows cost 70-300 ms on every `/readyz` and report).
-    public var events: Int
-    /// Seconds since the oldest unprojected event was received (of the first `cap` in log
-    /// order); 0 when caught up.
-    public var seconds: Double
-    public static let cap = 1_000
-}
-
 /// Maintains the projection tables from the log, exactly once.
 ///
 /// Each step reads the next events in log order, recomputes the contribution of every ad
@@ -117,15 +106,8 @@ public final class Projector: Service, Sendable {
         try await checkWindow()
         let (window, limit, pause) = (attributionWindow, batchSize, pollInterval)
         return try await pool.withConnection { c in
-            try Self.catchUp(on: c, to: try Self.head(on: c), window: window, limit: limit, pause: pause)
+            try Self.catchUp(on: c, to: try LogCursor.head(on: c), window: window, limit: limit, pause: pause)
         }
-    }
-
-    /// The log's newest committed event, or `nil` for an empty log.
-    static func head(on connection: Connection) throws -> LogPosition? {
-        let r = try connection.query(ProjectorSQL.head)
-        guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
-        return LogPosition(tx: tx, seq: seq)
     }
 
     /// Steps on `connection`, one transaction per step, until the checkpoint reaches `head`.
@@ -146,7 +128,7 @@ public final class Projector: Service, Sendable {
             if n == limit { continue }
             guard let head else { return total }
             let reached = try inTransaction {
-                try connection.query(ProjectorSQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
+                try connection.query(LogCursor.SQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
             }
             if reached { return total }
             // Nothing readable yet: an older transaction elsewhere is still open.
@@ -195,17 +177,7 @@ public final class Projector: Service, Sendable {
 
     /// Events and seconds the projections trail the log.
     public func lag() async throws -> ProjectionLag {
-        try await Self.lag(pool)
-    }
-
-    public static func lag(_ pool: ConnectionPool) async throws -> ProjectionLag {
-        try await pool.withConnection { connection in
-            let r = try connection.query(ProjectorSQL.lag, [String(ProjectionLag.cap)])
-            let counted = Int(r.int64(0, 0) ?? 0)
-            let estimated = Int(r.int64(0, 2) ?? 0)
-            return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
-                                 seconds: Double(r.string(0, 1) ?? "0") ?? 0)
-        }
+        try await LogCursor(pool: pool).lag()
     }
 }
 
@@ -229,12 +201,6 @@ public final class ProjectorStatus: Sendable {
     public var stopReason: ProjectorError? { stopped.withLock { $0 } }
 
     func stop(_ error: ProjectorError) { stopped.withLock { $0 = error } }
-}
-
-/// A place in the log's order `(tx, seq)`, as text for statement parameters.
-struct LogPosition: Sendable {
-    var tx: String
-    var seq: String
 }
 
 public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -300,32 +266,4 @@ enum ProjectorSQL {
         """
 
     static let setWindow = "UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)"
-
-    /// The newest committed event: where `catchUp` stops.
-    /// (`events.tx`: a bare `tx` would sort by the output column, the text, where '1000' < '999'.)
-    static let head = "SELECT tx::text, seq FROM events ORDER BY events.tx DESC, events.seq DESC LIMIT 1"
-
-    /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
-    /// events beyond it are readable now (else the projector waits for an older transaction).
-    static let reached = """
-        SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
-               EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
-                                               AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))
-        FROM projection_state s
-        """
-
-    /// The checkpoint goes in as scalar subqueries, which the planner turns into parameters
-    /// of an index condition on (tx, seq); joined in as a row it scanned the whole log.
-    /// Column 2 estimates the events behind from `event_seq` (every logged event took a number;
-    /// off by at most the 64 numbers each writer connection caches).
-    static let lag = """
-        SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
-               (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)
-        FROM (
-            SELECT received_at FROM events
-            WHERE (tx, seq) > ((SELECT checkpoint_tx FROM projection_state), (SELECT checkpoint_seq FROM projection_state))
-            ORDER BY tx, seq
-            LIMIT $1::int
-        ) pending
-        """
 }

@@ -58,7 +58,7 @@ public struct Rebuild: Sendable {
                 }
             }
             // 1. The horizon, and a fresh schema shaped like the live projections.
-            let head = try Projector.head(on: c)
+            let head = try LogCursor.head(on: c)
             // Let transactions still open elsewhere end (for up to 10 s) so the horizon covers
             // every event committed before the rebuild began: the bulk phases then copy them
             // and the progress shows them, instead of the catch-up picking them up unseen.

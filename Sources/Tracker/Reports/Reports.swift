@@ -16,7 +16,7 @@ public struct Reports: Sendable {
     /// Time to answer each report, the wait for the projections included.
     private let durations: [ReportKind: Timer]
 
-    public init(pool: ConnectionPool, maxWait: Duration = .seconds(5), stallLimit: Duration = .seconds(1)) {
+    public init(pool: ConnectionPool, maxWait: Duration = LogCursor.defaultReportWait, stallLimit: Duration = .seconds(1)) {
         self.pool = pool
         self.maxWait = maxWait
         self.stallLimit = stallLimit
@@ -44,27 +44,13 @@ public struct Reports: Sendable {
             }
             return out
         }
-        let lag = try await Projector.lag(pool)
+        let lag = try await LogCursor(pool: pool).lag()
         return ReportResult(query: query, columns: spec.dimensions + spec.measureNames, rows: rows, lag: lag)
     }
 
-    /// Waits until the projection checkpoint reaches the log's head as of now (see the type).
+    /// Waits until the projections hold the log's head as of now (see the type).
     func waitForProjections() async throws {
-        guard maxWait > .zero, let head = try await pool.withConnection({ try Projector.head(on: $0) }) else { return }
-        let start = ContinuousClock.now
-        var checkpoint: String?
-        var moved = start
-        while true {
-            let (reached, current, readable) = try await pool.withConnection { connection in
-                let r = try connection.query(ProjectorSQL.reached, [head.tx, head.seq])
-                return (r.bool(0, 0) ?? true, r.string(0, 1), r.bool(0, 2) ?? false)
-            }
-            if reached { return }
-            let time = ContinuousClock.now
-            if current != checkpoint || !readable { (checkpoint, moved) = (current, time) }
-            if time - start >= maxWait || time - moved >= stallLimit { return }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
     }
 }
 

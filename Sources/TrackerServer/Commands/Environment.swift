@@ -27,7 +27,7 @@ func projectorBatchSize() throws -> Int {
 /// `TRACKER_REPORT_WAIT` in seconds (default 5, 0 = never wait): how long a report waits for the
 /// projections to include every event committed when it was asked (see `Reports`).
 func reportWait() throws -> Duration {
-    guard let value = environment("TRACKER_REPORT_WAIT") else { return .seconds(5) }
+    guard let value = environment("TRACKER_REPORT_WAIT") else { return LogCursor.defaultReportWait }
     guard let seconds = Double(value), seconds >= 0, seconds <= 3600 else {
         throw ValidationError("TRACKER_REPORT_WAIT must be a number of seconds from 0 to 3600, got '\(value)'")
     }

@@ -53,7 +53,7 @@ struct HealthRoutes: Sendable {
             // left out, and the role check's warning says which setting to add.
             var lagField = ""
             do {
-                let lag = try await Projector.lag(lagPool)
+                let lag = try await LogCursor(pool: lagPool).lag()
                 lagField = ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}"
             } catch let error as DatabaseError where error.sqlState == "42501" {
                 lagField = ""

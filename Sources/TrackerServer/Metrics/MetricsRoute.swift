@@ -84,7 +84,7 @@ struct MetricsRoute: Sendable {
             gauges.waiting.record(usage.waiting)
             gauges.size.record(named.pool.maxConnections)
         }
-        if let lag = try? await Projector.lag(lagPool) {
+        if let lag = try? await LogCursor(pool: lagPool).lag() {
             lagEvents.record(lag.events)
             lagSeconds.record(lag.seconds)
         } else {
