@@ -15,8 +15,10 @@ struct QuickAnswerTests {
                 let locker = try Connection.open(db.url)
                 defer { locker.close() }
                 try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
-                let client = tracker.client
-                let held = Task { try client.postEvents(Wire.batch([Wire.event()]), key: key) }
+                var client = tracker.client
+                // It waits for the lock until the refusal and /healthz below are read (up to 40 s each).
+                client.readTimeoutSeconds = 120
+                let held = Task { [client] in try client.postEvents(Wire.batch([Wire.event()]), key: key) }
                 var waiting = false
                 for _ in 0..<100 where !waiting {
                     try await Task.sleep(for: .milliseconds(50))

@@ -4,18 +4,68 @@ import Logging
 import NIOCore
 import Tracker
 
+/// The API's stable error codes (`docs/openapi.yaml` lists which answer carries which), each
+/// with the one status it is answered with: the one place where a code meets HTTP.
+enum ErrorCode: String, Sendable, CaseIterable {
+    case badRequest = "bad_request"
+    case invalidJSON = "invalid_json"
+    case invalidGzip = "invalid_gzip"
+    case invalidBody = "invalid_body"
+    case invalidParameter = "invalid_parameter"
+    case unknownReport = "unknown_report"
+    case invalidBeacon = "invalid_beacon"
+    case invalidBeaconRequest = "invalid_beacon_request"
+    case unauthorized
+    case forbidden
+    case notFound = "not_found"
+    case chartLibraryMissing = "chart_library_missing"
+    case methodNotAllowed = "method_not_allowed"
+    case requestTimeout = "request_timeout"
+    case payloadTooLarge = "payload_too_large"
+    case unsupportedMediaType = "unsupported_media_type"
+    case rateLimited = "rate_limited"
+    case `internal`
+    case overloaded
+    case databaseUnavailable = "database_unavailable"
+    case shuttingDown = "shutting_down"
+    case tooManyConnections = "too_many_connections"
+    case beaconsNotConfigured = "beacons_not_configured"
+    case unavailable
+
+    var status: HTTPResponse.Status {
+        switch self {
+        case .badRequest, .invalidJSON, .invalidGzip, .invalidBody, .invalidParameter, .unknownReport, .invalidBeacon, .invalidBeaconRequest: .badRequest
+        case .unauthorized: .unauthorized
+        case .forbidden: .forbidden
+        case .notFound, .chartLibraryMissing: .notFound
+        case .methodNotAllowed: .methodNotAllowed
+        case .requestTimeout: .requestTimeout
+        case .payloadTooLarge: .contentTooLarge
+        case .unsupportedMediaType: .unsupportedMediaType
+        case .rateLimited: .tooManyRequests
+        case .internal: .internalServerError
+        case .overloaded, .databaseUnavailable, .shuttingDown, .tooManyConnections, .beaconsNotConfigured, .unavailable: .serviceUnavailable
+        }
+    }
+}
+
 /// An error a client can act on: a status, a stable code and a message saying what to fix.
 ///
 /// Every error body of the API is `{"error": "<code>", "message": "<what to fix>"}`.
 struct APIError: Error, HTTPResponseError {
     var status: HTTPResponse.Status
-    var code: String
+    var code: ErrorCode
     var message: String
     var retryAfterSeconds: Int?
     /// Further headers of the answer (`Allow` on a `405`).
     var headers: HTTPFields
 
-    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryAfterSeconds: Int? = nil, headers: HTTPFields = [:]) {
+    init(_ code: ErrorCode, _ message: String, retryAfterSeconds: Int? = nil, headers: HTTPFields = [:]) {
+        self.init(status: code.status, code: code, message: message, retryAfterSeconds: retryAfterSeconds, headers: headers)
+    }
+
+    /// For a status the router chose (its own `404`, `405`, …), which may not be `code`'s.
+    init(status: HTTPResponse.Status, code: ErrorCode, message: String, retryAfterSeconds: Int? = nil, headers: HTTPFields = [:]) {
         self.status = status
         self.code = code
         self.message = message
@@ -26,7 +76,7 @@ struct APIError: Error, HTTPResponseError {
     /// `{"error": "<code>", "message": "<what to fix>"}`.
     var body: String {
         var body = "{\"error\":"
-        JSONText.appendQuoted(code, to: &body)
+        JSONText.appendQuoted(code.rawValue, to: &body)
         body += ",\"message\":"
         JSONText.appendQuoted(message, to: &body)
         return body + "}"
@@ -44,37 +94,37 @@ struct APIError: Error, HTTPResponseError {
 extension APIError {
     static func from(_ error: BatchError) -> APIError {
         switch error {
-        case .malformedJSON: APIError(.badRequest, "invalid_json", error.message)
-        case .invalidBody: APIError(.badRequest, "invalid_body", error.message)
-        case .bodyTooLarge, .tooManyEvents, .eventTooLarge: APIError(.contentTooLarge, "payload_too_large", error.message)
+        case .malformedJSON: APIError(.invalidJSON, error.message)
+        case .invalidBody: APIError(.invalidBody, error.message)
+        case .bodyTooLarge, .tooManyEvents, .eventTooLarge: APIError(.payloadTooLarge, error.message)
         }
     }
 
     static func from(_ error: ReportQueryError) -> APIError {
         switch error {
-        case .unknownReport: APIError(.badRequest, "unknown_report", error.description)
-        case .invalidParameter, .fromAfterTo, .rangeTooLong: APIError(.badRequest, "invalid_parameter", error.description)
+        case .unknownReport: APIError(.unknownReport, error.description)
+        case .invalidParameter, .fromAfterTo, .rangeTooLong: APIError(.invalidParameter, error.description)
         }
     }
 
     static func from(_ error: AppendError) -> APIError {
         switch error {
         case .overloaded:
-            APIError(.serviceUnavailable, "overloaded", "the tracker is overloaded; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+            APIError(.overloaded, "the tracker is overloaded; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
         case .databaseUnavailable:
-            APIError(.serviceUnavailable, "database_unavailable", "the database is unavailable; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 2)
+            APIError(.databaseUnavailable, "the database is unavailable; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 2)
         case .shuttingDown:
-            APIError(.serviceUnavailable, "shutting_down", "this tracker instance is shutting down; nothing of this batch was stored, retry", retryAfterSeconds: 1)
+            APIError(.shuttingDown, "this tracker instance is shutting down; nothing of this batch was stored, retry", retryAfterSeconds: 1)
         case .failed:
-            APIError(.internalServerError, "internal", "the batch could not be stored; nothing of it was acknowledged")
+            APIError(.internal, "the batch could not be stored; nothing of it was acknowledged")
         }
     }
 
     static func from(_ error: DatabaseError) -> APIError {
         if error.isTransient || error.code == .poolClosed {
-            return APIError(.serviceUnavailable, "database_unavailable", "the database is unavailable; retry after the delay", retryAfterSeconds: 2)
+            return APIError(.databaseUnavailable, "the database is unavailable; retry after the delay", retryAfterSeconds: 2)
         }
-        return APIError(.internalServerError, "internal", "internal error")
+        return APIError(.internal, "internal error")
     }
 }
 
@@ -86,28 +136,28 @@ struct ErrorBodyMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as APIError {
             throw error
         } catch let error as HTTPError {
-            throw APIError(error.status, Self.code(for: error.status), error.body ?? error.status.reasonPhrase)
+            throw APIError(status: error.status, code: Self.code(for: error.status), message: error.body ?? error.status.reasonPhrase)
         } catch let error as DatabaseError {
             context.logger.error("database error", metadata: ["tracker.error": "\(error.debugDescription)"])
             throw APIError.from(error)
         } catch {
             context.logger.error("unhandled error", metadata: ["tracker.error": "\(String(reflecting: error))"])
-            throw APIError(.internalServerError, "internal", "internal error")
+            throw APIError(.internal, "internal error")
         }
     }
 
-    static func code(for status: HTTPResponse.Status) -> String {
+    static func code(for status: HTTPResponse.Status) -> ErrorCode {
         switch status.code {
-        case 400: "bad_request"
-        case 401: "unauthorized"
-        case 403: "forbidden"
-        case 404: "not_found"
-        case 405: "method_not_allowed"
-        case 413: "payload_too_large"
-        case 415: "unsupported_media_type"
-        case 429: "rate_limited"
-        case 503: "unavailable"
-        default: status.code >= 500 ? "internal" : "bad_request"
+        case 400: .badRequest
+        case 401: .unauthorized
+        case 403: .forbidden
+        case 404: .notFound
+        case 405: .methodNotAllowed
+        case 413: .payloadTooLarge
+        case 415: .unsupportedMediaType
+        case 429: .rateLimited
+        case 503: .unavailable
+        default: status.code >= 500 ? .internal : .badRequest
         }
     }
 }

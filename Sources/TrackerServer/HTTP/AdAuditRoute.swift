@@ -24,7 +24,7 @@ struct AdAuditRoute: Sendable {
             throw APIError.from(error)
         }
         guard let (explanation, lag) = try await audit.explain(requestId: requestId, includeTest: includeTest) else {
-            throw APIError(.notFound, "not_found", "no stored event has the requestId '\(requestId)' (or the projector has not reached it yet)")
+            throw APIError(.notFound, "no stored event has the requestId '\(requestId)' (or the projector has not reached it yet)")
         }
         var headers = ReportRoutes.privateFigures
         headers[.contentType] = "application/json"
@@ -40,16 +40,16 @@ struct AdAuditRoute: Sendable {
         while let b = utf8.next() {
             guard b == UInt8(ascii: "%") else { bytes.append(b); continue }
             guard let h = utf8.next().flatMap(Self.hexValue), let l = utf8.next().flatMap(Self.hexValue) else {
-                throw APIError(.badRequest, "invalid_parameter", "requestId is not percent-encoded correctly")
+                throw APIError(.invalidParameter, "requestId is not percent-encoded correctly")
             }
             bytes.append(h << 4 | l)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw APIError(.badRequest, "invalid_parameter", "requestId must be UTF-8 once percent-decoded")
+            throw APIError(.invalidParameter, "requestId must be UTF-8 once percent-decoded")
         }
         let count = text.unicodeScalars.count
         guard (1...128).contains(count), !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw APIError(.badRequest, "invalid_parameter", "requestId must be 1 to 128 characters without control characters, got \(count) characters")
+            throw APIError(.invalidParameter, "requestId must be 1 to 128 characters without control characters, got \(count) characters")
         }
         return text
     }

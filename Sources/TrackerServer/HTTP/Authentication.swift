@@ -6,16 +6,16 @@ extension APIKeys {
     /// The principal behind the request's bearer key, checked against the scope the route needs.
     func principal(for request: Request, requiring scope: KeyScope) async throws -> Principal {
         guard let header = request.headers[.authorization] else {
-            throw APIError(.unauthorized, "unauthorized", "send your key as 'Authorization: Bearer <key>'")
+            throw APIError(.unauthorized, "send your key as 'Authorization: Bearer <key>'")
         }
         guard let key = Self.bearerKey(header) else {
-            throw APIError(.unauthorized, "unauthorized", "the Authorization header must be 'Bearer <key>'")
+            throw APIError(.unauthorized, "the Authorization header must be 'Bearer <key>'")
         }
         guard !key.isEmpty, key.utf8.count <= 256, let principal = try await authenticate(key) else {
-            throw APIError(.unauthorized, "unauthorized", "unknown or revoked key")
+            throw APIError(.unauthorized, "unknown or revoked key")
         }
         guard principal.scope == scope else {
-            throw APIError(.forbidden, "forbidden", "key '\(principal.name)' has the \(principal.scope.rawValue) scope; this endpoint needs a key with the \(scope.rawValue) scope")
+            throw APIError(.forbidden, "key '\(principal.name)' has the \(principal.scope.rawValue) scope; this endpoint needs a key with the \(scope.rawValue) scope")
         }
         return principal
     }

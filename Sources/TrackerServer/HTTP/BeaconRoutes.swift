@@ -65,7 +65,7 @@ struct BeaconRoutes: Sendable {
         } catch let error as APIError {
             return Self.error(error)
         } catch {
-            return Self.error(APIError(.internalServerError, "internal", "the beacon could not be stored"))
+            return Self.error(APIError(.internal, "the beacon could not be stored"))
         }
         var headers = Self.headers
         headers[.contentType] = "image/gif"
@@ -109,13 +109,13 @@ struct BeaconRoutes: Sendable {
         let principal = try await keys.principal(for: request, requiring: .ingest)
         guard let beacons else { throw Self.notConfigured }
         guard let contentType = request.headers[.contentType], IngestRoute.isJSON(contentType) else {
-            throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the beacons with 'Content-Type: application/json'")
+            throw APIError(.unsupportedMediaType, "send the beacons with 'Content-Type: application/json'")
         }
         let limit = 256 * 1024
         var body = ByteBuffer()
         for try await chunk in request.body {
             guard body.readableBytes + chunk.readableBytes <= limit else {
-                throw APIError(.contentTooLarge, "payload_too_large", "the body is over \(limit / 1024) KiB; send at most \(Beacons.maxPerRequest) beacons")
+                throw APIError(.payloadTooLarge, "the body is over \(limit / 1024) KiB; send at most \(Beacons.maxPerRequest) beacons")
             }
             var chunk = chunk
             body.writeBuffer(&chunk)
@@ -124,7 +124,7 @@ struct BeaconRoutes: Sendable {
         do {
             minted = try beacons.mint(requestBody: Array(body.readableBytesView), issuer: principal.name, now: .now())
         } catch {
-            throw APIError(.badRequest, "invalid_beacon_request", error.description)
+            throw APIError(.invalidBeaconRequest, error.description)
         }
         var out = "{\"beacons\":["
         for (i, beacon) in minted.enumerated() {
@@ -152,7 +152,7 @@ struct BeaconRoutes: Sendable {
         do throws(BeaconTokenError) {
             return .visit(try beacons.receive(token, at: endpoint, receivedAt: .now()))
         } catch {
-            return .refused(Self.error(APIError(.badRequest, "invalid_beacon", error.message)))
+            return .refused(Self.error(APIError(.invalidBeacon, error.message)))
         }
     }
 
@@ -178,7 +178,7 @@ struct BeaconRoutes: Sendable {
     }
 
     static let notConfigured = APIError(
-        .serviceUnavailable, "beacons_not_configured",
+        .beaconsNotConfigured,
         "web beacons are off on this tracker: set TRACKER_BEACON_SECRET (at least 32 bytes, e.g. from 'openssl rand -base64 32') on every replica and restart")
 
     /// The API's JSON error body with the beacon headers (no cache keeps a refusal either).

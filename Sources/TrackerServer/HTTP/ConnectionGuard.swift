@@ -110,7 +110,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             if case .head = part {
                 deadline?.cancel()
                 deadline = nil
-                respond(context, .serviceUnavailable, "too_many_connections",
+                respond(context, .tooManyConnections,
                         "the tracker has \(counter.limit) connections open; retry after the delay", retryAfter: 1)
             }
             return
@@ -125,7 +125,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 if answering {
                     context.close(promise: nil)
                 } else {
-                    respond(context, .requestTimeout, "request_timeout",
+                    respond(context, .requestTimeout,
                             "the request did not arrive whole within \(requestTimeout.nanoseconds / 1_000_000_000) s; nothing of it was stored")
                 }
             }
@@ -144,11 +144,10 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// Writes a whole error response in the API's JSON shape and closes the connection.
-    private func respond(_ context: ChannelHandlerContext, _ status: HTTPResponse.Status, _ code: String,
-                         _ message: String, retryAfter: Int? = nil) {
+    private func respond(_ context: ChannelHandlerContext, _ code: ErrorCode, _ message: String, retryAfter: Int? = nil) {
         var fields: HTTPFields = [.connection: "close"]
         if let retryAfter { fields[.retryAfter] = String(retryAfter) }
-        WholeAnswer.write(context, status: status, body: APIError(status, code, message).body, fields: fields)
+        WholeAnswer.write(context, status: code.status, body: APIError(code, message).body, fields: fields)
             .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
     }
 }
@@ -227,7 +226,7 @@ final class HTTP1Corners: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         answeredError = true
-        let bytes = ByteBuffer(string: APIError(.badRequest, "bad_request", "the request could not be read as HTTP/1.1 (\(parserError)): a request line or header over the server's limits, or broken syntax").body)
+        let bytes = ByteBuffer(string: APIError(.badRequest, "the request could not be read as HTTP/1.1 (\(parserError)): a request line or header over the server's limits, or broken syntax").body)
         let head = HTTPResponseHead(version: .http1_1, status: .badRequest, headers: [
             "content-type": "application/json", "content-length": String(bytes.readableBytes), "connection": "close",
         ])

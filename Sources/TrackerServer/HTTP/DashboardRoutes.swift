@@ -34,7 +34,7 @@ struct DashboardRoutes: Sendable {
             switch chartLibrary {
             case .loaded(let asset): return asset.response(to: request)
             case .missing(let path, let reason):
-                throw APIError(.notFound, "chart_library_missing",
+                throw APIError(.chartLibraryMissing,
                                "Chart.js is not at \(path) on the server (\(reason)): install Debian's libjs-chart.js or set TRACKER_CHARTJS_PATH, then restart the tracker")
             }
         }

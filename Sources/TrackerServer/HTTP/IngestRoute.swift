@@ -44,14 +44,14 @@ struct IngestRoute: Sendable {
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
         let principal = try await keys.principal(for: request, requiring: .ingest)
         guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
-            throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the batch with 'Content-Type: application/json'")
+            throw APIError(.unsupportedMediaType, "send the batch with 'Content-Type: application/json'")
         }
         let gzip: Bool
         switch request.headers[.contentEncoding]?.lowercased().trimmingSpaces {
         case nil, "", "identity": gzip = false
         case "gzip", "x-gzip": gzip = true
         case let other?:
-            throw APIError(.unsupportedMediaType, "unsupported_media_type", "Content-Encoding '\(other)' is not supported; send identity or gzip")
+            throw APIError(.unsupportedMediaType, "Content-Encoding '\(other)' is not supported; send identity or gzip")
         }
 
         let wireLimit = gzip ? maxCompressedBytes : limits.maxBodyBytes
@@ -140,7 +140,7 @@ struct IngestRoute: Sendable {
         } catch {
             switch error {
             case .tooLarge: return .failure(tooLarge())
-            case .invalid(let why): return .failure(APIError(.badRequest, "invalid_gzip", why))
+            case .invalid(let why): return .failure(APIError(.invalidGzip, why))
             }
         }
     }
@@ -164,7 +164,7 @@ struct IngestRoute: Sendable {
             guard body.readableBytes + chunk.readableBytes <= limit else { throw tooLarge() }
             guard bodyBudget.take(chunk.readableBytes) else {
                 metrics.refused(by: .bodyBuffer)
-                throw APIError(.serviceUnavailable, "overloaded", "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+                throw APIError(.overloaded, "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
             }
             held += chunk.readableBytes
             var chunk = chunk
@@ -179,7 +179,7 @@ struct IngestRoute: Sendable {
     }
 
     private func tooLarge() -> APIError {
-        APIError(.contentTooLarge, "payload_too_large", "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
+        APIError(.payloadTooLarge, "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
     }
 
     static func isJSON(_ contentType: String) -> Bool {
@@ -249,6 +249,6 @@ final class Admission: Sendable {
 
     /// The refusal of a batch when every place is taken, wherever it is refused.
     var refusal: APIError {
-        APIError(.serviceUnavailable, "overloaded", "the tracker is handling \(limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+        APIError(.overloaded, "the tracker is handling \(limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
     }
 }

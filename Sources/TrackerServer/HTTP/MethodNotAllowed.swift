@@ -30,7 +30,7 @@ struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
             let allowed = Self.methods(for: request.uri.path, in: routes)
             guard !allowed.isEmpty, !allowed.contains(request.method) else { throw error }
             let allow = allowed.map(\.rawValue).joined(separator: ", ")
-            throw APIError(.methodNotAllowed, "method_not_allowed", "\(request.uri.path) answers \(allow) only, not \(request.method.rawValue)",
+            throw APIError(.methodNotAllowed, "\(request.uri.path) answers \(allow) only, not \(request.method.rawValue)",
                            headers: [.allow: allow])
         }
     }

@@ -56,7 +56,7 @@ final class RateLimiter: Sendable {
 
     /// The `429` for `key`, to retry after `wait` seconds.
     func refusal(key: String, wait: Int) -> APIError {
-        APIError(.tooManyRequests, "rate_limited", "key '\(key)' sends more than its limit of \(eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
+        APIError(.rateLimited, "key '\(key)' sends more than its limit of \(eventsPerSecond) events per second; nothing of this batch was stored, retry after the delay", retryAfterSeconds: wait)
     }
 
     /// `nil` when `tokens` hold at least one event, otherwise the whole seconds (at least 1) until they will.

@@ -30,7 +30,7 @@ struct ReportRoutes: Sendable {
         case nil, "": csv = (request.headers[.accept] ?? "").lowercased().contains("text/csv")
         case "csv": csv = true
         case "json": csv = false
-        case let other?: throw APIError(.badRequest, "invalid_parameter", "format must be json or csv, got '\(other)'")
+        case let other?: throw APIError(.invalidParameter, "format must be json or csv, got '\(other)'")
         }
         let result = try await reports.run(query)
         var headers = Self.privateFigures

@@ -15,6 +15,12 @@ struct HTTPClient: Sendable {
     }
 
     let port: Int
+    /// How long a read may wait for the server (a request that waits on purpose needs more).
+    var readTimeoutSeconds = 30
+
+    init(port: Int) {
+        self.port = port
+    }
 
     func request(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) throws -> Response {
         let fd = try send(method, path, headers: headers, body: body)
@@ -57,7 +63,7 @@ struct HTTPClient: Sendable {
     private func send(_ method: String, _ path: String, headers: [String: String], body: Data?) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        var timeout = timeval(tv_sec: readTimeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
