@@ -122,7 +122,10 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             // The listener stops accepting before the process runs out of descriptors; the
             // guard's (lower) limit answers the connections in between with 503.
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
-        services: backgroundServices(configuration, pool: pool, projectorPool: projectorPool, log: log,
+        // The pools first: a service group stops its services in reverse order, so every
+        // service that uses a pool (the log draining its queue last of all) stops before it closes.
+        services: ([pool, ingestPool] + [projectorPool, reportPool].compactMap { $0 }).map { $0 as any Service }
+            + backgroundServices(configuration, pool: pool, projectorPool: projectorPool, log: log,
                                      projectorStatus: deps.projectorStatus, logger: logger)
             + [roleCheck(configuration, pool: pool, projectorPool: projectorPool, reportPool: reportPool,
                          warnings: roleWarnings, logger: logger)],

@@ -1,14 +1,19 @@
 import Dispatch
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// A bounded pool of PostgreSQL connections that lends one only inside a closure.
+///
+/// A borrower waits at most `acquireTimeout` for a connection, and no longer than its task
+/// runs: cancelling the task ends the wait. As a `Service` the pool closes itself when the
+/// service group shuts down; list it before the services that use it, so they stop first.
 ///
 /// libpq calls block, so each pooled connection owns a serial `DispatchQueue` and the
 /// closure runs there, never on Swift's cooperative threads. A connection that broke is
 /// dropped and the next borrower of its slot reconnects, so the pool heals itself after
 /// PostgreSQL restarts.
-public final class ConnectionPool: Sendable {
+public final class ConnectionPool: Service, Sendable {
     public let conninfo: String
     public let maxConnections: Int
     public let acquireTimeout: Duration
@@ -49,6 +54,12 @@ public final class ConnectionPool: Sendable {
         return try await slot.run(conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
     }
 
+    /// Runs until the service group shuts down, then closes the pool.
+    public func run() async throws {
+        try? await gracefulShutdown()
+        close()
+    }
+
     /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.
     public func close() {
         let (idle, waiters) = state.withLock { s -> ([Slot], [CheckedContinuation<Slot, any Error>]) in
@@ -73,37 +84,47 @@ public final class ConnectionPool: Sendable {
         }
         if case .slot(let slot) = next { return slot }
 
-        let timeout = acquireTimeout
-        return try await withCheckedThrowingContinuation { continuation in
-            let id: Int? = state.withLock { s in
-                if s.closed { return nil }
-                if let slot = s.idle.popLast() {
-                    continuation.resume(returning: slot)
-                    return -1
+        // Wait for a release, at most `acquireTimeout`, or until the borrower's task is cancelled.
+        let id = state.withLock { s in
+            defer { s.nextWaiterID += 1 }
+            return s.nextWaiterID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                enum Registered { case waiting, served, closed, cancelled }
+                let registered: Registered = state.withLock { s in
+                    if s.closed { return .closed }
+                    if Task.isCancelled { return .cancelled }
+                    if let slot = s.idle.popLast() {
+                        continuation.resume(returning: slot)
+                        return .served
+                    }
+                    s.waiters.append((id, continuation))
+                    return .waiting
                 }
-                let id = s.nextWaiterID
-                s.nextWaiterID += 1
-                s.waiters.append((id, continuation))
-                return id
+                switch registered {
+                case .served: return
+                case .closed: continuation.resume(throwing: DatabaseError(.poolClosed, serverMessage: "pool closed"))
+                case .cancelled: continuation.resume(throwing: CancellationError())
+                case .waiting:
+                    let timeout = acquireTimeout
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int(timeout.microseconds))) { [weak self] in
+                        self?.endWait(id, DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(timeout)"))
+                    }
+                }
             }
-            guard let id else {
-                continuation.resume(throwing: DatabaseError(.poolClosed, serverMessage: "pool closed"))
-                return
-            }
-            guard id >= 0 else { return }
-            Task { [weak self] in
-                try? await Task.sleep(for: timeout)
-                self?.expireWaiter(id)
-            }
+        } onCancel: {
+            endWait(id, CancellationError())
         }
     }
 
-    private func expireWaiter(_ id: Int) {
+    /// Ends waiter `id`'s wait with `error`, unless a release served it first.
+    private func endWait(_ id: Int, _ error: any Error) {
         let waiter = state.withLock { s -> CheckedContinuation<Slot, any Error>? in
             guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
             return s.waiters.remove(at: i).continuation
         }
-        waiter?.resume(throwing: DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(acquireTimeout)"))
+        waiter?.resume(throwing: error)
     }
 
     private func release(_ slot: Slot) {
