@@ -12,7 +12,7 @@ let package = Package(
     name: "tracker",
     platforms: [.macOS(.v15), .iOS(.v16)],
     products: [
-        .executable(name: "tracker", targets: ["TrackerServer"]),
+        .executable(name: "tracker", targets: ["TrackerMain"]),
         .library(name: "Tracker", targets: ["Tracker"]),
         .library(name: "TrackerClient", targets: ["TrackerClient"]),
     ],
@@ -76,7 +76,9 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .executableTarget(
+        // The server and its commands as a library, so tests drive the HTTP routes in process
+        // (HummingbirdTesting); `tracker` itself is the thin executable after it.
+        .target(
             name: "TrackerServer",
             dependencies: [
                 "Tracker",
@@ -97,6 +99,11 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "TrackerMain",
+            dependencies: ["TrackerServer"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "TrackerTests",
             dependencies: ["Tracker", "TrackerInput"],
@@ -104,7 +111,10 @@ let package = Package(
         ),
         .testTarget(
             name: "TrackerServerTests",
-            dependencies: ["TrackerServer", "TrackerClient"],
+            dependencies: [
+                "TrackerServer", "TrackerClient",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -3,9 +3,9 @@ import Glibc
 #endif
 import ArgumentParser
 
-@main
-struct TrackerCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// `tracker` and its subcommands; the `TrackerMain` executable runs `main()`.
+public struct TrackerCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
         commandName: "tracker",
         abstract: "Records native-ad impression, click and AdChoices events and reports on them.",
         discussion: """
@@ -14,7 +14,9 @@ struct TrackerCommand: AsyncParsableCommand {
             """,
         subcommands: [ServeCommand.self, MigrateCommand.self, RolesCommand.self, KeysCommand.self, BeaconCommand.self, ProjectCommand.self, RebuildCommand.self, ReportCommand.self, ExplainCommand.self, RetentionCommand.self])
 
-    static func main() async {
+    public init() {}
+
+    public static func main() async {
         limitMallocArenas()
         do {
             var command = try parseAsRoot()

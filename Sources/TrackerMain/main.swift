@@ -1,0 +1,3 @@
+import TrackerServer
+
+await TrackerCommand.main()
