@@ -63,11 +63,23 @@ let package = Package(
             dependencies: ["TrackerModel"],
             swiftSettings: swiftSettings
         ),
+        // libpq under Swift: connections, the pool (a Service), results, binary arrays and
+        // errors. No tracker schema or rule lives here.
+        .target(
+            name: "TrackerPostgres",
+            dependencies: [
+                "CLibPQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "Tracker",
             dependencies: [
                 "TrackerModel",
                 "TrackerInput",
+                "TrackerPostgres",
                 "CLibPQ",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

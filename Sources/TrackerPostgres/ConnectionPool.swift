@@ -108,7 +108,7 @@ public final class ConnectionPool: Service, Sendable {
                 case .cancelled: continuation.resume(throwing: CancellationError())
                 case .waiting:
                     let timeout = acquireTimeout
-                    DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int(timeout.microseconds))) { [weak self] in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + Self.interval(timeout)) { [weak self] in
                         self?.endWait(id, DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(timeout)"))
                     }
                 }
@@ -116,6 +116,11 @@ public final class ConnectionPool: Service, Sendable {
         } onCancel: {
             endWait(id, CancellationError())
         }
+    }
+
+    private static func interval(_ duration: Duration) -> DispatchTimeInterval {
+        let (seconds, attoseconds) = duration.components
+        return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
     }
 
     /// Ends waiter `id`'s wait with `error`, unless a release served it first.

@@ -31,7 +31,7 @@ public struct BinaryArray {
     }
 
     /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
-    static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
+    package static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
 
     public let element: Element
     private var bytes: [UInt8]
@@ -81,14 +81,11 @@ public struct BinaryArray {
         if let value { append(value) } else { appendNull() }
     }
 
-    public mutating func append(_ value: Timestamp) {
+    /// Appends a `timestamptz` given in microseconds since 1970-01-01 UTC (PostgreSQL counts from 2000).
+    public mutating func append(microsecondsSince1970 value: Int64) {
         appendInt32(8)
-        appendInt64(value.microseconds - BinaryArray.postgresEpochOffset)
+        appendInt64(value - BinaryArray.postgresEpochOffset)
         count += 1
-    }
-
-    public mutating func append(_ value: Timestamp?) {
-        if let value { append(value) } else { appendNull() }
     }
 
     /// Appends raw bytes as one element (`bytea`, or a value already in its binary send format, e.g. a `tid`).
@@ -98,12 +95,12 @@ public struct BinaryArray {
         count += 1
     }
 
-    /// Appends a canonical UUID text as its 16 bytes.
-    public mutating func append(_ value: UUIDText) {
+    /// Appends a UUID written as lower-case canonical text (`8-4-4-4-12` hex digits) as its 16 bytes.
+    public mutating func append(uuidText text: String) {
         appendInt32(16)
         var high: UInt8 = 0
         var nibbles = 0
-        for b in value.text.utf8 where b != UInt8(ascii: "-") {
+        for b in text.utf8 where b != UInt8(ascii: "-") {
             let v: UInt8 = b <= UInt8(ascii: "9") ? b - UInt8(ascii: "0") : b - UInt8(ascii: "a") + 10
             if nibbles & 1 == 0 { high = v << 4 } else { bytes.append(high | v) }
             nibbles += 1

@@ -1,0 +1,14 @@
+extension BinaryArray {
+    public mutating func append(_ value: Timestamp) {
+        append(microsecondsSince1970: value.microseconds)
+    }
+
+    public mutating func append(_ value: Timestamp?) {
+        if let value { append(value) } else { appendNull() }
+    }
+
+    /// A canonical UUID text as its 16 bytes.
+    public mutating func append(_ value: UUIDText) {
+        append(uuidText: value.text)
+    }
+}
