@@ -27,10 +27,16 @@ public struct Rebuild: Sendable {
     private let pool: ConnectionPool
     private let attributionWindow: Duration
     private let logger: Logger
+    /// Log events per spill file (`TRACKER_REBUILD_FILE_EVENTS`): one file's ads are in memory
+    /// at a time per core, a few files ahead of the `COPY`.
+    private let eventsPerFile: Int
+    public static let defaultEventsPerFile = 500_000
     static let projectionTables = ["ad_state", "format_day", "asset_day", "source_day", "projection_state"]
 
-    public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow, logger: Logger) {
+    public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow,
+                eventsPerFile: Int = Rebuild.defaultEventsPerFile, logger: Logger) {
         self.pool = pool
+        self.eventsPerFile = eventsPerFile
         self.attributionWindow = attributionWindow
         self.logger = logger
     }
@@ -96,7 +102,7 @@ public struct Rebuild: Sendable {
                 """).rows.compactMap { $0.first ?? nil }
                 // Partition names are ours (events_YYYYMMDD); anything else is not read.
                 .filter { $0.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F } }
-            let buckets = try RebuildBuckets(expectedEvents: estimate)
+            let buckets = try RebuildBuckets(expectedEvents: estimate, eventsPerBucket: eventsPerFile)
             func report(_ phase: String, _ done: Int, _ total: Int) {
                 progress(RebuildProgress(phase: phase, done: done, total: total, elapsed: ContinuousClock.now - started))
             }
@@ -124,10 +130,11 @@ public struct Rebuild: Sendable {
             let projected = buckets.eventsSpilled
             report("copying", total, total)
 
-            // 3. Every ad's contribution and packed state, one spill file at a time.
-            let rules = AdContribution(attributionWindow: window)
+            // 3. Every ad's contribution and packed state, the spill files projected on every
+            // core (RebuildPipeline) and sent in order.
+            let pipeline = RebuildPipeline(buckets: buckets, rules: AdContribution(attributionWindow: window))
+            defer { pipeline.stop() }
             var sum = Contribution()
-            var strings = StringTable()
             var done = 0
             var bucket = 0
             var failure: (any Error)?
@@ -138,36 +145,26 @@ public struct Rebuild: Sendable {
             var finished = false
             let chunks = AnyIterator<[UInt8]> {
                 if finished { return nil }
-                var out: [UInt8] = []
-                if !sentHeader { out = header; sentHeader = true }
-                guard bucket < buckets.count else {
-                    out += [0xFF, 0xFF]  // the trailer
-                    finished = true
-                    return out
+                if !sentHeader {
+                    sentHeader = true
+                    return header
                 }
-                do {
-                    let ads = try buckets.ads(in: bucket, strings: &strings)
-                    out.reserveCapacity(out.count + ads.count * 80)
-                    var state: [UInt8] = []
-                    for (ad, events) in ads {
-                        rules.accumulate(events, into: &sum)
-                        state.removeAll(keepingCapacity: true)
-                        AdState.encode(events, into: &state)
-                        out += [0, 2]
-                        RebuildBuckets.appendI32(ad.utf8.count, &out)
-                        out.append(contentsOf: ad.utf8)
-                        RebuildBuckets.appendI32(state.count, &out)
-                        out.append(contentsOf: state)
-                        done += events.count
-                    }
-                } catch {
+                guard bucket < buckets.count else {
+                    finished = true
+                    return [0xFF, 0xFF]  // the trailer
+                }
+                switch pipeline.take(bucket) {
+                case .success(let file):
+                    sum.add(file.contribution)
+                    done += file.events
+                    bucket += 1
+                    report("projecting", done, projected)
+                    return file.rows
+                case .failure(let error):
                     failure = error
                     finished = true
                     return nil  // ends the COPY early; the error is rethrown below
                 }
-                bucket += 1
-                report("projecting", done, projected)
-                return out
             }
             try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)",
                          chunks: IteratorSequence(chunks))

@@ -43,7 +43,9 @@ struct RebuildCommand: AsyncParsableCommand {
         abstract: "Replay the whole log into fresh projections and swap them in atomically.",
         discussion: """
             The server keeps serving reports from the current projections meanwhile. Needed after \
-            changing TRACKER_ATTRIBUTION_WINDOW. Shows a progress bar when stderr is a terminal.
+            changing TRACKER_ATTRIBUTION_WINDOW. Shows a progress bar when stderr is a terminal. \
+            TRACKER_REBUILD_FILE_EVENTS (500000): log events per spill file; each core holds one \
+            file's ads in memory at a time.
             """)
 
     @Flag(name: .customLong("discard-dropped-days"),
@@ -60,7 +62,8 @@ struct RebuildCommand: AsyncParsableCommand {
         let started = ContinuousClock.now
         // When each phase began, so the summary can say where the time went.
         let phases = Mutex<[(name: String, began: Duration)]>([])
-        let rebuild = Rebuild(pool: pool, attributionWindow: try attributionWindow(), logger: logger)
+        let rebuild = Rebuild(pool: pool, attributionWindow: try attributionWindow(),
+                              eventsPerFile: try positiveInt("TRACKER_REBUILD_FILE_EVENTS") ?? Rebuild.defaultEventsPerFile, logger: logger)
         let total = try await rebuild.run(discardingDroppedDays: discardDroppedDays) { p in
             phases.withLock { if $0.last?.name != p.phase { $0.append((p.phase, p.elapsed)) } }
             if terminal { ProgressBar.draw(p) }
