@@ -54,10 +54,13 @@ public final class ConnectionPool: Service, Sendable {
         return try await slot.run(conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
     }
 
-    /// Runs until the service group shuts down, then closes the pool.
+    /// Runs until the service group shuts down gracefully, then closes the pool. A cancelled
+    /// group leaves it open: services that drain on cancellation (the event log) still need it.
     public func run() async throws {
-        try? await gracefulShutdown()
-        close()
+        do {
+            try await gracefulShutdown()
+            close()
+        } catch {}
     }
 
     /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.

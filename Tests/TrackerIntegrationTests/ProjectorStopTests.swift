@@ -14,7 +14,10 @@ struct ProjectorStopTests {
             try await db.pool.withConnection { try $0.execute("ALTER TYPE event_type ADD VALUE 'future_kind'") }
             try await withTracker(db) { tracker in
                 #expect(try tracker.client.postEvents(Wire.batch([Wire.event(requestId: "before")]), key: key).status == 200)
-                let first = try await eventually(within: .seconds(20)) { () -> String? in
+                // Generous: the projector sees an event only once every transaction older than
+                // its commit has ended, in any database of the cluster, and other suites hold
+                // transactions open for tens of seconds on purpose (locked-log tests).
+                let first = try await eventually(within: .seconds(120)) { () -> String? in
                     let n = try await db.scalar("SELECT events_projected FROM projection_state")
                     return n == "1" ? n : nil
                 }
@@ -26,7 +29,7 @@ struct ProjectorStopTests {
                         """)
                 }
                 #expect(try tracker.client.postEvents(Wire.batch([Wire.event(requestId: "after")]), key: key).status == 200)
-                let ready = try await eventually(within: .seconds(20)) { () -> HTTPClient.Response? in
+                let ready = try await eventually(within: .seconds(120)) { () -> HTTPClient.Response? in
                     let r = try tracker.client.request("GET", "/readyz")
                     return r.json["projector"] as? String == "stopped" ? r : nil
                 }

@@ -36,7 +36,7 @@ public struct Rebuild: Sendable {
     public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow,
                 eventsPerFile: Int = Rebuild.defaultEventsPerFile, logger: Logger) {
         self.pool = pool
-        self.eventsPerFile = eventsPerFile
+        self.eventsPerFile = max(1, eventsPerFile)
         self.attributionWindow = attributionWindow
         self.logger = logger
     }

@@ -39,14 +39,20 @@ final class RebuildPipeline: @unchecked Sendable {
         self.rules = rules
         self.workers = max(1, workers)
         ready = (0..<buckets.count).map { _ in DispatchSemaphore(value: 0) }
-        window = DispatchSemaphore(value: lookahead ?? self.workers + 1)
+        // Made empty and filled: libdispatch aborts when a semaphore is released below the
+        // value it was made with, which files projected but never taken (a COPY that ended
+        // early) would leave it at.
+        window = DispatchSemaphore(value: 0)
+        for _ in 0..<(lookahead ?? self.workers + 1) { window.signal() }
         for _ in 0..<self.workers {
             DispatchQueue.global().async { self.work() }
         }
     }
 
-    /// The processors online, at most 8.
-    static var cores: Int { max(1, min(8, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) }
+    /// The processors online, at most 4: each worker adds a spill file's ads and rows to the
+    /// rebuild's memory (workers + 2 files at most), and the COPY into `ad_state` and
+    /// PostgreSQL's side of it need a core too.
+    static var cores: Int { max(1, min(4, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) }
 
     /// File `index` projected; files must be taken in order, each once.
     func take(_ index: Int) -> Result<Projected, any Error> {
