@@ -28,8 +28,16 @@ public struct DecodedBatch: Sendable {
 public enum BatchError: Error, Sendable, Equatable {
     /// The body is not JSON.
     case malformedJSON(JSONSyntaxError)
-    /// The body is JSON but not a batch (no `events` array, a bad `sentAt`, …).
-    case invalidBody(String)
+    /// The body is JSON but not an object; the JSON type it is.
+    case notAnObject(String)
+    /// The object has no `events` member; how many events a batch may hold.
+    case missingEvents(limit: Int)
+    /// `events` is not an array; the JSON type it is.
+    case eventsNotAnArray(String)
+    /// `sentAt` is a string but not an RFC 3339 time; an excerpt of it.
+    case sentAtNotATime(String)
+    /// `sentAt` is neither a string nor null; the JSON type it is.
+    case sentAtNotAString(String)
     case bodyTooLarge(bytes: Int, limit: Int)
     case tooManyEvents(count: Int, limit: Int)
     case eventTooLarge(index: Int, bytes: Int, limit: Int)
@@ -39,8 +47,16 @@ public enum BatchError: Error, Sendable, Equatable {
         switch self {
         case .malformedJSON(let error):
             "the body is not valid JSON: \(error.description)"
-        case .invalidBody(let message):
-            message
+        case .notAnObject(let type):
+            "the body must be a JSON object such as {\"sentAt\": \"…\", \"events\": [ … ]}, got \(type)"
+        case .missingEvents(let limit):
+            "the body must have an 'events' array (at most \(limit) events)"
+        case .eventsNotAnArray(let type):
+            "events must be an array of event objects, got \(type)"
+        case .sentAtNotATime(let excerpt):
+            "sentAt must be an RFC 3339 time with Z or a numeric offset (e.g. 2026-11-20T10:00:03.120Z), got '\(excerpt)'; every event's corrected time depends on it"
+        case .sentAtNotAString(let type):
+            "sentAt must be an RFC 3339 time as a string, got \(type)"
         case .bodyTooLarge(let bytes, let limit):
             "the body is \(bytes) bytes after decompression; at most \(limit) bytes (\(limit / 1024) KiB) are allowed: split the batch"
         case .tooManyEvents(let count, let limit):
@@ -72,13 +88,13 @@ public struct BatchDecoder: Sendable {
             throw .malformedJSON(error)
         }
         guard case .object = document.value else {
-            throw .invalidBody("the body must be a JSON object such as {\"sentAt\": \"…\", \"events\": [ … ]}, got \(document.value.typeName)")
+            throw .notAnObject(document.value.typeName)
         }
         guard let eventsValue = document.value.member("events") else {
-            throw .invalidBody("the body must have an 'events' array (at most \(limits.maxEventsPerBatch) events)")
+            throw .missingEvents(limit: limits.maxEventsPerBatch)
         }
         guard case .array(let events) = eventsValue, let spans = document.spans else {
-            throw .invalidBody("events must be an array of event objects, got \(eventsValue.typeName)")
+            throw .eventsNotAnArray(eventsValue.typeName)
         }
         guard events.count <= limits.maxEventsPerBatch else {
             throw .tooManyEvents(count: events.count, limit: limits.maxEventsPerBatch)
@@ -93,11 +109,11 @@ public struct BatchDecoder: Sendable {
             sentAt = nil
         case .string(let text)?:
             guard let t = Timestamp(rfc3339: text) else {
-                throw .invalidBody("sentAt must be an RFC 3339 time with Z or a numeric offset (e.g. 2026-11-20T10:00:03.120Z), got '\(Violations.excerpt(text))'; every event's corrected time depends on it")
+                throw .sentAtNotATime(Violations.excerpt(text))
             }
             sentAt = t
         case let other?:
-            throw .invalidBody("sentAt must be an RFC 3339 time as a string, got \(other.typeName)")
+            throw .sentAtNotAString(other.typeName)
         }
 
         let rules = EventRules(limits: limits, receivedAt: receivedAt, sentAt: sentAt)

@@ -95,7 +95,7 @@ extension APIError {
     static func from(_ error: BatchError) -> APIError {
         switch error {
         case .malformedJSON: APIError(.invalidJSON, error.message)
-        case .invalidBody: APIError(.invalidBody, error.message)
+        case .notAnObject, .missingEvents, .eventsNotAnArray, .sentAtNotATime, .sentAtNotAString: APIError(.invalidBody, error.message)
         case .bodyTooLarge, .tooManyEvents, .eventTooLarge: APIError(.payloadTooLarge, error.message)
         }
     }
