@@ -108,8 +108,7 @@ public final class APIKeys: Sendable {
     public func authenticate(_ presented: String) async throws -> Principal? {
         let digest = KeyDigest(key: presented)
         let now = ContinuousClock.now
-        if let current = table.withLock({ $0 }), let principal = current.keys[digest] {
-            let age = now - current.loadedAt
+        if let (principal, age) = inMemory(digest, at: now) {
             if age < cacheTTL { return principal }
             if age < cacheTTL * 2 {
                 refreshInBackground(requestedAt: now)
@@ -123,9 +122,16 @@ public final class APIKeys: Sendable {
     /// the key is not in it or the table is older than the cache TTL (then only `authenticate`
     /// can tell). For answers given on the event loop, where nothing may wait for the database.
     public func cachedPrincipal(_ presented: String) -> Principal? {
-        let digest = KeyDigest(key: presented)
-        guard let current = table.withLock({ $0 }), ContinuousClock.now - current.loadedAt < cacheTTL else { return nil }
-        return current.keys[digest]
+        guard let (principal, age) = inMemory(KeyDigest(key: presented), at: .now), age < cacheTTL else { return nil }
+        return principal
+    }
+
+    /// `digest`'s principal in the table in memory, and the table's age at `now`.
+    private func inMemory(_ digest: KeyDigest, at now: ContinuousClock.Instant) -> (principal: Principal, age: Duration)? {
+        table.withLock { current in
+            guard let current, let principal = current.keys[digest] else { return nil }
+            return (principal, now - current.loadedAt)
+        }
     }
 
     /// The table as loaded by a reload that began after `instant` (shared with other callers).

@@ -174,11 +174,6 @@ public final class Projector: Service, Sendable {
         }
         return (tx, seq)
     }
-
-    /// Events and seconds the projections trail the log.
-    public func lag() async throws -> ProjectionLag {
-        try await LogCursor(pool: pool).lag()
-    }
 }
 
 /// Whether a projector runs, or stopped on something a retry cannot fix (and why).

@@ -55,9 +55,7 @@ struct HealthRoutes: Sendable {
             do {
                 let lag = try await LogCursor(pool: lagPool).lag()
                 lagField = ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}"
-            } catch let error as DatabaseError where error.sqlState == "42501" {
-                lagField = ""
-            }
+            } catch let error as DatabaseError where error.sqlState == "42501" {}
             let warnings = roleWarnings?.current ?? []
             var tail = ""
             if !warnings.isEmpty {

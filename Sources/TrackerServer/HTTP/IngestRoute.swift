@@ -65,7 +65,8 @@ struct IngestRoute: Sendable {
         if let rateLimiter {
             let reservation = Self.estimatedEvents(length: length, gzip: gzip, limits: limits)
             if let wait = rateLimiter.reserve(key: principal.name, events: reservation) {
-                throw rateLimited(principal.name, rateLimiter, wait)
+                metrics.refused(by: .rateLimit)
+                throw rateLimiter.refusal(key: principal.name, wait: wait)
             }
             charged = reservation
         }
@@ -171,11 +172,6 @@ struct IngestRoute: Sendable {
             body.writeBuffer(&chunk)
         }
         return body
-    }
-
-    private func rateLimited(_ key: String, _ rateLimiter: RateLimiter, _ wait: Int) -> APIError {
-        metrics.refused(by: .rateLimit)
-        return rateLimiter.refusal(key: key, wait: wait)
     }
 
     private func tooLarge() -> APIError {

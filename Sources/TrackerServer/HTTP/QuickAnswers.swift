@@ -138,18 +138,6 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var status: HTTPResponse.Status
         var body: String
         var retryAfter: Int?
-
-        init(route: String, status: HTTPResponse.Status, body: String, retryAfter: Int?) {
-            self.route = route
-            self.status = status
-            self.body = body
-            self.retryAfter = retryAfter
-        }
-
-        /// A batch's refusal.
-        init(refusing error: APIError) {
-            self.init(route: "/v1/events", status: error.status, body: error.body, retryAfter: error.retryAfterSeconds)
-        }
     }
 
     /// A request id for a request that brought no sane one (32 hex digits).
@@ -165,6 +153,13 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         if close { fields[.connection] = "close" }
         if let retryAfter = answer.retryAfter { fields[.retryAfter] = String(retryAfter) }
         answerWritten = WholeAnswer.write(context, status: answer.status, body: answer.body, fields: fields)
+    }
+}
+
+extension QuickAnswers.Answer {
+    /// A batch's refusal.
+    init(refusing error: APIError) {
+        self.init(route: "/v1/events", status: error.status, body: error.body, retryAfter: error.retryAfterSeconds)
     }
 }
 
