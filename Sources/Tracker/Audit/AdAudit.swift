@@ -17,7 +17,7 @@ public struct AdAudit: Sendable {
     /// The ad's audit trail and the projection lag, or `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await reports.waitForProjections()
-        let found: (logged: [LoggedEvent], window: Duration)? = try await pool.withConnection { connection in
+        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], window: Duration)? in
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
             var strings = StringTable(limit: 64)
@@ -33,24 +33,21 @@ public struct AdAudit: Sendable {
             // corrected_at <= received_at + 1 s (SPEC 3 refuses occurredAt more than 1 s after sentAt),
             // so no event of the ad was received before this: the earlier partitions are skipped.
             let since = earliest - .seconds(2)
-            let rows = try connection.query(AdAuditSQL.logged, [requestId, since.postgresText])
+            let rows = try connection.query(AdAuditSQL.logged, [.text(requestId), .text(since.postgresText)], binaryResults: true)
             var logged: [LoggedEvent] = []
             var seen = Set<UUIDText>()
             for r in 0..<rows.rowCount {
-                guard let idText = rows.string(r, 0), let id = UUIDText(idText),
-                      let type = rows.string(r, 1).flatMap(EventType.init(rawValue:)),
-                      let corrected = rows.int64(r, 2), let unit = rows.string(r, 3), let format = rows.string(r, 4),
-                      let source = rows.string(r, 6).flatMap(EventSource.init(rawValue:)),
-                      let eea = rows.bool(r, 8), let reservation = rows.bool(r, 9), let test = rows.bool(r, 10)
-                else { throw DatabaseError(.unexpectedResult, serverMessage: "audit: unexpected log row \(r)") }
-                let event = AdEvent(id: id, type: type, correctedAt: Timestamp(microseconds: corrected), adUnit: unit,
-                                    formatId: format, assetKey: rows.string(r, 5), source: source, adapter: rows.string(r, 7),
-                                    eea: eea, reservation: reservation, test: test)
-                seen.insert(id)
-                logged.append(LoggedEvent(event: event, testFlag: test,
-                                          occurredAt: rows.int64(r, 11).map(Timestamp.init(microseconds:)),
-                                          sentAt: rows.int64(r, 12).map(Timestamp.init(microseconds:)),
-                                          receivedAt: rows.int64(r, 13).map(Timestamp.init(microseconds:))))
+                let row: AdEventRow
+                do throws(UnreadableColumn) { row = try AdEventRow(rows, row: r) } catch {
+                    throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
+                }
+                func time(_ column: Int) -> Timestamp? {
+                    ByteReader.int64(rows.bytes(r, column)).map { Timestamp(microseconds: $0 &+ BinaryArray.postgresEpochOffset) }
+                }
+                let event = row.event(strings: &strings)
+                seen.insert(event.id)
+                logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),
+                                          sentAt: time(AdAuditSQL.sentAt), receivedAt: time(AdAuditSQL.receivedAt)))
             }
             for event in projected where !seen.contains(event.id) {
                 // Dropped from the log by retention; the packed state keeps no test flag of its own.
@@ -71,13 +68,11 @@ enum AdAuditSQL {
 
     static let adState = "SELECT events FROM ad_state WHERE request_id = $1"
 
-    /// Times as microseconds since 1970 (exact: `extract` gives a numeric).
+    /// Binary columns: the `AdEventColumn`s, then the device's, the SDK's and the server's times.
     static let logged = """
-        SELECT id::text, type::text, (extract(epoch FROM corrected_at) * 1000000)::bigint, ad_unit, format_id, asset_key,
-               source::text, adapter, eea, reservation, test,
-               (extract(epoch FROM occurred_at) * 1000000)::bigint, (extract(epoch FROM sent_at) * 1000000)::bigint,
-               (extract(epoch FROM received_at) * 1000000)::bigint
+        SELECT \(AdEventColumn.list), occurred_at, sent_at, received_at
         FROM events
         WHERE request_id = $1 AND received_at >= $2::timestamptz
         """
+    static let occurredAt = AdEventColumn.allCases.count, sentAt = occurredAt + 1, receivedAt = occurredAt + 2
 }

@@ -23,10 +23,19 @@ public struct APIKeyRecord: Sendable, Hashable {
 }
 
 /// Why a key could not be created or revoked.
-public enum APIKeyError: Error, Sendable, Equatable {
+public enum APIKeyError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The name (given) breaks `APIKeys.nameRule`.
     case invalidName(String)
     case nameTaken(String)
     case notFound(String)
+
+    public var description: String {
+        switch self {
+        case .invalidName(let name): "invalid key name '\(name)': \(APIKeys.nameRule)"
+        case .nameTaken(let name): "a key named '\(name)' already exists; pick another name"
+        case .notFound(let name): "no active key named '\(name)'"
+        }
+    }
 }
 
 /// API keys, stored as SHA-256 hashes (computed here: a key never reaches the database).
@@ -55,10 +64,13 @@ public final class APIKeys: Sendable {
         self.loader = KeyTableLoader(minInterval: minReloadInterval)
     }
 
+    /// What `create` accepts as a name.
+    public static let nameRule = "a key name is 1 to 64 letters, digits, '.', '_' or '-'"
+
     /// Creates a key and returns it; this is the only time the key itself exists.
     public func create(name: String, scope: KeyScope) async throws -> String {
         guard Self.isValidName(name) else {
-            throw APIKeyError.invalidName("a key name is 1 to 64 letters, digits, '.', '_' or '-'")
+            throw APIKeyError.invalidName(name)
         }
         let key = Self.generate()
         let prefix = String(key.prefix(10))

@@ -241,11 +241,9 @@ enum ProjectorSQL {
         SET LOCAL enable_mergejoin = off
         """
 
-    /// Binary columns: 0 request_id, 1 id, 2 type, 3 corrected_at, 4 ad_unit, 5 format_id, 6 asset_key,
-    /// 7 source, 8 adapter, 9 eea, 10 reservation, 11 test, 12 tx, 13 seq (read by `LogBatch`).
+    /// Binary columns: the `AdEventColumn`s, then tx and seq (read by `LogBatch`).
     static let nextEvents = """
-        SELECT request_id, id, type, corrected_at, ad_unit, format_id, asset_key, source, adapter, eea, reservation,
-               test, tx, seq
+        SELECT \(AdEventColumn.list), tx, seq
         FROM events
         WHERE (tx, seq) > ($1::xid8, $2::bigint)
           AND tx < pg_snapshot_xmin(pg_current_snapshot())

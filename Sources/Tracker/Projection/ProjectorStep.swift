@@ -9,45 +9,25 @@ struct LogBatch {
     init(_ rows: QueryResult, strings: inout StringTable) throws {
         events.reserveCapacity(rows.rowCount)
         for r in 0..<rows.rowCount {
-            guard let type = Self.label(rows.bytes(r, 2), in: Self.types) else { throw Self.malformed("type", rows, r) }
-            guard AdEvent.isProjected(type) else { continue }
-            let idBytes = rows.bytes(r, 1)
-            guard idBytes.count == 16, let local = ByteReader.int64(rows.bytes(r, 3)),
-                  let source = Self.label(rows.bytes(r, 7), in: Self.sources)
-            else { throw Self.malformed("id, corrected_at or source", rows, r) }
-            let event = AdEvent(id: UUIDText(binary: idBytes), type: type,
-                                correctedAt: Timestamp(microseconds: local &+ BinaryArray.postgresEpochOffset),
-                                adUnit: strings.string(rows.bytes(r, 4)), formatId: strings.string(rows.bytes(r, 5)),
-                                assetKey: rows.isNull(r, 6) ? nil : strings.string(rows.bytes(r, 6)), source: source,
-                                adapter: rows.isNull(r, 8) ? nil : strings.string(rows.bytes(r, 8)),
-                                eea: Self.bool(rows.bytes(r, 9)), reservation: Self.bool(rows.bytes(r, 10)),
-                                test: Self.bool(rows.bytes(r, 11)))
-            events[String(decoding: rows.bytes(r, 0), as: UTF8.self), default: []].append(event)
+            let row: AdEventRow
+            do { row = try AdEventRow(rows, row: r) } catch { throw Self.malformed(error.column.name, rows, r) }
+            guard AdEvent.isProjected(row.type) else { continue }
+            events[row.requestIdString, default: []].append(row.event(strings: &strings))
         }
         let last = rows.rowCount - 1
-        guard let tx = ByteReader.int64(rows.bytes(last, 12)), let seq = ByteReader.int64(rows.bytes(last, 13)) else {
+        guard let tx = ByteReader.int64(rows.bytes(last, Self.txColumn)), let seq = ByteReader.int64(rows.bytes(last, Self.seqColumn)) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projector: a log row without tx or seq")
         }
         (lastTx, lastSeq) = (UInt64(bitPattern: tx), seq)
     }
 
-    static let types = EventType.allCases.map { (Array($0.rawValue.utf8), $0) }
-    static let sources = EventSource.allCases.map { (Array($0.rawValue.utf8), $0) }
-
-    /// The case whose label (an enum's binary value is its label) equals `bytes`.
-    static func label<T>(_ bytes: UnsafeRawBufferPointer, in labels: [([UInt8], T)]) -> T? {
-        for (label, value) in labels where label.count == bytes.count && label.elementsEqual(bytes) { return value }
-        return nil
-    }
-
-    static func bool(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        bytes.count == 1 && bytes[0] != 0
-    }
+    /// The columns `ProjectorSQL.nextEvents` selects after the ad event's.
+    static let txColumn = AdEventColumn.allCases.count, seqColumn = AdEventColumn.allCases.count + 1
 
     /// The row's place in the log, for the error that stops the projector there.
     static func malformed(_ what: String, _ rows: QueryResult, _ row: Int) -> ProjectorError {
-        let tx = ByteReader.int64(rows.bytes(row, 12)).map { String(UInt64(bitPattern: $0)) } ?? "?"
-        let seq = ByteReader.int64(rows.bytes(row, 13)).map { String($0) } ?? "?"
+        let tx = ByteReader.int64(rows.bytes(row, txColumn)).map { String(UInt64(bitPattern: $0)) } ?? "?"
+        let seq = ByteReader.int64(rows.bytes(row, seqColumn)).map { String($0) } ?? "?"
         return .unreadableLogRow(tx: tx, seq: seq, field: what)
     }
 }

@@ -217,8 +217,7 @@ enum RebuildSQL {
     /// comes from pg_class, the horizon is a number).
     static func copyLog(from partition: String, below horizon: UInt64) -> String {
         """
-        COPY (SELECT request_id, id, type, corrected_at, ad_unit, format_id, asset_key, source, adapter, eea,
-                     reservation, test
+        COPY (SELECT \(AdEventColumn.list)
               FROM public.\(partition) WHERE tx < '\(horizon)'::xid8) TO STDOUT (FORMAT binary)
         """
     }

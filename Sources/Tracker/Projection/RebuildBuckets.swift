@@ -66,52 +66,58 @@ final class RebuildBuckets {
         }
         let fields = Int(Int16(bitPattern: UInt16(message[offset]) << 8 | UInt16(message[offset + 1])))
         if fields == -1 { return }  // the trailer
-        guard fields == 12 else { throw RebuildError.copyFormat }
+        let columns = AdEventColumn.allCases.count
+        guard fields == columns else { throw RebuildError.copyFormat }
         offset += 2
         var spans: [(start: Int, length: Int)] = []
-        spans.reserveCapacity(12)
-        for _ in 0..<12 {
+        spans.reserveCapacity(columns)
+        for _ in 0..<columns {
             guard offset + 4 <= message.count else { throw RebuildError.copyFormat }
             let length = Int(Self.i32(message, offset))
             offset += 4
+            guard offset + max(length, 0) <= message.count else { throw RebuildError.copyFormat }
             spans.append((offset, length))
             if length > 0 { offset += length }
         }
         rowsRead += 1
-        // 0 request_id, 1 id, 2 type, 3 corrected_at, 4 ad_unit, 5 format_id, 6 asset_key,
-        // 7 source, 8 adapter, 9 eea, 10 reservation, 11 test
-        func field(_ i: Int) -> UnsafeRawBufferPointer {
-            let s = spans[i]
-            return s.length > 0 ? UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length]) : UnsafeRawBufferPointer(start: nil, count: 0)
+        let row: AdEventRow
+        do {
+            row = try AdEventRow { column in
+                let s = spans[column.rawValue]
+                return s.length < 0 ? nil : UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length])
+            }
+        } catch {
+            throw RebuildError.copyFormat
         }
-        guard let type = LogBatch.label(field(2), in: LogBatch.types), let source = LogBatch.label(field(7), in: LogBatch.sources),
-              spans[1].length == 16, spans[3].length == 8 else { throw RebuildError.copyFormat }
-        guard AdEvent.isProjected(type) else { return }
-        let requestId = field(0), adUnit = field(4)
+        guard AdEvent.isProjected(row.type) else { return }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
+        for b in row.requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
         let bucket = Int(hash % UInt64(count))
-        let test = LogBatch.bool(field(11)) || AdState.isTestAdUnit(adUnit)
         var flags: UInt8 = 0
-        if LogBatch.bool(field(9)) { flags |= AdState.Flag.eea }
-        if LogBatch.bool(field(10)) { flags |= AdState.Flag.reservation }
-        if test { flags |= AdState.Flag.test }
-        if spans[6].length >= 0 { flags |= AdState.Flag.hasAssetKey }
-        if spans[8].length >= 0 { flags |= AdState.Flag.hasAdapter }
-        let micros = UInt64(bitPattern: Self.i64(message, spans[3].start) &+ BinaryArray.postgresEpochOffset)
+        if row.eea { flags |= AdState.Flag.eea }
+        if row.reservation { flags |= AdState.Flag.reservation }
+        if row.isTest { flags |= AdState.Flag.test }
+        if row.assetKey != nil { flags |= AdState.Flag.hasAssetKey }
+        if row.adapter != nil { flags |= AdState.Flag.hasAdapter }
+        let micros = UInt64(bitPattern: row.correctedAt.microseconds)
         var out = buffers[bucket]
         buffers[bucket] = []
-        Self.appendU16(requestId.count, &out)
-        out.append(contentsOf: requestId)
-        out.append(UInt8(truncatingIfNeeded: AdState.types.firstIndex(of: type)!))
-        out.append(UInt8(truncatingIfNeeded: AdState.sources.firstIndex(of: source)!))
+        Self.appendU16(row.requestId.count, &out)
+        out.append(contentsOf: row.requestId)
+        out.append(UInt8(truncatingIfNeeded: AdState.types.firstIndex(of: row.type)!))
+        out.append(UInt8(truncatingIfNeeded: AdState.sources.firstIndex(of: row.source)!))
         out.append(flags)
-        out.append(contentsOf: field(1))
+        out.append(contentsOf: row.id)
         for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: micros >> UInt64(shift))) }
-        for i in [4, 5, 6, 8] where spans[i].length >= 0 {
-            Self.appendU16(spans[i].length, &out)
-            out.append(contentsOf: field(i))
+        func append(_ string: UnsafeRawBufferPointer?) {
+            guard let string else { return }
+            Self.appendU16(string.count, &out)
+            out.append(contentsOf: string)
         }
+        append(row.adUnit)
+        append(row.formatId)
+        append(row.assetKey)
+        append(row.adapter)
         eventsSpilled += 1
         if out.count >= Self.flushAt {
             try write(out, to: bucket)

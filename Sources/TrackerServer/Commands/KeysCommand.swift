@@ -26,10 +26,10 @@ struct KeysCommand: AsyncParsableCommand {
                 let key = try await APIKeys(pool: pool).create(name: name, scope: scope)
                 print("created \(scope.rawValue) key '\(name)'")
                 print(key)
-            } catch APIKeyError.nameTaken(let name) {
-                throw CommandFailure("a key named '\(name)' already exists; pick another name")
-            } catch APIKeyError.invalidName(let rule) {
-                throw ValidationError("invalid --name: \(rule)")
+            } catch APIKeyError.invalidName {
+                throw ValidationError("invalid --name: \(APIKeys.nameRule)")
+            } catch let error as APIKeyError {
+                throw CommandFailure("\(error)")
             }
         }
     }
@@ -63,8 +63,8 @@ struct KeysCommand: AsyncParsableCommand {
             do {
                 try await APIKeys(pool: pool).revoke(name: name)
                 print("revoked key '\(name)'")
-            } catch APIKeyError.notFound(let name) {
-                throw CommandFailure("no active key named '\(name)'")
+            } catch let error as APIKeyError {
+                throw CommandFailure("\(error)")
             }
         }
     }

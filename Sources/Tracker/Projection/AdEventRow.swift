@@ -1,0 +1,112 @@
+import TrackerPostgres
+
+/// The log columns every reader of ad events selects, in one order: the projector's step
+/// (`ProjectorSQL.nextEvents`), the rebuild's `COPY` (`RebuildSQL.copyLog`) and the audit
+/// (`AdAuditSQL.logged`). A reader appends its own columns after these.
+enum AdEventColumn: Int, CaseIterable {
+    case requestId, id, type, correctedAt, adUnit, formatId, assetKey, source, adapter, eea, reservation, test
+
+    var name: String {
+        switch self {
+        case .requestId: "request_id"
+        case .id: "id"
+        case .type: "type"
+        case .correctedAt: "corrected_at"
+        case .adUnit: "ad_unit"
+        case .formatId: "format_id"
+        case .assetKey: "asset_key"
+        case .source: "source"
+        case .adapter: "adapter"
+        case .eea: "eea"
+        case .reservation: "reservation"
+        case .test: "test"
+        }
+    }
+
+    /// `request_id, id, type, …` for a SELECT list.
+    static let list = allCases.map(\.name).joined(separator: ", ")
+}
+
+/// A column of an ad-event row that does not hold what this tracker reads (a type or source
+/// added by a newer version, a NULL where the schema has none).
+struct UnreadableColumn: Error {
+    let column: AdEventColumn
+}
+
+/// One log row's `AdEventColumn`s in PostgreSQL's binary format (a binary result or a binary
+/// `COPY`), checked and decoded in one place. The strings stay bytes, valid as long as the row's
+/// buffer: the rebuild copies them straight into its spill files, the others make an `AdEvent`.
+struct AdEventRow {
+    let requestId: UnsafeRawBufferPointer
+    /// The id's 16 bytes.
+    let id: UnsafeRawBufferPointer
+    let type: EventType
+    let correctedAt: Timestamp
+    let adUnit: UnsafeRawBufferPointer
+    let formatId: UnsafeRawBufferPointer
+    let assetKey: UnsafeRawBufferPointer?
+    let source: EventSource
+    let adapter: UnsafeRawBufferPointer?
+    let eea: Bool
+    let reservation: Bool
+    /// The event's own `test` flag, without the test ad units.
+    let testFlag: Bool
+
+    /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
+    @inline(__always)
+    init(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
+        func required(_ column: AdEventColumn) throws(UnreadableColumn) -> UnsafeRawBufferPointer {
+            guard let bytes = value(column) else { throw UnreadableColumn(column: column) }
+            return bytes
+        }
+        guard let type = Self.label(try required(.type), in: Self.types) else { throw UnreadableColumn(column: .type) }
+        guard let source = Self.label(try required(.source), in: Self.sources) else { throw UnreadableColumn(column: .source) }
+        let id = try required(.id)
+        guard id.count == 16 else { throw UnreadableColumn(column: .id) }
+        guard let corrected = ByteReader.int64(try required(.correctedAt)) else { throw UnreadableColumn(column: .correctedAt) }
+        self.type = type
+        self.source = source
+        self.id = id
+        correctedAt = Timestamp(microseconds: corrected &+ BinaryArray.postgresEpochOffset)
+        requestId = try required(.requestId)
+        adUnit = try required(.adUnit)
+        formatId = try required(.formatId)
+        assetKey = value(.assetKey)
+        adapter = value(.adapter)
+        eea = Self.bool(try required(.eea))
+        reservation = Self.bool(try required(.reservation))
+        testFlag = Self.bool(try required(.test))
+    }
+
+    /// Reads row `row` of a binary result whose first columns are `AdEventColumn.list`.
+    init(_ rows: QueryResult, row: Int) throws(UnreadableColumn) {
+        try self.init { column in rows.isNull(row, column.rawValue) ? nil : rows.bytes(row, column.rawValue) }
+    }
+
+    /// Test traffic: the `test` flag or one of the SDK's test ad units (SPEC section 5).
+    var isTest: Bool { testFlag || AdState.isTestAdUnit(adUnit) }
+
+    /// The ad's request id as a string.
+    var requestIdString: String { String(decoding: requestId, as: UTF8.self) }
+
+    /// The event as the projections keep it; `strings` shares the repeated ad units and formats.
+    func event(strings: inout StringTable) -> AdEvent {
+        AdEvent(id: UUIDText(binary: id), type: type, correctedAt: correctedAt,
+                adUnit: strings.string(adUnit), formatId: strings.string(formatId),
+                assetKey: assetKey.map { strings.string($0) }, source: source,
+                adapter: adapter.map { strings.string($0) }, eea: eea, reservation: reservation, isTest: isTest)
+    }
+
+    private static let types = EventType.allCases.map { (Array($0.rawValue.utf8), $0) }
+    private static let sources = EventSource.allCases.map { (Array($0.rawValue.utf8), $0) }
+
+    /// The case whose label (an enum's binary value is its label) equals `bytes`.
+    private static func label<T>(_ bytes: UnsafeRawBufferPointer, in labels: [([UInt8], T)]) -> T? {
+        for (label, value) in labels where label.count == bytes.count && label.elementsEqual(bytes) { return value }
+        return nil
+    }
+
+    private static func bool(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        bytes.count == 1 && bytes[0] != 0
+    }
+}
