@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
+.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -33,6 +33,9 @@ bench-capacity: ## CPU time and bytes per event, for sizing (docs/SCALING.md)
 
 bench-client:   ## TrackerClient: events/s one client process hands over and delivers, its memory
 	scripts/bench-client.sh
+
+bench-json:     ## the hand-written JSON bodies (receipt, error, report) against JSONEncoder
+	swift build -c release --product TrackerJSONBench && .build/release/TrackerJSONBench
 
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh

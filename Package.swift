@@ -116,6 +116,12 @@ let package = Package(
             dependencies: ["TrackerServer"],
             swiftSettings: swiftSettings
         ),
+        // `make bench-json`: the hand-written JSON bodies against JSONEncoder (docs/PERFORMANCE.md).
+        .executableTarget(
+            name: "TrackerJSONBench",
+            dependencies: ["TrackerServer", "Tracker", "TrackerInput"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "TrackerTests",
             dependencies: ["Tracker", "TrackerInput"],
@@ -131,7 +137,10 @@ let package = Package(
         ),
         .testTarget(
             name: "TrackerIntegrationTests",
-            dependencies: ["Tracker", "TrackerClient"],
+            dependencies: [
+                "Tracker", "TrackerClient", "TrackerServer",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import Tracker
 
-/// The Low HTTP corners of issue 12, as a client sees them.
+/// The Low HTTP corners of issue 12, as a client sees them (in process: statuses and headers).
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
 struct HTTPCornerTests {
     /// `adUnit=/1/a%00x` was cut at the NUL and answered for `/1/a`; `%FF` matched nothing and
@@ -10,18 +10,18 @@ struct HTTPCornerTests {
     @Test func aReportFilterWithNulOrInvalidUTF8IsRefusedNamingTheParameter() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("reports", scope: .report)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let headers = ["Authorization": "Bearer \(key)"]
                 for (filter, rule) in [("adUnit=%2F1%2Fa%00x", "adUnit must not contain the character U+0000"),
                                        ("adUnit=%2F1%2Fa%FFx", "adUnit must be UTF-8 text"),
                                        ("formatId=1%C3", "formatId must be UTF-8 text")] {
-                    let r = try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&\(filter)", headers: headers)
+                    let r = try await tracker.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&\(filter)", headers: headers)
                     #expect(r.status == 400, "\(filter): \(r.status)")
                     #expect(r.json["error"] as? String == "invalid_parameter")
                     let message = r.json["message"] as? String
                     #expect(message?.contains(rule) == true, "\(filter): \(String(describing: message))")
                 }
-                let fine = try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%2F1%2F%C3%A5", headers: headers)
+                let fine = try await tracker.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%2F1%2F%C3%A5", headers: headers)
                 #expect(fine.status == 200)
                 // Reports are private figures: never cached, never sniffed as another type.
                 #expect(fine.headers["cache-control"] == "no-store")
@@ -35,16 +35,16 @@ struct HTTPCornerTests {
     @Test func aWrongMethodIs405WithAllowAndAnUnknownPathIs404() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("reports", scope: .report)
-            try await withTracker(db) { tracker in
-                let put = try tracker.client.request("PUT", "/v1/events", body: Data("{}".utf8))
+            try await withInProcessTracker(db) { tracker in
+                let put = try await tracker.request("PUT", "/v1/events", body: Data("{}".utf8))
                 #expect(put.status == 405)
                 #expect(put.headers["allow"] == "POST")
                 #expect(put.json["error"] as? String == "method_not_allowed")
-                let post = try tracker.client.request("POST", "/v1/reports/summary")
+                let post = try await tracker.request("POST", "/v1/reports/summary")
                 #expect(post.status == 405)
                 #expect(post.headers["allow"] == "GET, HEAD")
-                #expect(try tracker.client.request("GET", "/v1/nothing-here").status == 404)
-                let plus = try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%+0",
+                #expect(try await tracker.request("GET", "/v1/nothing-here").status == 404)
+                let plus = try await tracker.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%+0",
                                                       headers: ["Authorization": "Bearer \(key)"])
                 #expect(plus.status == 200, "an adUnit of '%+0' is text, not a NUL: \(plus.text)")
             }

@@ -7,6 +7,11 @@ public struct ProjectionLag: Sendable, Hashable {
     /// order); 0 when caught up.
     public var seconds: Double
     public static let cap = 1_000
+
+    package init(events: Int, seconds: Double) {
+        self.events = events
+        self.seconds = seconds
+    }
 }
 
 /// A place in the log's order `(tx, seq)`, as text for statement parameters.

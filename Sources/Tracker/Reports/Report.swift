@@ -11,4 +11,11 @@ public struct ReportResult: Sendable {
     public var columns: [String]
     public var rows: [[ReportValue]]
     public var lag: ProjectionLag
+
+    package init(query: ReportQuery, columns: [String], rows: [[ReportValue]], lag: ProjectionLag) {
+        self.query = query
+        self.columns = columns
+        self.rows = rows
+        self.lag = lag
+    }
 }

@@ -104,11 +104,7 @@ struct BeaconCommand: AsyncParsableCommand {
                     print("<img src=\"\(url)\" width=\"1\" height=\"1\" alt=\"\" style=\"position:absolute\">")
                 }
             case .json:
-                var out = "{\"id\":\"\(beacon.id.text)\",\"type\":\"\(beacon.type.rawValue)\",\"token\":\"\(beacon.token)\",\"path\":\"\(beacon.path)\","
-                out += "\"url\":"
-                JSONText.appendQuoted(url, to: &out)
-                out += ",\"expiresAt\":\"\(beacon.expiresAt.rfc3339)\"}"
-                print(out)
+                print(String(decoding: JSONBody.data(MintedBeaconJSON(beacon, url: url)), as: UTF8.self))
             }
         }
     }

@@ -6,7 +6,7 @@ import Tracker
 
 /// The API's stable error codes (`docs/openapi.yaml` lists which answer carries which), each
 /// with the one status it is answered with: the one place where a code meets HTTP.
-enum ErrorCode: String, Sendable, CaseIterable {
+package enum ErrorCode: String, Sendable, CaseIterable {
     case badRequest = "bad_request"
     case invalidJSON = "invalid_json"
     case invalidGzip = "invalid_gzip"
@@ -52,15 +52,15 @@ enum ErrorCode: String, Sendable, CaseIterable {
 /// An error a client can act on: a status, a stable code and a message saying what to fix.
 ///
 /// Every error body of the API is `{"error": "<code>", "message": "<what to fix>"}`.
-struct APIError: Error, HTTPResponseError {
-    var status: HTTPResponse.Status
+package struct APIError: Error, HTTPResponseError {
+    package var status: HTTPResponse.Status
     var code: ErrorCode
-    var message: String
+    package var message: String
     var retryAfterSeconds: Int?
     /// Further headers of the answer (`Allow` on a `405`).
     var headers: HTTPFields
 
-    init(_ code: ErrorCode, _ message: String, retryAfterSeconds: Int? = nil, headers: HTTPFields = [:]) {
+    package init(_ code: ErrorCode, _ message: String, retryAfterSeconds: Int? = nil, headers: HTTPFields = [:]) {
         self.init(status: code.status, code: code, message: message, retryAfterSeconds: retryAfterSeconds, headers: headers)
     }
 
@@ -74,7 +74,7 @@ struct APIError: Error, HTTPResponseError {
     }
 
     /// `{"error": "<code>", "message": "<what to fix>"}`.
-    var body: String {
+    package var body: String {
         var body = "{\"error\":"
         JSONText.appendQuoted(code.rawValue, to: &body)
         body += ",\"message\":"
@@ -82,7 +82,7 @@ struct APIError: Error, HTTPResponseError {
         return body + "}"
     }
 
-    func response(from request: Request, context: some RequestContext) throws -> Response {
+    package func response(from request: Request, context: some RequestContext) throws -> Response {
         var headers = self.headers
         headers[.contentType] = "application/json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }

@@ -20,11 +20,30 @@ extension APIKeys {
         return principal
     }
 
-    /// The key of an `Authorization: Bearer <key>` header, or `nil` for another scheme.
+    /// The key of an `Authorization: Bearer <key>` header (the scheme in any case, spaces
+    /// around the key dropped), or `nil` for another scheme. On every request: bytes, no
+    /// splitting into substrings.
     static func bearerKey(_ header: String) -> String? {
-        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
-        return String(parts[1]).trimmingSpaces
+        var rest = Substring(header).utf8[...]
+        while rest.first == UInt8(ascii: " ") { rest.removeFirst() }
+        guard rest.count > 6, rest.prefix(6).elementsEqual("bearer".utf8, by: { ASCII.lowercased($0) == $1 }),
+              rest.dropFirst(6).first == UInt8(ascii: " ") else { return nil }
+        return String(Substring(ASCII.trimmingSpaces(rest.dropFirst(7))))
+    }
+}
+
+/// Byte-level helpers for header values, which are ASCII in every case that matters here.
+enum ASCII {
+    static func lowercased(_ byte: UInt8) -> UInt8 {
+        byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
+    }
+
+    /// `bytes` without the spaces and tabs at either end.
+    static func trimmingSpaces(_ bytes: Substring.UTF8View) -> Substring.UTF8View {
+        var bytes = bytes
+        while let b = bytes.first, b == 0x20 || b == 0x09 { bytes.removeFirst() }
+        while let b = bytes.last, b == 0x20 || b == 0x09 { bytes.removeLast() }
+        return bytes
     }
 }
 

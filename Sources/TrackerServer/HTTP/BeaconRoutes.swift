@@ -126,16 +126,7 @@ struct BeaconRoutes: Sendable {
         } catch {
             throw APIError(.invalidBeaconRequest, error.description)
         }
-        var out = "{\"beacons\":["
-        for (i, beacon) in minted.enumerated() {
-            if i > 0 { out += "," }
-            out += "{\"id\":\"\(beacon.id.text)\",\"type\":\"\(beacon.type.rawValue)\",\"token\":\"\(beacon.token)\","
-            out += "\"path\":\"\(beacon.path)\",\"expiresAt\":\"\(beacon.expiresAt.rfc3339)\"}"
-        }
-        out += "]}"
-        var headers: HTTPFields = [.contentType: "application/json"]
-        headers[.cacheControl] = "no-store"
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: out)))
+        return JSONBody.response(["beacons": minted.map { MintedBeaconJSON($0) }], headers: [.cacheControl: "no-store"])
     }
 
     // MARK: Shared

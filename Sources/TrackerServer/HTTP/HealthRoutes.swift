@@ -37,7 +37,7 @@ struct HealthRoutes: Sendable {
             Task { answer.give(await self.readiness()) }
             Task {
                 try? await Task.sleep(for: deadline)
-                answer.give(Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true))
+                answer.give(Self.json(.serviceUnavailable, Readiness.databaseUnavailable, retryAfter: true))
             }
         }
     }
@@ -46,37 +46,26 @@ struct HealthRoutes: Sendable {
         do {
             let pending = try await migrator.pending(pool)
             if !pending.isEmpty {
-                return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"ok\",\"migrations\":\"pending\",\"pendingVersions\":\(pending)}")
+                return Self.json(.serviceUnavailable, Readiness(status: "not_ready", database: "ok", migrations: "pending", pendingVersions: pending))
             }
+            var ready = Readiness(status: "ready", database: "ok", migrations: "current")
             // A node whose connections may not read the log (DATABASE_URL as tracker_ingest, the
             // projector elsewhere, no REPORT_DATABASE_URL) is still ready: it ingests. Its lag is
             // left out, and the role check's warning says which setting to add.
-            var lagField = ""
             do {
                 let lag = try await LogCursor(pool: lagPool).lag()
-                lagField = ",\"projectionLag\":{\"events\":\(lag.events),\"seconds\":\(lag.seconds)}"
+                ready.projectionLag = Readiness.Lag(events: lag.events, seconds: lag.seconds)
             } catch let error as DatabaseError where error.sqlState == "42501" {}
-            let warnings = roleWarnings?.current ?? []
-            var tail = ""
-            if !warnings.isEmpty {
-                tail = ",\"warnings\":["
-                for (i, w) in warnings.enumerated() {
-                    if i > 0 { tail += "," }
-                    JSONText.appendQuoted(w, to: &tail)
-                }
-                tail += "]"
-            }
+            if let warnings = roleWarnings?.current, !warnings.isEmpty { ready.warnings = warnings }
             // A stopped projector is said, not made a 503: every node runs the same binary, so a
             // 503 would take ingestion (which still works) out of every balancer at once.
             if let stopped = projectorStatus?.stopReason {
-                var body = "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\",\"projector\":\"stopped\",\"projectorError\":"
-                JSONText.appendQuoted(stopped.description, to: &body)
-                body += "\(lagField)\(tail)}"
-                return Self.json(.ok, body)
+                ready.projector = "stopped"
+                ready.projectorError = stopped.description
             }
-            return Self.json(.ok, "{\"status\":\"ready\",\"database\":\"ok\",\"migrations\":\"current\"\(lagField)\(tail)}")
+            return Self.json(.ok, ready)
         } catch {
-            return Self.json(.serviceUnavailable, "{\"status\":\"not_ready\",\"database\":\"unavailable\"}", retryAfter: true)
+            return Self.json(.serviceUnavailable, Readiness.databaseUnavailable, retryAfter: true)
         }
     }
 
@@ -84,6 +73,10 @@ struct HealthRoutes: Sendable {
         var headers: HTTPFields = [.contentType: "application/json"]
         if retryAfter { headers[.retryAfter] = "2" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ readiness: Readiness, retryAfter: Bool = false) -> Response {
+        JSONBody.response(readiness, status: status, headers: retryAfter ? [.retryAfter: "2"] : [:])
     }
 }
 

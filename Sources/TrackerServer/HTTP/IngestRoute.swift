@@ -7,7 +7,7 @@ import Synchronization
 import Tracker
 
 /// `POST /v1/events` (SPEC sections 1 to 4).
-struct IngestRoute: Sendable {
+package struct IngestRoute: Sendable {
     let keys: APIKeys
     let log: EventLog
     let decoder: BatchDecoder
@@ -178,13 +178,20 @@ struct IngestRoute: Sendable {
         APIError(.payloadTooLarge, "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
     }
 
+    /// Whether the media type (before any `;` parameter, in any case) is `application/json`.
     static func isJSON(_ contentType: String) -> Bool {
-        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { String($0).trimmingSpaces.lowercased() }
-        return mediaType == "application/json"
+        var mediaType = Substring(contentType).utf8[...]
+        if let semicolon = mediaType.firstIndex(of: UInt8(ascii: ";")) { mediaType = mediaType[..<semicolon] }
+        return ASCII.trimmingSpaces(mediaType).elementsEqual("application/json".utf8) { ASCII.lowercased($0) == $1 }
     }
 
     /// `{"accepted": n, "duplicates": n, "rejected": [{"index": i, "id": "…", "error": "…"}]}`
     static func receipt(outcome: AppendOutcome, rejected: [Rejection]) -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"],
+                 body: .init(byteBuffer: ByteBuffer(string: receiptBody(outcome: outcome, rejected: rejected))))
+    }
+
+    package static func receiptBody(outcome: AppendOutcome, rejected: [Rejection]) -> String {
         var body = "{\"accepted\":\(outcome.stored),\"duplicates\":\(outcome.duplicates),\"rejected\":["
         for (n, r) in rejected.enumerated() {
             if n > 0 { body += "," }
@@ -194,8 +201,7 @@ struct IngestRoute: Sendable {
             JSONText.appendQuoted(r.error, to: &body)
             body += "}"
         }
-        body += "]}"
-        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        return body + "]}"
     }
 }
 
