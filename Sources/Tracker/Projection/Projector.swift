@@ -132,7 +132,7 @@ public final class Projector: Service, Sendable {
             }
             if reached { return total }
             // Nothing readable yet: an older transaction elsewhere is still open.
-            if n == 0 { try connection.query("SELECT pg_sleep($1::float8)", [String(Double(pause.microseconds) / 1e6)]) }
+            if n == 0 { try connection.sleep(for: pause) }
         }
     }
 
@@ -141,7 +141,7 @@ public final class Projector: Service, Sendable {
         // lost commit is only work to redo: no need to wait for the WAL flush. The planner
         // settings keep every statement of the step on its index (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
-        try connection.query("SELECT pg_advisory_xact_lock(hashtext('tracker.projector'))")
+        try connection.lockForTransaction(ProjectorSQL.lock)
         let (tx, seq) = try lockState(on: connection, window: window)
         let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
                                         binaryResults: true)
@@ -152,9 +152,7 @@ public final class Projector: Service, Sendable {
         if !batch.events.isEmpty {
             try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window), strings: &strings, on: connection)
         }
-        try connection.query(
-            "UPDATE projection_state SET checkpoint_tx = $1::xid8, checkpoint_seq = $2::bigint, events_projected = events_projected + $3::bigint, updated_at = now()",
-            [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
+        try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
         return rows.rowCount
     }
 
@@ -227,6 +225,9 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
 }
 
 enum ProjectorSQL {
+    /// The advisory lock projectors on one database take turns on, one step at a time.
+    static let lock = "tracker.projector"
+
     /// Every statement of a step wants its index: the log in (tx, seq) order, `ad_state` by
     /// request id or ctid, the day tables by primary key. The planner does not always see it:
     /// before autovacuum has analysed today's partition (or after it grew since) it estimates
@@ -256,6 +257,11 @@ enum ProjectorSQL {
         SELECT checkpoint_tx::text, checkpoint_seq, (extract(epoch FROM attribution_window) * 1000000)::bigint,
                events_projected
         FROM projection_state FOR UPDATE
+        """
+
+    static let checkpoint = """
+        UPDATE projection_state SET checkpoint_tx = $1::xid8, checkpoint_seq = $2::bigint,
+               events_projected = events_projected + $3::bigint, updated_at = now()
         """
 
     static let setWindow = "UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)"

@@ -52,10 +52,10 @@ public struct Rebuild: Sendable {
         let started = ContinuousClock.now
         return try await pool.withConnection { c in
             // One rebuild at a time: a second one would drop the first's half-built schema.
-            guard try c.query("SELECT pg_try_advisory_lock(hashtext('tracker.rebuild'))").bool(0, 0) == true else {
+            guard try c.tryLock(RebuildSQL.lock) else {
                 throw ProjectorError.rebuildRunning
             }
-            defer { _ = try? c.query("SELECT pg_advisory_unlock(hashtext('tracker.rebuild'))") }
+            defer { try? c.unlock(RebuildSQL.lock) }
             if !discardingDroppedDays {
                 let dropped = try c.query(RebuildSQL.droppedDays)
                 if let count = dropped.int64(0, 0), count > 0 {
@@ -70,12 +70,11 @@ public struct Rebuild: Sendable {
             // and the progress shows them, instead of the catch-up picking them up unseen.
             if let head {
                 for _ in 0..<200 {
-                    let final = try c.query("SELECT $1::xid8 < pg_snapshot_xmin(pg_current_snapshot())", [head.tx]).bool(0, 0)
-                    if final == true { break }
-                    try c.query("SELECT pg_sleep(0.05)")
+                    if try c.hasEnded(beforeHorizon: head.tx) { break }
+                    try c.sleep(for: .milliseconds(50))
                 }
             }
-            let horizon = try c.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").string(0, 0) ?? "0"
+            let horizon = try c.snapshotHorizon()
             try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
             try c.execute("CREATE SCHEMA tracker_rebuild")
             for table in Self.projectionTables {
@@ -210,6 +209,9 @@ public struct Rebuild: Sendable {
 }
 
 enum RebuildSQL {
+    /// The advisory lock that keeps rebuilds one at a time.
+    static let lock = "tracker.rebuild"
+
     /// Days retention dropped from the log (`tracker retention`): a rebuild cannot reproduce them.
     static let droppedDays = "SELECT count(*), min(day)::text, max(day)::text FROM retention_runs"
 

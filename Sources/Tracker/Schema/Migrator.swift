@@ -28,8 +28,8 @@ public struct Migrator: Sendable {
         let migrations = self.migrations
         let logger = self.logger
         return try await pool.withConnection { connection in
-            try connection.query("SELECT pg_advisory_lock(hashtext('tracker.migrations'))")
-            defer { _ = try? connection.query("SELECT pg_advisory_unlock(hashtext('tracker.migrations'))") }
+            try connection.lock("tracker.migrations")
+            defer { try? connection.unlock("tracker.migrations") }
             try connection.execute(Self.createTable)
             let applied = try Self.appliedChecksums(connection)
             var done: [Migration] = []
