@@ -77,7 +77,7 @@ enum EventLogSQL {
     /// the other waited for, a deadlock (40P01, a 503 after a second's stall). In one global
     /// order the second write waits for the first and finds its ids stored. The log keeps
     /// the group's own order (`ord`).
-    static let append = """
+    static let append = PreparedStatement(name: "tracker_append", sql: """
         WITH input AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                                  $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[],
@@ -98,7 +98,7 @@ enum EventLogSQL {
         FROM input i JOIN fresh f ON f.id = i.id
         ORDER BY i.ord
         RETURNING id
-        """
+        """)
 
     /// Partitions from yesterday to a week ahead (UTC days).
     static let ensurePartitions = """
