@@ -121,6 +121,16 @@ public final class Connection {
     /// the same on every run; a text parameter's type is inferred from the SQL.
     @discardableResult
     public func query(_ statement: PreparedStatement, _ parameters: [Parameter], binaryResults: Bool = false) throws(DatabaseError) -> QueryResult {
+        do {
+            return try runPrepared(statement, parameters, binaryResults: binaryResults)
+        } catch where error.sqlState == "26000" {
+            // Gone from the session (a DISCARD by someone sharing it): prepare it again, once.
+            prepared.remove(statement.name)
+            return try runPrepared(statement, parameters, binaryResults: binaryResults)
+        }
+    }
+
+    private func runPrepared(_ statement: PreparedStatement, _ parameters: [Parameter], binaryResults: Bool) throws(DatabaseError) -> QueryResult {
         let marshalled = MarshalledParameters(parameters)
         if !prepared.contains(statement.name) {
             _ = try check(PQprepare(handle, statement.name, statement.sql, marshalled.count, marshalled.types), sql: statement.sql)
@@ -130,13 +140,7 @@ public final class Connection {
             PQexecPrepared(handle, statement.name, marshalled.count, values, marshalled.lengths, marshalled.formats,
                            binaryResults ? 1 : 0)
         }
-        do {
-            return try check(result, sql: statement.sql)
-        } catch where error.sqlState == "26000" {
-            // Gone from the session (a DISCARD by someone sharing it): prepare it again, once.
-            prepared.remove(statement.name)
-            return try query(statement, parameters, binaryResults: binaryResults)
-        }
+        return try check(result, sql: statement.sql)
     }
 
     /// Streams rows into `COPY … FROM STDIN` in chunks; returns the number of rows copied.

@@ -9,12 +9,13 @@ struct HeaderParsingTests {
         #expect(APIKeys.bearerKey("bearer trk_abc") == "trk_abc")
         #expect(APIKeys.bearerKey("BEARER   trk_abc \t") == "trk_abc")
         #expect(APIKeys.bearerKey("  Bearer trk_abc") == "trk_abc")
-        #expect(APIKeys.bearerKey("Bearer ") == "", "a scheme without a key: an empty key, refused as unknown")
+        #expect(APIKeys.bearerKey("Bearer  ") == "", "spaces after the scheme: an empty key, refused as unknown")
     }
 
     @Test func anotherSchemeOrNoSpaceAfterTheSchemeIsNoBearerKey() {
         #expect(APIKeys.bearerKey("Basic dXNlcjpwYXNz") == nil)
         #expect(APIKeys.bearerKey("Bearer") == nil)
+        #expect(APIKeys.bearerKey("Bearer ") == nil)
         #expect(APIKeys.bearerKey("Bearer\ttrk_abc") == nil)
         #expect(APIKeys.bearerKey("Bearertrk_abc") == nil)
         #expect(APIKeys.bearerKey("Béarer trk_abc") == nil)

@@ -38,7 +38,7 @@ public struct AdAudit: Sendable {
             var seen = Set<UUIDText>()
             for r in 0..<rows.rowCount {
                 let row: AdEventRow
-                do throws(UnreadableColumn) { row = try AdEventRow(rows, row: r) } catch {
+                do throws(UnreadableColumn) { row = try AdEventRow(rows, row: r, projectedOnly: false)! } catch {
                     throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
                 }
                 func time(_ column: Int) -> Timestamp? {

@@ -77,17 +77,14 @@ enum EventLogSQL {
     /// the other waited for, a deadlock (40P01, a 503 after a second's stall). In one global
     /// order the second write waits for the first and finds its ids stored. The log keeps
     /// the group's own order (`ord`).
+    ///
+    /// The arrays are unnested once, straight into the log's insert: `event_ids` reads only the
+    /// id array, so no 18-column copy of the group is materialised for two readers (as a CTE
+    /// both parts read was). Binary result: the stored ids' 16 bytes each.
     static let append = PreparedStatement(name: "tracker_append", sql: """
-        WITH input AS (
-            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[],
-                                 $13::jsonb[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[],
-                                 $17::timestamptz[], $18::text[]) WITH ORDINALITY
-                AS t(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter,
-                     eea, reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at,
-                     key_name, ord)
-        ), fresh AS (
-            INSERT INTO event_ids (id) SELECT id FROM input ORDER BY id ON CONFLICT DO NOTHING RETURNING id
+        WITH fresh AS (
+            INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
+            ON CONFLICT DO NOTHING RETURNING id
         )
         INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source,
                             adapter, eea, reservation, test, attributes, occurred_at, sent_at,
@@ -95,7 +92,14 @@ enum EventLogSQL {
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key,
                i.click_action::click_action, i.source::event_source, i.adapter, i.eea, i.reservation,
                i.test, i.attributes, i.occurred_at, i.sent_at, i.received_at, i.corrected_at, i.key_name
-        FROM input i JOIN fresh f ON f.id = i.id
+        FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                    $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[],
+                    $13::jsonb[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[],
+                    $17::timestamptz[], $18::text[]) WITH ORDINALITY
+             AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter,
+                  eea, reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at,
+                  key_name, ord)
+        WHERE i.id IN (SELECT id FROM fresh)
         ORDER BY i.ord
         RETURNING id
         """)

@@ -346,10 +346,12 @@ public final class EventLog: Service, Sendable {
     }
 
     private static func insert(_ parameters: [Parameter], on connection: Connection) throws -> Set<UUIDText> {
-        let result = try connection.query(EventLogSQL.append, parameters)
+        let result = try connection.query(EventLogSQL.append, parameters, binaryResults: true)
         var stored = Set<UUIDText>(minimumCapacity: result.rowCount)
         for row in 0..<result.rowCount {
-            if let text = result.string(row, 0), let id = UUIDText(text) { stored.insert(id) }
+            let bytes = result.bytes(row, 0)
+            guard bytes.count == 16 else { throw DatabaseError(.unexpectedResult, serverMessage: "append: a stored id of \(bytes.count) bytes") }
+            stored.insert(UUIDText(binary: bytes))
         }
         return stored
     }

@@ -52,14 +52,24 @@ struct AdEventRow {
     /// The event's own `test` flag, without the test ad units.
     let testFlag: Bool
 
-    /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
+    /// The row's event type, read alone: the projector and the rebuild skip the types the
+    /// projections do not keep (`AdEvent.isProjected`) before reading anything else of the row.
     @inline(__always)
-    init(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
+    static func type(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) -> EventType {
+        guard let bytes = value(.type), let type = label(bytes, in: types) else { throw UnreadableColumn(column: .type) }
+        return type
+    }
+
+    /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL; `type`
+    /// when the caller already read it.
+    @inline(__always)
+    init(type known: EventType? = nil, _ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
         func required(_ column: AdEventColumn) throws(UnreadableColumn) -> UnsafeRawBufferPointer {
             guard let bytes = value(column) else { throw UnreadableColumn(column: column) }
             return bytes
         }
-        guard let type = Self.label(try required(.type), in: Self.types) else { throw UnreadableColumn(column: .type) }
+        let type: EventType
+        if let known { type = known } else { type = try Self.type(value) }
         guard let source = Self.label(try required(.source), in: Self.sources) else { throw UnreadableColumn(column: .source) }
         let id = try required(.id)
         guard id.count == 16 else { throw UnreadableColumn(column: .id) }
@@ -78,9 +88,13 @@ struct AdEventRow {
         testFlag = Self.bool(try required(.test))
     }
 
-    /// Reads row `row` of a binary result whose first columns are `AdEventColumn.list`.
-    init(_ rows: QueryResult, row: Int) throws(UnreadableColumn) {
-        try self.init { column in rows.isNull(row, column.rawValue) ? nil : rows.bytes(row, column.rawValue) }
+    /// Reads row `row` of a binary result whose first columns are `AdEventColumn.list`; `nil`
+    /// for an event of a type the projections do not keep, when `projectedOnly`.
+    init?(_ rows: QueryResult, row: Int, projectedOnly: Bool) throws(UnreadableColumn) {
+        let value = { (column: AdEventColumn) in rows.isNull(row, column.rawValue) ? nil : rows.bytes(row, column.rawValue) }
+        let type = try Self.type(value)
+        if projectedOnly, !AdEvent.isProjected(type) { return nil }
+        try self.init(type: type, value)
     }
 
     /// Test traffic: the `test` flag or one of the SDK's test ad units (SPEC section 5).

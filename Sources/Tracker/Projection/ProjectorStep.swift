@@ -9,9 +9,9 @@ struct LogBatch {
     init(_ rows: QueryResult, strings: inout StringTable) throws {
         events.reserveCapacity(rows.rowCount)
         for r in 0..<rows.rowCount {
-            let row: AdEventRow
-            do { row = try AdEventRow(rows, row: r) } catch { throw Self.malformed(error.column.name, rows, r) }
-            guard AdEvent.isProjected(row.type) else { continue }
+            let read: AdEventRow?
+            do { read = try AdEventRow(rows, row: r, projectedOnly: true) } catch { throw Self.malformed(error.column.name, rows, r) }
+            guard let row = read else { continue }
             events[row.requestIdString, default: []].append(row.event(strings: &strings))
         }
         let last = rows.rowCount - 1

@@ -80,16 +80,19 @@ final class RebuildBuckets {
             if length > 0 { offset += length }
         }
         rowsRead += 1
+        let value = { (column: AdEventColumn) -> UnsafeRawBufferPointer? in
+            let s = spans[column.rawValue]
+            return s.length < 0 ? nil : UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length])
+        }
         let row: AdEventRow
         do {
-            row = try AdEventRow { column in
-                let s = spans[column.rawValue]
-                return s.length < 0 ? nil : UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length])
-            }
+            // As the projector: a type the projections do not keep is skipped unread.
+            let type = try AdEventRow.type(value)
+            guard AdEvent.isProjected(type) else { return }
+            row = try AdEventRow(type: type, value)
         } catch {
             throw RebuildError.copyFormat
         }
-        guard AdEvent.isProjected(row.type) else { return }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for b in row.requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
         let bucket = Int(hash % UInt64(count))

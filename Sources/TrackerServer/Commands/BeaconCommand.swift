@@ -104,7 +104,7 @@ struct BeaconCommand: AsyncParsableCommand {
                     print("<img src=\"\(url)\" width=\"1\" height=\"1\" alt=\"\" style=\"position:absolute\">")
                 }
             case .json:
-                print(String(decoding: JSONBody.data(MintedBeaconJSON(beacon, url: url)), as: UTF8.self))
+                print(String(decoding: try JSONBody.data(MintedBeaconJSON(beacon, url: url)), as: UTF8.self))
             }
         }
     }

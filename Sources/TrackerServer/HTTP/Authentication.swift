@@ -26,7 +26,7 @@ extension APIKeys {
     static func bearerKey(_ header: String) -> String? {
         var rest = Substring(header).utf8[...]
         while rest.first == UInt8(ascii: " ") { rest.removeFirst() }
-        guard rest.count > 6, rest.prefix(6).elementsEqual("bearer".utf8, by: { ASCII.lowercased($0) == $1 }),
+        guard rest.count > 7, rest.prefix(6).elementsEqual("bearer".utf8, by: { ASCII.lowercased($0) == $1 }),
               rest.dropFirst(6).first == UInt8(ascii: " ") else { return nil }
         return String(Substring(ASCII.trimmingSpaces(rest.dropFirst(7))))
     }

@@ -13,16 +13,22 @@ import Tracker
 /// order) and which takes half the time. `make bench-json` measures both ways on the same
 /// bodies; docs/PERFORMANCE.md has the figures.
 enum JSONBody {
-    /// Encodes `value`; `nil` members are left out.
-    static func data(_ value: some Encodable) -> Data {
-        // Only these types reach it, and none throws: an encoding error is a programming error.
-        try! JSONEncoder().encode(value)
+    /// Encodes `value`; `nil` members are left out, `/` is not escaped.
+    static func data(_ value: some Encodable) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .withoutEscapingSlashes
+        return try encoder.encode(value)
     }
 
+    /// `value` as the answer; a value JSON cannot hold (a non-finite number) is a `500`.
     static func response(_ value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
         var headers = headers
         headers[.contentType] = "application/json"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data(value))))
+        guard let body = try? data(value) else {
+            let error = APIError(.internal, "the answer could not be written as JSON")
+            return Response(status: error.status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: error.body)))
+        }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 }
 
