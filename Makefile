@@ -35,7 +35,7 @@ bench-client:   ## TrackerClient: events/s one client process hands over and del
 	scripts/bench-client.sh
 
 bench-json:     ## the hand-written JSON bodies (receipt, error, report) against JSONEncoder
-	swift build -c release --product TrackerJSONBench && .build/release/TrackerJSONBench
+	scripts/bench-json.sh
 
 migrations:     ## re-embed sql/*.sql into the binary after editing a migration
 	scripts/embed-migrations.sh
