@@ -79,8 +79,8 @@ let package = Package(
             dependencies: [
                 "TrackerModel",
                 "TrackerInput",
+                // libpq only through TrackerPostgres: no domain file can reach a raw handle.
                 "TrackerPostgres",
-                "CLibPQ",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
