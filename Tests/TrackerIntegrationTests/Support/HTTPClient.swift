@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A minimal blocking HTTP/1.1 client over a loopback socket.
 ///
@@ -126,11 +127,27 @@ struct HTTPClient: Sendable {
     }
 }
 
-/// A loopback port nothing listens on now: the kernel picks it for a socket bound to port 0.
+/// A loopback port nothing listens on now, never handed out before in this test process.
 ///
 /// Random ports in a fixed range collided with the private PostgreSQL clusters and other
-/// servers the tests start; the kernel knows which ports are taken.
+/// servers the tests start; the kernel knows which ports are taken. But a port is free again
+/// once its probe socket closes, and a tracker takes a second or more to listen, so two
+/// suites starting trackers at once could be given the same port: the second tracker fails
+/// to bind, and its test, finding the first one healthy there, talks to the other test's
+/// tracker until that one stops. (The likely cause of one ECONNREFUSED in the middle of
+/// `HostileClientTests`, at the moment another test of the suite stopped its tracker.)
 func freeLoopbackPort() -> Int {
+    for _ in 0..<1000 {
+        let port = kernelPickedLoopbackPort()
+        if handedOutPorts.withLock({ $0.insert(port).inserted }) { return port }
+    }
+    return Int.random(in: 30_000..<60_000)
+}
+
+private let handedOutPorts = Mutex<Set<Int>>([])
+
+/// A port the kernel picks for a socket bound to port 0 (free at that moment).
+private func kernelPickedLoopbackPort() -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     var addr = sockaddr_in()

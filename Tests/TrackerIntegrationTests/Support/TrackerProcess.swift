@@ -49,7 +49,8 @@ final class TrackerProcess: Sendable {
     func waitUntilHealthy() async throws {
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
-            if let r = try? client.request("GET", "/healthz"), r.status == 200 { return }
+            // Healthy, and still this process: another tracker answering on the port would not do.
+            if let r = try? client.request("GET", "/healthz"), r.status == 200, process.isRunning { return }
             if !process.isRunning { break }
             try await Task.sleep(for: .milliseconds(50))
         }
