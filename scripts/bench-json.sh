@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/packages.sh
+command -v swift >/dev/null || { echo "swift is not on PATH: install the Swift 6 toolchain first" >&2; exit 1; }
 # What building the server links (libpq, zlib, found through pkg-config).
 need_packages libpq-dev zlib1g-dev pkg-config
 swift build -c release --product TrackerJSONBench >/dev/null

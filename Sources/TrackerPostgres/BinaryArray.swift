@@ -31,7 +31,7 @@ public struct BinaryArray {
     }
 
     /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
-    package static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
+    fileprivate static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
 
     public let element: Element
     private var bytes: [UInt8]
@@ -139,5 +139,17 @@ public struct BinaryArray {
         out[offset + 1] = UInt8(truncatingIfNeeded: u >> 16)
         out[offset + 2] = UInt8(truncatingIfNeeded: u >> 8)
         out[offset + 3] = UInt8(truncatingIfNeeded: u)
+    }
+}
+
+/// Single values in PostgreSQL's binary format, as a binary result or a binary COPY gives them.
+public enum BinaryValue {
+    /// A `timestamptz` (8 bytes: microseconds since 2000-01-01) as microseconds since 1970;
+    /// `nil` when it is not 8 bytes (NULL, or another type).
+    public static func microsecondsSince1970(timestamptz bytes: UnsafeRawBufferPointer) -> Int64? {
+        guard bytes.count == 8 else { return nil }
+        var value: UInt64 = 0
+        for b in bytes { value = value << 8 | UInt64(b) }
+        return Int64(bitPattern: value) &+ BinaryArray.postgresEpochOffset
     }
 }

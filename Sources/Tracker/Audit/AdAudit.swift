@@ -7,16 +7,16 @@
 /// the audit first waits for the projections to include what was committed before it was asked.
 public struct AdAudit: Sendable {
     private let pool: ConnectionPool
-    private let reports: Reports
+    private let maxWait: Duration
 
     public init(pool: ConnectionPool, maxWait: Duration = LogCursor.defaultReportWait) {
         self.pool = pool
-        reports = Reports(pool: pool, maxWait: maxWait)
+        self.maxWait = maxWait
     }
 
     /// The ad's audit trail and the projection lag, or `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
-        try await reports.waitForProjections()
+        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], window: Duration)? in
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
@@ -38,12 +38,10 @@ public struct AdAudit: Sendable {
             var seen = Set<UUIDText>()
             for r in 0..<rows.rowCount {
                 let row: AdEventRow
-                do throws(UnreadableColumn) { row = try AdEventRow(rows, row: r, projectedOnly: false)! } catch {
+                do throws(UnreadableColumn) { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch {
                     throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
                 }
-                func time(_ column: Int) -> Timestamp? {
-                    ByteReader.int64(rows.bytes(r, column)).map { Timestamp(microseconds: $0 &+ BinaryArray.postgresEpochOffset) }
-                }
+                func time(_ column: Int) -> Timestamp? { Timestamp(timestamptz: rows.bytes(r, column)) }
                 let event = row.event(strings: &strings)
                 seen.insert(event.id)
                 logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),

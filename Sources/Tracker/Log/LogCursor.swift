@@ -27,6 +27,9 @@ public struct LogCursor: Sendable {
     /// How long a report waits by default for the projections to hold what was committed
     /// when it was asked (`TRACKER_REPORT_WAIT`).
     public static let defaultReportWait = Duration.seconds(5)
+    /// How long the checkpoint may stand still, with events ready, before a reader stops
+    /// waiting for it (no projector runs).
+    public static let defaultStallLimit = Duration.seconds(1)
 
     private let pool: ConnectionPool
 

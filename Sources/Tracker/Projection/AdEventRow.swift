@@ -60,24 +60,34 @@ struct AdEventRow {
         return type
     }
 
-    /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL; `type`
-    /// when the caller already read it.
+    /// The row, or `nil` for a type the projections do not keep, read no further (the
+    /// projector and the rebuild).
     @inline(__always)
-    init(type known: EventType? = nil, _ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
+    static func projected(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) -> AdEventRow? {
+        let type = try type(value)
+        guard AdEvent.isProjected(type) else { return nil }
+        return try AdEventRow(type: type, value)
+    }
+
+    /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
+    init(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
+        try self.init(type: Self.type(value), value)
+    }
+
+    @inline(__always)
+    private init(type: EventType, _ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
         func required(_ column: AdEventColumn) throws(UnreadableColumn) -> UnsafeRawBufferPointer {
             guard let bytes = value(column) else { throw UnreadableColumn(column: column) }
             return bytes
         }
-        let type: EventType
-        if let known { type = known } else { type = try Self.type(value) }
         guard let source = Self.label(try required(.source), in: Self.sources) else { throw UnreadableColumn(column: .source) }
         let id = try required(.id)
         guard id.count == 16 else { throw UnreadableColumn(column: .id) }
-        guard let corrected = ByteReader.int64(try required(.correctedAt)) else { throw UnreadableColumn(column: .correctedAt) }
+        guard let corrected = Timestamp(timestamptz: try required(.correctedAt)) else { throw UnreadableColumn(column: .correctedAt) }
         self.type = type
         self.source = source
         self.id = id
-        correctedAt = Timestamp(microseconds: corrected &+ BinaryArray.postgresEpochOffset)
+        correctedAt = corrected
         requestId = try required(.requestId)
         adUnit = try required(.adUnit)
         formatId = try required(.formatId)
@@ -88,13 +98,9 @@ struct AdEventRow {
         testFlag = Self.bool(try required(.test))
     }
 
-    /// Reads row `row` of a binary result whose first columns are `AdEventColumn.list`; `nil`
-    /// for an event of a type the projections do not keep, when `projectedOnly`.
-    init?(_ rows: QueryResult, row: Int, projectedOnly: Bool) throws(UnreadableColumn) {
-        let value = { (column: AdEventColumn) in rows.isNull(row, column.rawValue) ? nil : rows.bytes(row, column.rawValue) }
-        let type = try Self.type(value)
-        if projectedOnly, !AdEvent.isProjected(type) { return nil }
-        try self.init(type: type, value)
+    /// The columns of row `row` of a binary result whose first columns are `AdEventColumn.list`.
+    static func values(of rows: QueryResult, row: Int) -> (AdEventColumn) -> UnsafeRawBufferPointer? {
+        { column in rows.isNull(row, column.rawValue) ? nil : rows.bytes(row, column.rawValue) }
     }
 
     /// Test traffic: the `test` flag or one of the SDK's test ad units (SPEC section 5).

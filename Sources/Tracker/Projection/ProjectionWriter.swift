@@ -7,7 +7,8 @@ enum ProjectionWriter {
         for table in ProjectionTable.allCases {
             let rows = delta.rows.filter { $0.key.table == table }
             guard !rows.isEmpty else { continue }
-            let width = table.measureColumns.count
+            let statements = table.statements
+            let width = statements.width
             var trafficClass = BinaryArray(.int8, capacity: rows.count)
             var day = BinaryArray(.int8, capacity: rows.count)
             var adUnit = BinaryArray(.text, capacity: rows.count)
@@ -29,16 +30,23 @@ enum ProjectionWriter {
             var parameters = [trafficClass, day, adUnit, formatId]
             if table != .format { parameters.append(second) }
             parameters += measures
-            try connection.query(table.upsertSQL, parameters.map(\.parameter))
+            try connection.query(statements.upsert, parameters.map(\.parameter))
             // Only a subtraction can empty a row.
             if rows.contains(where: { $0.value.min() < 0 }) {
-                try connection.query(table.deleteEmptySQL, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
+                try connection.query(statements.deleteEmpty, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
             }
         }
     }
 }
 
 extension ProjectionTable {
+    /// The table's two statements and its number of measures, built once (every projector step uses them).
+    var statements: (upsert: String, deleteEmpty: String, width: Int) { Self.built[self]! }
+
+    private static let built = Dictionary(uniqueKeysWithValues: allCases.map { table in
+        (table, (upsert: table.upsertSQL, deleteEmpty: table.deleteEmptySQL, width: table.measureColumns.count))
+    })
+
     var tableName: String {
         switch self {
         case .format: "format_day"
@@ -56,7 +64,7 @@ extension ProjectionTable {
     }
 
     /// Deletes the rows named by the key arrays (`$1…` as in `upsertSQL`) whose measures are all zero.
-    var deleteEmptySQL: String {
+    private var deleteEmptySQL: String {
         let dims = dimensionColumns
         var arrays = ["$1::int8[]", "$2::int8[]"]
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
@@ -70,10 +78,9 @@ extension ProjectionTable {
             """
     }
 
-    /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays.
-    ///
-    /// Built once per table from the fixed column lists above (identifiers, never values).
-    var upsertSQL: String {
+    /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays, from the
+    /// fixed column lists above (identifiers, never values).
+    private var upsertSQL: String {
         let dims = dimensionColumns
         let measures = measureColumns
         let columns = ["traffic_class", "day"] + dims + measures

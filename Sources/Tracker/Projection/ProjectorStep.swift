@@ -10,7 +10,7 @@ struct LogBatch {
         events.reserveCapacity(rows.rowCount)
         for r in 0..<rows.rowCount {
             let read: AdEventRow?
-            do { read = try AdEventRow(rows, row: r, projectedOnly: true) } catch { throw Self.malformed(error.column.name, rows, r) }
+            do { read = try AdEventRow.projected(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
             guard let row = read else { continue }
             events[row.requestIdString, default: []].append(row.event(strings: &strings))
         }

@@ -22,7 +22,7 @@ final class RebuildBuckets {
     private(set) var eventsSpilled = 0
 
     /// About `eventsPerBucket` events per file for `expectedEvents`, between 1 and 256 files.
-    init(expectedEvents: Int, eventsPerBucket: Int = 500_000) throws {
+    init(expectedEvents: Int, eventsPerBucket: Int) throws {
         count = max(1, min(256, (expectedEvents + eventsPerBucket - 1) / eventsPerBucket))
         let base = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
         var template = Array((base + "/tracker-rebuild-XXXXXX").utf8CString)
@@ -84,15 +84,9 @@ final class RebuildBuckets {
             let s = spans[column.rawValue]
             return s.length < 0 ? nil : UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length])
         }
-        let row: AdEventRow
-        do {
-            // As the projector: a type the projections do not keep is skipped unread.
-            let type = try AdEventRow.type(value)
-            guard AdEvent.isProjected(type) else { return }
-            row = try AdEventRow(type: type, value)
-        } catch {
-            throw RebuildError.copyFormat
-        }
+        let read: AdEventRow?
+        do { read = try AdEventRow.projected(value) } catch { throw RebuildError.copyFormat }
+        guard let row = read else { return }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for b in row.requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
         let bucket = Int(hash % UInt64(count))
@@ -172,12 +166,6 @@ final class RebuildBuckets {
 
     static func i32(_ b: UnsafeRawBufferPointer, _ at: Int) -> Int32 {
         Int32(bitPattern: UInt32(b[at]) << 24 | UInt32(b[at + 1]) << 16 | UInt32(b[at + 2]) << 8 | UInt32(b[at + 3]))
-    }
-
-    static func i64(_ b: UnsafeRawBufferPointer, _ at: Int) -> Int64 {
-        var v: UInt64 = 0
-        for i in 0..<8 { v = v << 8 | UInt64(b[at + i]) }
-        return Int64(bitPattern: v)
     }
 
     static func appendU16(_ v: Int, _ out: inout [UInt8]) {

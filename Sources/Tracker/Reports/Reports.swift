@@ -16,7 +16,7 @@ public struct Reports: Sendable {
     /// Time to answer each report, the wait for the projections included.
     private let durations: [ReportKind: Timer]
 
-    public init(pool: ConnectionPool, maxWait: Duration = LogCursor.defaultReportWait, stallLimit: Duration = .seconds(1)) {
+    public init(pool: ConnectionPool, maxWait: Duration = LogCursor.defaultReportWait, stallLimit: Duration = LogCursor.defaultStallLimit) {
         self.pool = pool
         self.maxWait = maxWait
         self.stallLimit = stallLimit
@@ -28,8 +28,8 @@ public struct Reports: Sendable {
     public func run(_ query: ReportQuery) async throws -> ReportResult {
         let started = ContinuousClock.now
         defer { durations[query.kind]?.recordNanoseconds((ContinuousClock.now - started).nanoseconds) }
-        try await waitForProjections()
-        let spec = ReportSQL.spec(query.kind)
+        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
+        let spec = ReportSQL.specs[query.kind]!
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         let parameters: [String?] = [query.from.description, query.to.description, classes, query.adUnit, query.formatId]
         let rows: [[ReportValue]] = try await pool.withConnection { connection in
@@ -46,11 +46,6 @@ public struct Reports: Sendable {
         }
         let lag = try await LogCursor(pool: pool).lag()
         return ReportResult(query: query, columns: spec.dimensions + spec.measureNames, rows: rows, lag: lag)
-    }
-
-    /// Waits until the projections hold the log's head as of now (see the type).
-    func waitForProjections() async throws {
-        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
     }
 }
 
@@ -90,6 +85,9 @@ enum ReportSQL {
 
     /// The report's dimension names (after `day`) and their columns.
     private static let dimensionColumns = ["adUnit": "ad_unit", "formatId": "format_id", "assetKey": "asset_key", "adapter": "adapter"]
+
+    /// Every report's spec, made once.
+    static let specs = Dictionary(uniqueKeysWithValues: ReportKind.allCases.map { ($0, spec($0)) })
 
     static func spec(_ kind: ReportKind) -> Spec {
         switch kind {

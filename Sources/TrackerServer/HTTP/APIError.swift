@@ -6,7 +6,7 @@ import Tracker
 
 /// The API's stable error codes (`docs/openapi.yaml` lists which answer carries which), each
 /// with the one status it is answered with: the one place where a code meets HTTP.
-package enum ErrorCode: String, Sendable, CaseIterable {
+package enum ErrorCode: String, Sendable {
     case badRequest = "bad_request"
     case invalidJSON = "invalid_json"
     case invalidGzip = "invalid_gzip"
@@ -83,7 +83,13 @@ package struct APIError: Error, HTTPResponseError {
     }
 
     package func response(from request: Request, context: some RequestContext) throws -> Response {
-        var headers = self.headers
+        response()
+    }
+
+    /// The answer: the error's status, its body, `Retry-After` and its headers, plus `extra`.
+    func response(adding extra: HTTPFields = [:]) -> Response {
+        var headers = extra
+        headers.append(contentsOf: self.headers)
         headers[.contentType] = "application/json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))

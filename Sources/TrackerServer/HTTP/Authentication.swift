@@ -31,27 +31,3 @@ extension APIKeys {
         return String(Substring(ASCII.trimmingSpaces(rest.dropFirst(7))))
     }
 }
-
-/// Byte-level helpers for header values, which are ASCII in every case that matters here.
-enum ASCII {
-    static func lowercased(_ byte: UInt8) -> UInt8 {
-        byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
-    }
-
-    /// `bytes` without the spaces and tabs at either end.
-    static func trimmingSpaces(_ bytes: Substring.UTF8View) -> Substring.UTF8View {
-        var bytes = bytes
-        while let b = bytes.first, b == 0x20 || b == 0x09 { bytes.removeFirst() }
-        while let b = bytes.last, b == 0x20 || b == 0x09 { bytes.removeLast() }
-        return bytes
-    }
-}
-
-extension String {
-    var trimmingSpaces: String {
-        var s = Substring(self)
-        while s.first == " " || s.first == "\t" { s.removeFirst() }
-        while s.last == " " || s.last == "\t" { s.removeLast() }
-        return String(s)
-    }
-}

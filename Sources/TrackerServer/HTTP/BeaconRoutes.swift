@@ -174,10 +174,7 @@ struct BeaconRoutes: Sendable {
 
     /// The API's JSON error body with the beacon headers (no cache keeps a refusal either).
     static func error(_ error: APIError) -> Response {
-        var headers = Self.headers
-        headers[.contentType] = "application/json"
-        if let seconds = error.retryAfterSeconds { headers[.retryAfter] = String(seconds) }
-        return Response(status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: error.body)))
+        error.response(adding: headers)
     }
 }
 

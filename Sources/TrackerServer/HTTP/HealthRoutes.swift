@@ -20,7 +20,7 @@ struct HealthRoutes: Sendable {
 
     func register(on router: Router<some RequestContext>) {
         router.get("/healthz") { _, _ in
-            Self.json(.ok, Self.alive)
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: Self.alive)))
         }
         router.get("/readyz") { _, _ in
             await readiness(within: .seconds(3))
@@ -67,12 +67,6 @@ struct HealthRoutes: Sendable {
         } catch {
             return Self.json(.serviceUnavailable, Readiness.databaseUnavailable, retryAfter: true)
         }
-    }
-
-    static func json(_ status: HTTPResponse.Status, _ body: String, retryAfter: Bool = false) -> Response {
-        var headers: HTTPFields = [.contentType: "application/json"]
-        if retryAfter { headers[.retryAfter] = "2" }
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
     static func json(_ status: HTTPResponse.Status, _ readiness: Readiness, retryAfter: Bool = false) -> Response {

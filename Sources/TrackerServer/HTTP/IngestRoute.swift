@@ -72,18 +72,17 @@ package struct IngestRoute: Sendable {
         }
         do {
             let body = try await readBody(request, upTo: wireLimit)
-            let response = try await decodeAndAppend(body, gzip: gzip, key: principal.name, charged: &charged, context: context)
-            charged = 0
-            return response
+            return try await decodeAndAppend(body, gzip: gzip, key: principal.name, charged: &charged, context: context)
         } catch {
-            if let rateLimiter, charged > 0 { rateLimiter.refund(key: principal.name, events: charged) }
+            rateLimiter?.refund(key: principal.name, events: charged)
             throw error
         }
     }
 
-    /// At least as many events as a body of `length` bytes can carry (the smallest valid event
-    /// is about 140 bytes as JSON, and no fewer than 16 gzipped), at most a batch's limit; the
-    /// limit when the length is not declared.
+    /// At least as many valid events as a body of `length` bytes can carry (the smallest valid
+    /// event is about 140 bytes as JSON, and no fewer than 16 gzipped), at most a batch's limit;
+    /// the limit when the length is not declared. Invalid events can be smaller: settling
+    /// charges them too, as debt.
     static func estimatedEvents(length: Int?, gzip: Bool, limits: IngestLimits) -> Int {
         guard let length else { return limits.maxEventsPerBatch }
         return min(limits.maxEventsPerBatch, max(1, length / (gzip ? 16 : 128)))

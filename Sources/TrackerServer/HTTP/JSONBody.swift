@@ -25,8 +25,7 @@ enum JSONBody {
         var headers = headers
         headers[.contentType] = "application/json"
         guard let body = try? data(value) else {
-            let error = APIError(.internal, "the answer could not be written as JSON")
-            return Response(status: error.status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: error.body)))
+            return APIError(.internal, "the answer could not be written as JSON").response()
         }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }

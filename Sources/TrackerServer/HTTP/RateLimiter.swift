@@ -6,10 +6,11 @@ import Synchronization
 ///
 /// Off unless `TRACKER_RATE_LIMIT` is set. The one decision is made before the body is read:
 /// a key with less than one event left gets `429` with `Retry-After` (usually on the event
-/// loop, by `QuickAnswers`). A request let through reserves at once an upper bound of the
-/// events its body can carry (from its length, at most a batch's limit), so requests in
-/// flight together cannot pass the key's limit; once the batch is decoded the reservation is
-/// settled to the events it carried, valid or not. The balance may go below zero: the key
+/// loop, by `QuickAnswers`). A request let through reserves at once the valid events its body
+/// can carry at most (from its length, at most a batch's limit), so requests in flight
+/// together cannot pass the key's limit with valid events; once the batch is decoded the
+/// reservation is settled to the events it carried, valid or not (invalid ones can be a few
+/// bytes each: what a reservation missed becomes debt). The balance may go below zero: the key
 /// then waits until the debt is repaid, so over time it sends at most its limit, a refusal
 /// never waits behind other batches' decoding (it did, seconds under overload, when it was
 /// decided after decoding), and a batch larger than the bucket is not refused forever (every

@@ -50,19 +50,16 @@ func withInProcessTracker(_ db: TestDatabase, _ body: @escaping @Sendable (InPro
     let pool = ConnectionPool(conninfo: db.url, maxConnections: 8, logger: logger)
     defer { pool.close() }
     let log = EventLog(pool: pool, logger: logger)
+    let status = ProjectorStatus()
     let deps = ServerDependencies(
         pool: pool, keys: APIKeys(pool: pool), log: log, migrator: Migrator(logger: logger),
         reports: Reports(pool: pool), audit: AdAudit(pool: pool), rateLimiter: nil, maxConcurrentBatches: 256,
         bodyBudgetBytes: 256 << 20, chartLibraryPath: DashboardRoutes.defaultChartLibraryPath, beacons: nil,
-        projectorStatus: ProjectorStatus())
+        projectorStatus: status)
     // The services `tracker serve` runs beside its routes: the log's writers and a projector.
     let writing = Task { try? await log.run() }
-    let projector = Projector(pool: pool, logger: logger)
-    let projecting = Task {
-        while !Task.isCancelled {
-            if (try? await projector.step()) ?? 0 == 0 { try? await Task.sleep(for: .milliseconds(20)) }
-        }
-    }
+    let projector = Projector(pool: pool, pollInterval: .milliseconds(20), status: status, logger: logger)
+    let projecting = Task { try? await projector.run() }
     func stop() async {
         projecting.cancel()
         writing.cancel()
