@@ -84,6 +84,32 @@ struct LogTests {
             }
         }
     }
+
+    /// A group is written with a plain insert until it meets a stored id, then with the
+    /// conflict-checking statement (`AppendStrategy`): whichever writes it, a retried id is a
+    /// duplicate and the new ids beside it are stored, once.
+    @Test func aGroupWithAStoredIdStoresItsNewIdsOnceWhicheverStatementWritesIt() async throws {
+        try await withTestDatabase { db in
+            let log = EventLog(pool: db.pool, logger: TestEnvironment.logger)
+            func events(_ n: Int) -> [TrackingEvent] { (0..<n).map { _ in Events.make(.impression, ad: "ad-\(UUID())", at: Events.at(9)) } }
+            let first = events(3), second = events(2), third = events(1), fourth = events(2)
+            let outcomes = try await withThrowingTaskGroup(of: [AppendOutcome].self) { group in
+                group.addTask { try await log.run(); return [] }
+                defer { log.stop() }
+                var outcomes: [AppendOutcome] = []
+                for events in [first, [first[1]] + second, [first[0], second[0]] + third, fourth] {
+                    outcomes.append(try await log.append(events, keyName: "tests"))
+                }
+                return outcomes
+            }
+            #expect(outcomes == [AppendOutcome(stored: 3, duplicates: 0),   // plain insert
+                                 AppendOutcome(stored: 2, duplicates: 1),   // plain insert fails, written again
+                                 AppendOutcome(stored: 1, duplicates: 2),   // conflict-checking statement at once
+                                 AppendOutcome(stored: 2, duplicates: 0)])
+            #expect(try await db.scalar("SELECT count(*) || ' ' || count(DISTINCT id) FROM events") == "8 8")
+            #expect(try await db.scalar("SELECT count(*) FROM event_ids") == "8")
+        }
+    }
 }
 
 /// A cluster of its own, so stopping it disturbs no other test.

@@ -57,13 +57,51 @@ struct AppendBatch {
             .map(\.parameter)
     }
 
+    /// How many ids the write sends (each id once).
+    var sentCount: Int { firstOccurrence.count }
+
     /// How many of submission `s`'s events were stored by this write.
-    func outcome(of s: Int, stored: Set<UUIDText>) -> AppendOutcome {
+    func outcome(of s: Int, stored: StoredIds) -> AppendOutcome {
         var count = 0
-        for (submission, index) in firstOccurrence where submission == s && stored.contains(submissions[s][index].id) {
-            count += 1
+        for (submission, index) in firstOccurrence where submission == s {
+            switch stored {
+            case .all: count += 1
+            case .only(let ids): if ids.contains(submissions[s][index].id) { count += 1 }
+            }
         }
         return AppendOutcome(stored: count, duplicates: submissions[s].count - count)
+    }
+}
+
+/// What a group's write stored.
+enum StoredIds {
+    /// Every id it sent: the plain insert (`EventLogSQL.appendNew`) commits all or nothing.
+    case all
+    /// The ids the conflict-checking statement (`EventLogSQL.append`) returned.
+    case only(Set<UUIDText>)
+}
+
+/// Which statement a group is written with: the plain insert while groups meet no stored id,
+/// the conflict-checking one for a while after one did.
+///
+/// Almost every group holds only new ids (a stored id comes back only when a client retries
+/// a request whose answer it lost), and a plain insert costs PostgreSQL about a quarter less
+/// than `ON CONFLICT DO NOTHING` with the join that picks the new ids (docs/PERFORMANCE.md).
+/// A plain insert that meets a stored id fails whole and is written again with the
+/// conflict-checking statement; during a burst of retries every group would pay twice, so
+/// after a conflict the next `cautiousGroups` groups go straight to that statement, and
+/// each of them that met a stored id starts the count again.
+struct AppendStrategy: Sendable {
+    static let cautiousGroups = 32
+    /// Groups still to write with the conflict-checking statement.
+    private(set) var remainingCautious = 0
+
+    /// Whether the next group tries the plain insert.
+    var triesPlainInsert: Bool { remainingCautious == 0 }
+
+    /// Records a group's write: whether it met an id the log already held.
+    mutating func record(metStoredId: Bool) {
+        remainingCautious = metStoredId ? Self.cautiousGroups : max(remainingCautious - 1, 0)
     }
 }
 
@@ -86,23 +124,44 @@ enum EventLogSQL {
             INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
             ON CONFLICT DO NOTHING RETURNING id
         )
-        INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source,
-                            adapter, eea, reservation, test, attributes, occurred_at, sent_at,
-                            received_at, corrected_at, key_name)
+        \(insertIntoLog) WITH ORDINALITY AS i(\(columns), ord)
+        WHERE i.id IN (SELECT id FROM fresh)
+        ORDER BY i.ord
+        RETURNING id
+        """)
+
+    /// Inserts a group whose ids are all new; fails whole with a unique violation (23505,
+    /// `event_ids_pkey`) when one is stored already, and then nothing of it is stored.
+    ///
+    /// The cheap path of `AppendStrategy`: no `ON CONFLICT` pre-check, no join of the stored ids
+    /// with the group, no result. The ids go into `event_ids` in ascending order, for the reason
+    /// given at `append`; the log gets the group's order, the order `unnest` yields. PostgreSQL
+    /// runs a data-modifying `WITH` to completion even though nothing reads it, so both inserts
+    /// happen, in one statement and one commit.
+    static let appendNew = PreparedStatement(name: "tracker_append_new", sql: """
+        WITH ids AS (
+            INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
+        )
+        \(insertIntoLog) AS i(\(columns))
+        """)
+
+    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $18).
+    private static let columns = """
+        id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea, \
+        reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name
+        """
+
+    /// The insert of a group's rows into the log, up to the alias of the unnested arrays.
+    private static let insertIntoLog = """
+        INSERT INTO events (\(columns))
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key,
                i.click_action::click_action, i.source::event_source, i.adapter, i.eea, i.reservation,
                i.test, i.attributes, i.occurred_at, i.sent_at, i.received_at, i.corrected_at, i.key_name
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[],
                     $13::jsonb[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[],
-                    $17::timestamptz[], $18::text[]) WITH ORDINALITY
-             AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter,
-                  eea, reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at,
-                  key_name, ord)
-        WHERE i.id IN (SELECT id FROM fresh)
-        ORDER BY i.ord
-        RETURNING id
-        """)
+                    $17::timestamptz[], $18::text[])
+        """
 
     /// Partitions from yesterday to a week ahead (UTC days).
     static let ensurePartitions = """

@@ -132,6 +132,9 @@ public final class EventLog: Service, Sendable {
     /// Events and requests sharing one commit: how well group commit groups.
     private let commitEvents = Recorder(label: "tracker_commit_events")
     private let commitRequests = Recorder(label: "tracker_commit_requests")
+    /// Groups whose plain insert met an id already stored and were written again.
+    private let commitConflicts = Counter(label: "tracker_commit_conflicts_total")
+    private let strategy = Mutex(AppendStrategy())
 
     public init(pool: ConnectionPool, configuration: Configuration = Configuration(), logger: Logger) {
         self.pool = pool
@@ -329,23 +332,46 @@ public final class EventLog: Service, Sendable {
         }
     }
 
-    private func store(_ batch: AppendBatch) async throws -> Set<UUIDText> {
-        let parameters = batch.parameters
+    private func store(_ batch: AppendBatch) async throws -> StoredIds {
         do {
             return try await pool.withConnection { connection in
-                try Self.insert(parameters, on: connection)
+                try self.insert(batch, on: connection)
             }
         } catch let error as DatabaseError where error.sqlState == "23514" {
             // No partition for this received_at yet (a clock jump, or the server ran for days
             // without its maintenance task): create them and write again.
             return try await pool.withConnection { connection in
                 _ = try connection.query(EventLogSQL.ensurePartitions)
-                return try Self.insert(parameters, on: connection)
+                return try self.insert(batch, on: connection)
             }
         }
     }
 
-    private static func insert(_ parameters: [Parameter], on connection: Connection) throws -> Set<UUIDText> {
+    /// One group, one commit: the plain insert unless `strategy` says a stored id is likely;
+    /// the conflict-checking statement when it is, or when the plain insert met one.
+    private func insert(_ batch: AppendBatch, on connection: Connection) throws -> StoredIds {
+        if strategy.withLock({ $0.triesPlainInsert }) {
+            if try Self.insertAllNew(batch.parameters, on: connection) { return .all }
+            // An id is stored already (a retry): nothing of the group was; write it again below.
+            commitConflicts.increment()
+        }
+        let stored = try Self.insertCheckingConflicts(batch.parameters, on: connection)
+        strategy.withLock { $0.record(metStoredId: stored.count < batch.sentCount) }
+        return .only(stored)
+    }
+
+    /// The plain insert; `false` when it met a stored id (and stored nothing).
+    private static func insertAllNew(_ parameters: [Parameter], on connection: Connection) throws(DatabaseError) -> Bool {
+        do {
+            _ = try connection.query(EventLogSQL.appendNew, parameters)
+            return true
+        } catch {
+            if error.sqlState == "23505" { return false }
+            throw error
+        }
+    }
+
+    private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<UUIDText> {
         let result = try connection.query(EventLogSQL.append, parameters, binaryResults: true)
         var stored = Set<UUIDText>(minimumCapacity: result.rowCount)
         for row in 0..<result.rowCount {

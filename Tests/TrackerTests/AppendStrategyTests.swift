@@ -1,0 +1,36 @@
+import Testing
+@testable import Tracker
+
+/// Which statement the log writes a group with (`AppendStrategy`).
+struct AppendStrategyTests {
+    @Test func groupsTryThePlainInsertUntilOneMeetsAStoredId() {
+        var strategy = AppendStrategy()
+        #expect(strategy.triesPlainInsert)
+        for _ in 0..<100 { strategy.record(metStoredId: false) }
+        #expect(strategy.triesPlainInsert)
+        strategy.record(metStoredId: true)
+        #expect(!strategy.triesPlainInsert)
+    }
+
+    @Test func afterAConflictTheNextGroupsCheckForConflictsUntilEnoughFoundNone() {
+        var strategy = AppendStrategy()
+        strategy.record(metStoredId: true)
+        var cautious = 0
+        while !strategy.triesPlainInsert {
+            cautious += 1
+            strategy.record(metStoredId: false)
+        }
+        #expect(cautious == AppendStrategy.cautiousGroups)
+    }
+
+    @Test func aBurstOfRetriesKeepsTheConflictCheckingStatement() {
+        var strategy = AppendStrategy()
+        strategy.record(metStoredId: true)
+        for _ in 0..<(AppendStrategy.cautiousGroups - 1) { strategy.record(metStoredId: false) }
+        strategy.record(metStoredId: true)   // one more retry: the count starts again
+        for _ in 0..<(AppendStrategy.cautiousGroups - 1) { strategy.record(metStoredId: false) }
+        #expect(!strategy.triesPlainInsert)
+        strategy.record(metStoredId: false)
+        #expect(strategy.triesPlainInsert)
+    }
+}
