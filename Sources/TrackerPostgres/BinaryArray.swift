@@ -50,20 +50,23 @@ public struct BinaryArray {
 
     public mutating func appendNull() {
         appendInt32(-1)
-        count += 1
-        hasNulls = true
+        didAppendElement()
+        if !hasNulls {
+            hasNulls = true
+            Self.store(1, into: &bytes, at: 4)
+        }
     }
 
     public mutating func append(_ value: Bool) {
         appendInt32(1)
         bytes.append(value ? 1 : 0)
-        count += 1
+        didAppendElement()
     }
 
     public mutating func append(_ value: Int64) {
         appendInt32(8)
         appendInt64(value)
-        count += 1
+        didAppendElement()
     }
 
     public mutating func append(_ value: String) {
@@ -74,7 +77,7 @@ public struct BinaryArray {
             appendInt32(Int32(value.utf8.count))
         }
         bytes.append(contentsOf: value.utf8)
-        count += 1
+        didAppendElement()
     }
 
     public mutating func append(_ value: String?) {
@@ -85,52 +88,44 @@ public struct BinaryArray {
     public mutating func append(microsecondsSince1970 value: Int64) {
         appendInt32(8)
         appendInt64(value - BinaryArray.postgresEpochOffset)
-        count += 1
+        didAppendElement()
     }
 
     /// Appends raw bytes as one element (`bytea`, or a value already in its binary send format, e.g. a `tid`).
     public mutating func append(bytes value: some Collection<UInt8>) {
         appendInt32(Int32(value.count))
         bytes.append(contentsOf: value)
-        count += 1
+        didAppendElement()
     }
 
-    /// Appends a UUID written as lower-case canonical text (`8-4-4-4-12` hex digits) as its 16 bytes.
-    public mutating func append(uuidText text: String) {
+    /// Appends a UUID given as its 16 bytes in two big-endian halves.
+    public mutating func append(uuid high: UInt64, _ low: UInt64) {
         appendInt32(16)
-        var high: UInt8 = 0
-        var nibbles = 0
-        for b in text.utf8 where b != UInt8(ascii: "-") {
-            let v: UInt8 = b <= UInt8(ascii: "9") ? b - UInt8(ascii: "0") : b - UInt8(ascii: "a") + 10
-            if nibbles & 1 == 0 { high = v << 4 } else { bytes.append(high | v) }
-            nibbles += 1
-        }
-        count += 1
+        appendInt64(Int64(bitPattern: high))
+        appendInt64(Int64(bitPattern: low))
+        didAppendElement()
     }
 
     private var hasNulls = false
 
-    /// The finished array as a binary statement parameter.
+    /// The finished array as a binary statement parameter. The header is kept up to date as
+    /// elements are appended, so this shares the bytes instead of copying them.
     public var parameter: Parameter {
-        var out = bytes
-        Self.store(hasNulls ? 1 : 0, into: &out, at: 4)
-        Self.store(count, into: &out, at: 12)
-        return .binary(oid: element.arrayOID, bytes: out)
+        .binary(oid: element.arrayOID, bytes: bytes)
+    }
+
+    /// Counts an element in the header's dimension length.
+    private mutating func didAppendElement() {
+        count += 1
+        Self.store(count, into: &bytes, at: 12)
     }
 
     private mutating func appendInt32(_ v: Int32) {
-        let u = UInt32(bitPattern: v)
-        bytes.append(UInt8(truncatingIfNeeded: u >> 24))
-        bytes.append(UInt8(truncatingIfNeeded: u >> 16))
-        bytes.append(UInt8(truncatingIfNeeded: u >> 8))
-        bytes.append(UInt8(truncatingIfNeeded: u))
+        withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
     private mutating func appendInt64(_ v: Int64) {
-        let u = UInt64(bitPattern: v)
-        for shift in stride(from: 56, through: 0, by: -8) {
-            bytes.append(UInt8(truncatingIfNeeded: u >> UInt64(shift)))
-        }
+        withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
     private static func store(_ v: Int32, into out: inout [UInt8], at offset: Int) {

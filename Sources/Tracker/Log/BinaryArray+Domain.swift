@@ -15,8 +15,8 @@ extension BinaryArray {
         if let value { append(value) } else { appendNull() }
     }
 
-    /// A canonical UUID text as its 16 bytes.
+    /// A UUID as its 16 bytes.
     public mutating func append(_ value: UUIDText) {
-        append(uuidText: value.text)
+        append(uuid: value.high, value.low)
     }
 }

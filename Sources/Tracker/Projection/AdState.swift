@@ -114,13 +114,8 @@ enum AdState {
     }
 
     private static func appendUUID(_ id: UUIDText, to out: inout [UInt8]) {
-        var high: UInt8 = 0
-        var nibbles = 0
-        for b in id.text.utf8 where b != UInt8(ascii: "-") {
-            let v: UInt8 = b <= UInt8(ascii: "9") ? b &- UInt8(ascii: "0") : b &- UInt8(ascii: "a") &+ 10
-            if nibbles & 1 == 0 { high = v << 4 } else { out.append(high | v) }
-            nibbles += 1
-        }
+        withUnsafeBytes(of: id.high.bigEndian) { out.append(contentsOf: $0) }
+        withUnsafeBytes(of: id.low.bigEndian) { out.append(contentsOf: $0) }
     }
 }
 
@@ -219,21 +214,11 @@ struct StringTable {
 }
 
 extension UUIDText {
-    /// The canonical lower-case text of 16 bytes (PostgreSQL's binary `uuid`).
+    /// 16 bytes (PostgreSQL's binary `uuid`).
     init(binary: UnsafeRawBufferPointer) {
-        let hex: StaticString = "0123456789abcdef"
-        let text = String(unsafeUninitializedCapacity: 36) { out in
-            hex.withUTF8Buffer { digits in
-                var o = 0
-                for i in 0..<16 {
-                    if i == 4 || i == 6 || i == 8 || i == 10 { out[o] = UInt8(ascii: "-"); o += 1 }
-                    out[o] = digits[Int(binary[i] >> 4)]
-                    out[o + 1] = digits[Int(binary[i] & 0x0f)]
-                    o += 2
-                }
-            }
-            return 36
-        }
-        self.init(checked: text)  // 16 bytes always make a valid UUID text; no need to check it again
+        var high: UInt64 = 0, low: UInt64 = 0
+        for i in 0..<8 { high = high << 8 | UInt64(binary[i]) }
+        for i in 8..<16 { low = low << 8 | UInt64(binary[i]) }
+        self.init(high: high, low: low)
     }
 }

@@ -117,15 +117,15 @@ public struct AdContribution: Sendable {
     /// became. The projections (`ContributionRows`) and the audit trail (`AdExplanation`) both
     /// consume this, so the rules exist once.
     func fold<Verdicts: AdVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
-        let sorted = events.sorted(by: AdEvent.earlier)
+        let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
         var counted: AdEvent?
-        var impressionSources = Set<EventSource>()
+        var impressionSources = SourceSet()
         var firstLoaded: AdEvent?
         var firstAdchoicesImpression: AdEvent?
         var firstVideoPlay: AdEvent?
         var firstVideoEnd: AdEvent?
         var firstClick: AdEvent?
-        var clickSources = Set<EventSource>()
+        var clickSources = SourceSet()
         var clicksByAsset: [String: [AdEvent]] = [:]
 
         for e in sorted {
@@ -194,6 +194,28 @@ public struct AdContribution: Sendable {
                     verdicts.countedClick(c, .attributed(to: impression.id))
                 }
             }
+        }
+    }
+}
+
+/// The sources an ad's impressions or clicks came from: a bit per source, no allocation.
+struct SourceSet {
+    private var bits: UInt8 = 0
+
+    mutating func insert(_ source: EventSource) {
+        bits |= 1 << (source.ordinal & 7)
+    }
+
+    var count: Int { bits.nonzeroBitCount }
+}
+
+extension EventSource {
+    /// The case's place in `allCases`.
+    var ordinal: Int {
+        switch self {
+        case .app: 0
+        case .sdk: 1
+        case .mediation: 2
         }
     }
 }

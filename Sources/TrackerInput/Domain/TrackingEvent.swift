@@ -67,41 +67,74 @@ public struct TrackingEvent: Sendable, Hashable {
     }
 }
 
-/// A UUID in canonical lower-case text form (8-4-4-4-12 hex digits).
+/// A UUID, shown in canonical lower-case text form (8-4-4-4-12 hex digits).
 ///
-/// Kept as text because that is how it travels (JSON, COPY, reports) and how the
-/// SPEC breaks ties between events ("the smaller event id as a string").
+/// Kept as its 16 bytes, in two big-endian halves: equality, hashing and SPEC's tie-break
+/// ("the smaller event id as a string") need no string, and no id costs an allocation. For
+/// canonical lower-case text, string order is byte order (the hex digits sort as their values,
+/// the dashes stand at the same places), so `<` compares the halves.
 public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible {
-    public let text: String
+    /// Bytes 0 to 7 and 8 to 15, big-endian.
+    public let high: UInt64
+    public let low: UInt64
 
-    /// Text already known to be a canonical lower-case UUID (e.g. written from 16 bytes).
-    package init(checked text: String) {
-        self.text = text
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
     }
 
-    /// Accepts any UUID version, upper or lower case hex; stores it lower-cased.
+    /// Accepts any UUID version, upper or lower case hex.
     public init?(_ raw: some StringProtocol) {
-        let bytes = Array(raw.utf8)
-        guard bytes.count == 36 else { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(36)
-        for (i, b) in bytes.enumerated() {
-            if i == 8 || i == 13 || i == 18 || i == 23 {
+        var high: UInt64 = 0, low: UInt64 = 0
+        var position = 0, digits = 0
+        for b in raw.utf8 {
+            guard position < 36 else { return nil }
+            if position == 8 || position == 13 || position == 18 || position == 23 {
                 guard b == UInt8(ascii: "-") else { return nil }
-                out.append(b)
-            } else if (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(b) {
-                out.append(b)
-            } else if (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(b) {
-                out.append(b + 32)
             } else {
-                return nil
+                let v: UInt8
+                switch b {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): v = b &- UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): v = b &- UInt8(ascii: "a") &+ 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): v = b &- UInt8(ascii: "A") &+ 10
+                default: return nil
+                }
+                if digits < 16 { high = high << 4 | UInt64(v) } else { low = low << 4 | UInt64(v) }
+                digits += 1
             }
+            position += 1
         }
-        self.text = String(decoding: out, as: UTF8.self)
+        guard position == 36 else { return nil }
+        self.init(high: high, low: low)
+    }
+
+    /// The canonical lower-case text.
+    public var text: String {
+        String(unsafeUninitializedCapacity: 36) { out in
+            var o = 0
+            for i in 0..<16 {
+                if i == 4 || i == 6 || i == 8 || i == 10 { out[o] = UInt8(ascii: "-"); o += 1 }
+                let byte = self.byte(i)
+                out[o] = Self.hexDigit(byte >> 4)
+                out[o + 1] = Self.hexDigit(byte & 0x0f)
+                o += 2
+            }
+            return 36
+        }
+    }
+
+    /// Byte `i` (0 to 15).
+    @inline(__always)
+    public func byte(_ i: Int) -> UInt8 {
+        UInt8(truncatingIfNeeded: (i < 8 ? high : low) >> UInt64(8 * (7 - (i & 7))))
+    }
+
+    private static func hexDigit(_ v: UInt8) -> UInt8 {
+        v < 10 ? UInt8(ascii: "0") &+ v : UInt8(ascii: "a") &+ v &- 10
     }
 
     public static func < (lhs: UUIDText, rhs: UUIDText) -> Bool {
-        lhs.text < rhs.text
+        lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
     }
 
     public var description: String { text }
