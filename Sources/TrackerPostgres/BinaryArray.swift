@@ -42,9 +42,9 @@ public struct BinaryArray {
         bytes = []
         bytes.reserveCapacity(20 + capacity * 16)
         appendInt32(1)  // dimensions
-        appendInt32(0)  // has-nulls flag, patched in `parameter`
+        appendInt32(0)  // has-nulls flag, set by the first `appendNull`
         appendInt32(Int32(bitPattern: element.rawValue))
-        appendInt32(0)  // length of the dimension, patched in `parameter`
+        appendInt32(0)  // length of the dimension, kept current by every append
         appendInt32(1)  // lower bound
     }
 

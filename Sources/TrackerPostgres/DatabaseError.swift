@@ -26,11 +26,15 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible, CustomDeb
     public var sqlState: String?
     /// The server's or libpq's message; for logs only.
     public var serverMessage: String
+    /// The constraint the statement broke, when the server named one (e.g. the unique index of
+    /// a 23505).
+    public var constraint: String?
 
-    public init(_ code: Code, sqlState: String? = nil, serverMessage: String) {
+    public init(_ code: Code, sqlState: String? = nil, serverMessage: String, constraint: String? = nil) {
         self.code = code
         self.sqlState = sqlState
         self.serverMessage = serverMessage
+        self.constraint = constraint
     }
 
     /// True when retrying on a fresh connection may succeed (server down, restarting, overloaded).

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Tracker
+@testable import Tracker
 
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
 struct LogTests {
@@ -97,9 +97,14 @@ struct LogTests {
                 group.addTask { try await log.run(); return [] }
                 defer { log.stop() }
                 var outcomes: [AppendOutcome] = []
+                var checked: [Bool] = []
                 for events in [first, [first[1]] + second, [first[0], second[0]] + third, fourth] {
+                    checked.append(log.checksConflictsNext)
                     outcomes.append(try await log.append(events, keyName: "tests"))
                 }
+                // Only the second group's plain insert met a stored id: the later ones were
+                // written with the conflict-checking statement at once.
+                #expect(checked == [false, false, true, true])
                 return outcomes
             }
             #expect(outcomes == [AppendOutcome(stored: 3, duplicates: 0),   // plain insert

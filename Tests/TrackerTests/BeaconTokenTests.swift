@@ -150,6 +150,7 @@ private func mintError(_ o: BeaconOrder) -> String? {
         #expect(beacon.type == .click)
         #expect(beacon.path == "/v1/click?t=" + beacon.token)
         #expect(Array(beacon.id.text)[14] == "7", "a version 7 UUID")
+        #expect("89ab".contains(Array(beacon.id.text)[19]), "RFC 9562's variant (bits 10): \(beacon.id.text)")
         #expect(beacon.id.text.hasPrefix("01a1f866-2088-7"), "its first 48 bits are the minting time in ms: \(beacon.id.text)")
         #expect(beacon.expiresAt == now + .seconds(86_400), "a day by default")
         let claims = try BeaconToken.verify(beacon.token, with: secrets)

@@ -9,7 +9,7 @@ DO $$
 DECLARE
   n int := 500; groups int := 300; base bigint; t0 timestamptz; variant text;
   ids uuid[]; types text[]; rids text[]; units text[]; fmts text[]; nulls text[]; srcs text[];
-  bools bool[]; jsons jsonb[]; ts timestamptz[]; keys text[];
+  bools bool[]; jsons jsonb[]; ts timestamptz[]; keys text[]; stored bigint;
 BEGIN
   FOREACH variant IN ARRAY ARRAY['arrays only', 'on conflict (tracker_append)', 'plain (tracker_append_new)',
                                  'log only', 'event_ids only',
@@ -24,10 +24,12 @@ BEGIN
              array_agg(NULL::jsonb), array_agg(now()), array_agg('bench'::text)
         INTO ids, types, rids, units, fmts, nulls, srcs, bools, jsons, ts, keys
         FROM generate_series(1, n) i;
+      -- The tracker's two statements (EventLogSQL in Sources/Tracker/Log/AppendBatch.swift), with
+      -- the arrays inlined; tracker_append's stored ids are counted here instead of sent.
       IF variant LIKE 'on conflict%' THEN
         WITH fresh AS (INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id
-                       ON CONFLICT DO NOTHING RETURNING id)
-        INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
+                       ON CONFLICT DO NOTHING RETURNING id),
+             logged AS (INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
                             reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name)
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key, i.click_action::click_action,
                i.source::event_source, i.adapter, i.eea, i.reservation, i.test, i.attributes, i.occurred_at, i.sent_at,
@@ -36,21 +38,32 @@ BEGIN
              WITH ORDINALITY AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
                                   reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, ord)
         WHERE i.id IN (SELECT id FROM fresh)
-        ORDER BY i.ord;
-      ELSIF variant = 'event_ids only' THEN
-        INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id;
-      ELSIF variant <> 'arrays only' THEN
-        IF variant LIKE 'plain%' THEN
-          INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id;
-        END IF;
+        ORDER BY i.ord
+        RETURNING id)
+        SELECT count(*) INTO stored FROM logged;
+      ELSIF variant LIKE 'plain%' THEN
+        WITH new_ids AS (INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id)
         INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
                             reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name)
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key, i.click_action::click_action,
                i.source::event_source, i.adapter, i.eea, i.reservation, i.test, i.attributes, i.occurred_at, i.sent_at,
                i.received_at, i.corrected_at, i.key_name
         FROM unnest(ids, types, rids, units, fmts, nulls, nulls, srcs, nulls, bools, bools, bools, jsons, ts, ts, ts, ts, keys)
-             AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
-                  reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name);
+             WITH ORDINALITY AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
+                                  reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, ord)
+        ORDER BY i.ord;
+      ELSIF variant = 'log only' THEN
+        INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
+                            reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name)
+        SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key, i.click_action::click_action,
+               i.source::event_source, i.adapter, i.eea, i.reservation, i.test, i.attributes, i.occurred_at, i.sent_at,
+               i.received_at, i.corrected_at, i.key_name
+        FROM unnest(ids, types, rids, units, fmts, nulls, nulls, srcs, nulls, bools, bools, bools, jsons, ts, ts, ts, ts, keys)
+             WITH ORDINALITY AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
+                                  reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, ord)
+        ORDER BY i.ord;
+      ELSIF variant = 'event_ids only' THEN
+        INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id;
       END IF;
       COMMIT;
     END LOOP;

@@ -68,6 +68,9 @@ public final class EventLog: Service, Sendable {
         /// durable commits whatever the database's or role's default (`synchronous_commit=off`
         /// there would make a 200 a lie), and statement and lock timeouts inside the append's
         /// deadline, so PostgreSQL itself cancels a write stuck behind a lock (nothing stored).
+        /// A group written twice (its plain insert met a stored id) may finish after the
+        /// deadline; the second statement is skipped when every request of the group has had
+        /// its answer by then.
         public var sessionSetup: String {
             var sql = "SET synchronous_commit = on"
             if let appendTimeout {
@@ -304,7 +307,8 @@ public final class EventLog: Service, Sendable {
         let batch = AppendBatch(group.map { ($0.events, $0.keyName) })
         do {
             let started = ContinuousClock.now
-            let stored = try await store(batch)
+            let replies = group.map(\.continuation)
+            let stored = try await store(batch, abandoned: { replies.allSatisfy(\.isAnswered) })
             commitDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             commitEvents.record(group.reduce(0) { $0 + $1.events.count })
             commitRequests.record(group.count)
@@ -332,28 +336,36 @@ public final class EventLog: Service, Sendable {
         }
     }
 
-    private func store(_ batch: AppendBatch) async throws -> StoredIds {
+    /// Writes a group; `abandoned` says whether every request of it has had its answer already
+    /// (its deadline passed), so that a failed first statement is not followed by a second:
+    /// those requests were told nothing was stored, and nothing was.
+    private func store(_ batch: AppendBatch, abandoned: @escaping @Sendable () -> Bool) async throws -> StoredIds {
         do {
             return try await pool.withConnection { connection in
-                try self.insert(batch, on: connection)
+                try self.insert(batch, on: connection, abandoned: abandoned)
             }
         } catch let error as DatabaseError where error.sqlState == "23514" {
             // No partition for this received_at yet (a clock jump, or the server ran for days
             // without its maintenance task): create them and write again.
             return try await pool.withConnection { connection in
                 _ = try connection.query(EventLogSQL.ensurePartitions)
-                return try self.insert(batch, on: connection)
+                if abandoned() { return .only([]) }
+                return try self.insert(batch, on: connection, abandoned: abandoned)
             }
         }
     }
 
     /// One group, one commit: the plain insert unless `strategy` says a stored id is likely;
     /// the conflict-checking statement when it is, or when the plain insert met one.
-    private func insert(_ batch: AppendBatch, on connection: Connection) throws -> StoredIds {
+    private func insert(_ batch: AppendBatch, on connection: Connection, abandoned: () -> Bool) throws -> StoredIds {
         if strategy.withLock({ $0.triesPlainInsert }) {
             if try Self.insertAllNew(batch.parameters, on: connection) { return .all }
             // An id is stored already (a retry): nothing of the group was; write it again below.
             commitConflicts.increment()
+            if abandoned() {
+                strategy.withLock { $0.record(metStoredId: true) }
+                return .only([])
+            }
         }
         let stored = try Self.insertCheckingConflicts(batch.parameters, on: connection)
         strategy.withLock { $0.record(metStoredId: stored.count < batch.sentCount) }
@@ -366,10 +378,13 @@ public final class EventLog: Service, Sendable {
             _ = try connection.query(EventLogSQL.appendNew, parameters)
             return true
         } catch {
-            if error.sqlState == "23505" { return false }
+            if error.sqlState == "23505", error.constraint == EventLogSQL.idConstraint { return false }
             throw error
         }
     }
+
+    /// Whether the next group is written with the conflict-checking statement (for tests).
+    var checksConflictsNext: Bool { !strategy.withLock { $0.triesPlainInsert } }
 
     private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<UUIDText> {
         let result = try connection.query(EventLogSQL.append, parameters, binaryResults: true)
@@ -401,7 +416,7 @@ public final class EventLog: Service, Sendable {
     private func storeIsolating(_ events: ArraySlice<TrackingEvent>, keyName: String, stored: inout Int, refused: inout [RefusedEvent]) async throws {
         let batch = AppendBatch([(Array(events), keyName)])
         do {
-            stored += batch.outcome(of: 0, stored: try await store(batch)).stored
+            stored += batch.outcome(of: 0, stored: try await store(batch, abandoned: { false })).stored
         } catch let error as DatabaseError where Self.refusesContent(error) {
             if events.count == 1 {
                 refused.append(RefusedEvent(index: events.startIndex, reason: Self.reason(error)))
