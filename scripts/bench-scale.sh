@@ -12,8 +12,8 @@
 #      index size and its cache hit rate during the phase (is the id check still off disk?);
 #  (6) the projector's lag while pgbench ingests 20 000 events/s for LAG_SECONDS (60);
 #  (7) bytes on disk per event: log, event_ids, per-ad state, day tables.
-# Needs about 300 bytes per event of disk besides WAL (60 GB for 100 M); the cluster is
-# removed at the end. Starts its own PostgreSQL cluster and a release build of the tracker.
+# Needs about 430 bytes per event of disk at the peak, WAL and the rebuild's temporary copies
+# included (43 GB for 100 M, measured); the cluster is removed at the end. Starts its own PostgreSQL cluster and a release build of the tracker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-50000000}

@@ -85,7 +85,7 @@ enum StoredIds {
 /// the conflict-checking one for a while after one did.
 ///
 /// Almost every group holds only new ids (a stored id comes back only when a client retries
-/// a request whose answer it lost), and a plain insert costs PostgreSQL about a third less
+/// a request whose answer it lost), and a plain insert costs PostgreSQL a quarter to a third less
 /// than `ON CONFLICT DO NOTHING` with the join that picks the new ids (docs/PERFORMANCE.md).
 /// A plain insert that meets a stored id fails whole and is written again with the
 /// conflict-checking statement; during a burst of retries every group would pay twice, so
