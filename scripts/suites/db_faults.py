@@ -167,7 +167,8 @@ def frozen_and_locked(checks, binary):
 
 
 def asynchronous_commit_default(checks, binary, tries=5):
-    """A database whose default is synchronous_commit=off: a 200 must still survive a crash."""
+    """A database whose default is synchronous_commit=off: a 200, and a projector step a report
+    has shown, must still survive a crash."""
     cluster = s.Cluster("dbasync").start()
     tracker = None
     try:
@@ -186,8 +187,47 @@ def asynchronous_commit_default(checks, binary, tries=5):
         checks.check("a-200-survives-a-crash-when-the-database-defaults-to-asynchronous-commit", lost == 0,
                      f"ALTER DATABASE ... SET synchronous_commit = off, wal_writer_delay = 10s: {lost} of {tries} acknowledged "
                      f"single-event batches were gone after PostgreSQL was killed (SIGQUIT) right after the 200")
+        # The projections a report reads: a projector step the report has shown must survive too.
+        lost = projections_lost_in_crashes(cluster, binary, url, key, tries)
+        checks.figure("async_default_projector_steps_lost", f"{lost} of {tries}")
+        checks.check("projected-numbers-survive-a-crash-when-the-database-defaults-to-asynchronous-commit", lost == 0,
+                     f"ALTER DATABASE ... SET synchronous_commit = off, wal_writer_delay = 10s: {lost} of {tries} projector "
+                     f"steps that were visible (projection_state.events_projected) were gone after PostgreSQL was killed (SIGQUIT)")
     finally:
         cluster.remove()
+
+
+def projections_lost_in_crashes(cluster, binary, url, key, tries):
+    """Posts one event, waits until the projector's step that counts it is visible (what a report
+    reads), kills PostgreSQL (SIGQUIT); returns how many such steps were gone after the restart."""
+    lost = 0
+    tracker = None
+    projected = lambda: int(cluster.psql("SELECT events_projected FROM projection_state", "tracker")[0][0])
+    try:
+        for attempt in range(tries):
+            tracker = s.Tracker(binary, url, name="dbasync-projector").start()
+            before = projected()
+            r = s.post_batch(tracker.port, key, s.batch_body([s.event()]))
+            if r.status != 200:
+                raise RuntimeError(f"the event before the crash was not acknowledged: {r}")
+            deadline = time.time() + 30
+            while projected() <= before:
+                if time.time() > deadline:
+                    raise RuntimeError("the projector did not count the event within 30 s")
+                time.sleep(0.01)
+            os.kill(cluster.postmaster_pid(), signal.SIGQUIT)
+            tracker.kill()
+            tracker = None
+            deadline = time.time() + 30
+            while cluster.running() and time.time() < deadline:
+                time.sleep(0.05)
+            cluster.restart()
+            if projected() <= before:
+                lost += 1
+    finally:
+        if tracker:
+            tracker.kill()
+    return lost
 
 
 def crashes_after_200(cluster, binary, url, key, tries):
