@@ -170,6 +170,8 @@ public struct Rebuild: Sendable {
             if let failure { throw failure }
             sum.removeZeros()
             try c.transaction {
+                // The copy ran without waiting for WAL flushes; the swap, which makes it live, does.
+                try c.execute("SET LOCAL synchronous_commit = on")
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
                 try ProjectionWriter.apply(sum, on: c)
                 try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds)])
