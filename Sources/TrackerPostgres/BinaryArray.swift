@@ -121,11 +121,11 @@ public struct BinaryArray {
     }
 
     private mutating func appendInt32(_ v: Int32) {
-        withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
+        bytes.appendBigEndian(v)
     }
 
     private mutating func appendInt64(_ v: Int64) {
-        withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
+        bytes.appendBigEndian(v)
     }
 
     private static func store(_ v: Int32, into out: inout [UInt8], at offset: Int) {

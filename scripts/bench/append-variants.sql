@@ -41,18 +41,10 @@ BEGIN
         ORDER BY i.ord
         RETURNING id)
         SELECT count(*) INTO stored FROM logged;
-      ELSIF variant LIKE 'plain%' THEN
-        WITH new_ids AS (INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id)
-        INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
-                            reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name)
-        SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key, i.click_action::click_action,
-               i.source::event_source, i.adapter, i.eea, i.reservation, i.test, i.attributes, i.occurred_at, i.sent_at,
-               i.received_at, i.corrected_at, i.key_name
-        FROM unnest(ids, types, rids, units, fmts, nulls, nulls, srcs, nulls, bools, bools, bools, jsons, ts, ts, ts, ts, keys)
-             WITH ORDINALITY AS i(id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
-                                  reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, ord)
-        ORDER BY i.ord;
-      ELSIF variant = 'log only' THEN
+      ELSIF variant LIKE 'plain%' OR variant = 'log only' THEN
+        -- 'log only' is the same statement with no ids for event_ids (it still unnests them).
+        WITH new_ids AS (INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id)
+                         WHERE variant LIKE 'plain%' ORDER BY id)
         INSERT INTO events (id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea,
                             reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name)
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key, i.click_action::click_action,

@@ -3,7 +3,10 @@
 /// Within a group an id is sent once (its first occurrence); later occurrences, and ids
 /// the database already holds, come back as duplicates of the submission that carried them.
 struct AppendBatch {
-    private var firstOccurrence: [(submission: Int, index: Int)] = []
+    /// The index in its submission of every event sent (an id's first occurrence), submission
+    /// after submission; `sent[s]` is submission `s`'s part of it.
+    private var firstOccurrence: [Int] = []
+    private var sent: [Range<Int>] = []
     private var submissions: [[TrackingEvent]]
     let parameters: [Parameter]
 
@@ -29,9 +32,11 @@ struct AppendBatch {
         var receivedAt = BinaryArray(.timestamptz, capacity: total)
         var correctedAt = BinaryArray(.timestamptz, capacity: total)
         var keyName = BinaryArray(.text, capacity: total)
-        for (s, submission) in group.enumerated() {
+        sent.reserveCapacity(group.count)
+        for submission in group {
+            let start = firstOccurrence.count
             for (i, e) in submission.events.enumerated() where seen.insert(e.id).inserted {
-                firstOccurrence.append((s, i))
+                firstOccurrence.append(i)
                 id.append(e.id)
                 type.append(e.type.rawValue)
                 requestId.append(e.requestId)
@@ -51,6 +56,7 @@ struct AppendBatch {
                 correctedAt.append(e.correctedAt)
                 keyName.append(submission.keyName)
             }
+            sent.append(start..<firstOccurrence.count)
         }
         parameters = [id, type, requestId, adUnit, formatId, assetKey, clickAction, source, adapter,
                       eea, reservation, test, attributes, occurredAt, sentAt, receivedAt, correctedAt, keyName]
@@ -60,14 +66,13 @@ struct AppendBatch {
     /// How many ids the write sends (each id once).
     var sentCount: Int { firstOccurrence.count }
 
-    /// How many of submission `s`'s events were stored by this write.
+    /// How many of submission `s`'s events were stored by this write (its own part of the
+    /// group only: answering every submission costs one pass over the group, not one each).
     func outcome(of s: Int, stored: StoredIds) -> AppendOutcome {
-        var count = 0
-        for (submission, index) in firstOccurrence where submission == s {
-            switch stored {
-            case .all: count += 1
-            case .only(let ids): if ids.contains(submissions[s][index].id) { count += 1 }
-            }
+        let mine = firstOccurrence[sent[s]]
+        let count = switch stored {
+        case .all: mine.count
+        case .only(let ids): mine.reduce(0) { ids.contains(submissions[s][$1].id) ? $0 + 1 : $0 }
         }
         return AppendOutcome(stored: count, duplicates: submissions[s].count - count)
     }

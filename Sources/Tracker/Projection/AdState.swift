@@ -1,3 +1,5 @@
+import TrackerPostgres
+
 /// The projector's memory of one ad: every projected event of it, packed into one value.
 ///
 /// `ad_state` holds one row per ad (`request_id`, `events bytea`) instead of one row per
@@ -45,9 +47,9 @@ enum AdState {
             let same = previous.map { $0.adUnit == e.adUnit && $0.formatId == e.formatId } ?? false
             if same { flags |= Flag.sameUnitAndFormat }
             out.append(flags)
-            appendUUID(e.id, to: &out)
-            let micros = UInt64(bitPattern: e.correctedAt.microseconds)
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: micros >> UInt64(shift))) }
+            out.appendBigEndian(e.id.high)
+            out.appendBigEndian(e.id.low)
+            out.appendBigEndian(e.correctedAt.microseconds)
             if !same {
                 appendString(e.adUnit, to: &out)
                 appendString(e.formatId, to: &out)
@@ -107,15 +109,8 @@ enum AdState {
     }
 
     private static func appendString(_ s: String, to out: inout [UInt8]) {
-        let count = s.utf8.count
-        out.append(UInt8(truncatingIfNeeded: count >> 8))
-        out.append(UInt8(truncatingIfNeeded: count))
+        out.appendBigEndian(UInt16(truncatingIfNeeded: s.utf8.count))
         out.append(contentsOf: s.utf8)
-    }
-
-    private static func appendUUID(_ id: UUIDText, to out: inout [UInt8]) {
-        withUnsafeBytes(of: id.high.bigEndian) { out.append(contentsOf: $0) }
-        withUnsafeBytes(of: id.low.bigEndian) { out.append(contentsOf: $0) }
     }
 }
 
@@ -151,9 +146,8 @@ struct ByteReader {
     }
 
     mutating func uuid() -> UUIDText? {
-        guard offset + 16 <= bytes.count else { return nil }
-        defer { offset += 16 }
-        return UUIDText(binary: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 16]))
+        guard offset + 16 <= bytes.count, let high = i64(), let low = i64() else { return nil }
+        return UUIDText(high: UInt64(bitPattern: high), low: UInt64(bitPattern: low))
     }
 
     /// The next `count` bytes.
@@ -216,9 +210,8 @@ struct StringTable {
 extension UUIDText {
     /// 16 bytes (PostgreSQL's binary `uuid`).
     init(binary: UnsafeRawBufferPointer) {
-        var high: UInt64 = 0, low: UInt64 = 0
-        for i in 0..<8 { high = high << 8 | UInt64(binary[i]) }
-        for i in 8..<16 { low = low << 8 | UInt64(binary[i]) }
-        self.init(high: high, low: low)
+        precondition(binary.count == 16, "a binary uuid is 16 bytes")
+        var reader = ByteReader(binary)
+        self = reader.uuid()!
     }
 }

@@ -203,21 +203,15 @@ struct SourceSet {
     private var bits: UInt8 = 0
 
     mutating func insert(_ source: EventSource) {
-        bits |= 1 << (source.ordinal & 7)
+        let bit: UInt8 = switch source {
+        case .app: 1
+        case .sdk: 2
+        case .mediation: 4
+        }
+        bits |= bit
     }
 
     var count: Int { bits.nonzeroBitCount }
-}
-
-extension EventSource {
-    /// The case's place in `allCases`.
-    var ordinal: Int {
-        switch self {
-        case .app: 0
-        case .sdk: 1
-        case .mediation: 2
-        }
-    }
 }
 
 /// Why a counted click is not attributed to its ad's impression (SPEC 5).

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import TrackerPostgres
 
 /// The rebuild's way from the log, in log order, to every ad's events together, without a
 /// sort in PostgreSQL and without holding the whole log in memory.
@@ -105,7 +106,7 @@ final class RebuildBuckets {
         out.append(UInt8(truncatingIfNeeded: AdState.sources.firstIndex(of: row.source)!))
         out.append(flags)
         out.append(contentsOf: row.id)
-        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: micros >> UInt64(shift))) }
+        out.appendBigEndian(micros)
         func append(_ string: UnsafeRawBufferPointer?) {
             guard let string else { return }
             Self.appendU16(string.count, &out)
@@ -169,16 +170,11 @@ final class RebuildBuckets {
     }
 
     static func appendU16(_ v: Int, _ out: inout [UInt8]) {
-        out.append(UInt8(truncatingIfNeeded: v >> 8))
-        out.append(UInt8(truncatingIfNeeded: v))
+        out.appendBigEndian(UInt16(truncatingIfNeeded: v))
     }
 
     static func appendI32(_ v: Int, _ out: inout [UInt8]) {
-        let u = UInt32(truncatingIfNeeded: v)
-        out.append(UInt8(truncatingIfNeeded: u >> 24))
-        out.append(UInt8(truncatingIfNeeded: u >> 16))
-        out.append(UInt8(truncatingIfNeeded: u >> 8))
-        out.append(UInt8(truncatingIfNeeded: u))
+        out.appendBigEndian(UInt32(truncatingIfNeeded: v))
     }
 }
 
