@@ -199,6 +199,10 @@ struct ReportTests {
         ("/v1/reports/summary?from=2025-11-10&to=2026-11-11", "spans 367 days; at most 366"),
         ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&includeTest=maybe", "includeTest must be true or false"),
         ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&format=xml", "format must be json or csv"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&tz=Mars/Olympus_Mons", "tz must be an IANA time zone name"),
+        ("/v1/reports/assets?from=2026-11-10&to=2026-11-11&tz=America%2FNew%20York", "got 'America/New York'"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&granularity=week", "granularity must be day or hour, got 'week'"),
+        ("/v1/reports/sources?from=2026-11-1&to=2026-11-11&tz=Asia/Kolkata", "from must be a local day in Asia/Kolkata"),
     ])
     func badParametersAre400WithAMessageThatSaysWhatToFix(path: String, message: String) async throws {
         try await withTestDatabase { db in
@@ -244,6 +248,15 @@ struct ReportTests {
                                                          "--output", "csv", "--database-url", db.url])
                 #expect(status == 0)
                 #expect(cli == http, "\(report)")
+            }
+            for (zone, granularity) in [("America/New_York", "hour"), ("Asia/Kathmandu", "day")] {
+                let http = try get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)&tz=\(zone)&granularity=\(granularity)&format=csv",
+                                   key: key).text
+                let (status, cli) = try await runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1, "--tz", zone,
+                                                               "--granularity", granularity, "--output", "csv", "--database-url", db.url])
+                #expect(status == 0)
+                #expect(cli == http, "\(zone) by \(granularity)")
+                #expect(http.hasPrefix(granularity == "hour" ? "day,hour,adUnit," : "day,adUnit,"), "\(http)")
             }
             let (_, json) = try await runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1, "--ad-unit", Self.feed,
                                                  "--format-id", "native", "--output", "json", "--database-url", db.url])

@@ -44,7 +44,7 @@ private struct Totals {
 
     init(_ c: Contribution, includeTest: Bool = false, day: Day? = nil, adapter: String? = nil, assetKey: String? = nil) {
         let classes = TrafficClass.classes(includeTest: includeTest)
-        for (key, m) in c.rows where classes.contains(key.trafficClass) && (day == nil || key.day == day) {
+        for (key, m) in c.rows where classes.contains(key.trafficClass) && (day == nil || key.quarterHour.day == day) {
             switch key.table {
             case .format: format &+= m
             case .asset: if assetKey == nil || key.assetKey == assetKey { asset &+= m }

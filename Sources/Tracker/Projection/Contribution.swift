@@ -25,10 +25,14 @@ public enum TrafficClass: Int16, Sendable, Hashable, CaseIterable {
 }
 
 /// One row of a projection table: its dimensions.
+///
+/// Rows are kept per UTC quarter hour; the day tables receive the same rows summed by day
+/// (`ProjectionWriter`), so a row's day is always its quarter hour's.
 public struct ProjectionKey: Sendable, Hashable {
     public var table: ProjectionTable
     public var trafficClass: TrafficClass
-    public var day: Day
+    /// The UTC quarter hour the row counts in (`QuarterHour`).
+    public var quarterHour: QuarterHour
     public var adUnit: String
     public var formatId: String
     /// The asset key for the asset table; "" otherwise.
@@ -259,16 +263,16 @@ struct ContributionRows: AdVerdicts {
     }
 
     private func formatKey(_ e: AdEvent) -> ProjectionKey {
-        ProjectionKey(table: .format, trafficClass: trafficClass, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId)
+        ProjectionKey(table: .format, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId)
     }
 
     private func assetKey(_ e: AdEvent) -> ProjectionKey {
-        ProjectionKey(table: .asset, trafficClass: trafficClass, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId,
+        ProjectionKey(table: .asset, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
                       assetKey: e.assetKey ?? "")
     }
 
     private func sourceKey(_ e: AdEvent) -> ProjectionKey {
-        ProjectionKey(table: .source, trafficClass: trafficClass, day: e.correctedAt.day, adUnit: e.adUnit, formatId: e.formatId,
+        ProjectionKey(table: .source, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
                       adapter: e.adapter ?? "")
     }
 

@@ -1,58 +1,115 @@
-/// Adds signed row changes to the projection tables, one statement per table.
+/// The two time grains every projection table is kept in.
+///
+/// Rows arrive per UTC quarter hour (`ProjectionKey.quarterHour`); the day tables get the same
+/// rows summed by UTC day. Reports of UTC days read the day tables (few rows); reports in
+/// another zone or by hour sum the quarter hours by local day or hour.
+public enum ProjectionGrain: Sendable, Hashable, CaseIterable {
+    case day
+    case quarterHour
+
+    /// The column holding the row's time.
+    var column: String {
+        switch self {
+        case .day: "day"
+        case .quarterHour: "quarter_hour"
+        }
+    }
+
+    /// The SQL that turns the int8 sent for a row's time (days or quarter hours since the
+    /// epoch, `c` being its alias) into the column's value.
+    func value(_ c: String) -> String {
+        switch self {
+        case .day: "date '1970-01-01' + \(c)::int"
+        case .quarterHour: "timestamptz '1970-01-01 00:00:00+00' + \(c) * interval '15 minutes'"
+        }
+    }
+}
+
+/// Adds signed row changes to the projection tables, one statement per table and grain.
 ///
 /// A row whose measures all return to zero is deleted, so the incrementally maintained
 /// tables hold exactly the rows a rebuild writes (it writes only non-zero rows).
 enum ProjectionWriter {
     static func apply(_ delta: Contribution, on connection: Connection) throws {
         for table in ProjectionTable.allCases {
-            let rows = delta.rows.filter { $0.key.table == table }
-            guard !rows.isEmpty else { continue }
-            let statements = table.statements
-            let width = statements.width
-            var trafficClass = BinaryArray(.int8, capacity: rows.count)
-            var day = BinaryArray(.int8, capacity: rows.count)
-            var adUnit = BinaryArray(.text, capacity: rows.count)
-            var formatId = BinaryArray(.text, capacity: rows.count)
-            var second = BinaryArray(.text, capacity: rows.count)
-            var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count) }
-            for (key, values) in rows {
-                trafficClass.append(Int64(key.trafficClass.rawValue))
-                day.append(Int64(key.day.daysSinceEpoch))
-                adUnit.append(key.adUnit)
-                formatId.append(key.formatId)
-                switch table {
-                case .format: break
-                case .asset: second.append(key.assetKey)
-                case .source: second.append(key.adapter)
-                }
-                for m in 0..<width { measures[m].append(values[m]) }
+            let quarters = delta.rows.filter { $0.key.table == table }
+            guard !quarters.isEmpty else { continue }
+            try write(quarters.map { ($0.key, $0.key.quarterHour.index, $0.value) }, table, .quarterHour, on: connection)
+            // The same changes by UTC day; a change that moved counts between quarter hours of
+            // one day leaves that day's row as it is.
+            var days: [ProjectionKey: Measures] = [:]
+            for (key, values) in quarters {
+                var dayKey = key
+                dayKey.quarterHour = QuarterHour(index: key.quarterHour.index - key.quarterHour.index % QuarterHour.perDay)
+                days[dayKey, default: Measures()] &+= values
             }
-            var parameters = [trafficClass, day, adUnit, formatId]
-            if table != .format { parameters.append(second) }
-            parameters += measures
-            try connection.query(statements.upsert, parameters.map(\.parameter))
-            // Only a subtraction can empty a row.
-            if rows.contains(where: { $0.value.min() < 0 }) {
-                try connection.query(statements.deleteEmpty, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
+            let changedDays = days.filter { $0.value != Measures() }
+            guard !changedDays.isEmpty else { continue }
+            try write(changedDays.map { ($0.key, $0.key.quarterHour.day.daysSinceEpoch, $0.value) }, table, .day, on: connection)
+        }
+    }
+
+    /// Upserts `rows` (key, the time value the grain's column takes, measures) into one table.
+    private static func write(_ rows: [(key: ProjectionKey, time: Int32, values: Measures)], _ table: ProjectionTable,
+                              _ grain: ProjectionGrain, on connection: Connection) throws {
+        let statements = table.statements(grain)
+        let width = statements.width
+        var trafficClass = BinaryArray(.int8, capacity: rows.count)
+        var time = BinaryArray(.int8, capacity: rows.count)
+        var adUnit = BinaryArray(.text, capacity: rows.count)
+        var formatId = BinaryArray(.text, capacity: rows.count)
+        var second = BinaryArray(.text, capacity: rows.count)
+        var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count) }
+        for (key, t, values) in rows {
+            trafficClass.append(Int64(key.trafficClass.rawValue))
+            time.append(Int64(t))
+            adUnit.append(key.adUnit)
+            formatId.append(key.formatId)
+            switch table {
+            case .format: break
+            case .asset: second.append(key.assetKey)
+            case .source: second.append(key.adapter)
             }
+            for m in 0..<width { measures[m].append(values[m]) }
+        }
+        var parameters = [trafficClass, time, adUnit, formatId]
+        if table != .format { parameters.append(second) }
+        parameters += measures
+        try connection.query(statements.upsert, parameters.map(\.parameter))
+        // Only a subtraction can empty a row.
+        if rows.contains(where: { $0.values.min() < 0 }) {
+            try connection.query(statements.deleteEmpty, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
         }
     }
 }
 
 extension ProjectionTable {
-    /// The table's two statements and its number of measures, built once (every projector step uses them).
-    var statements: (upsert: String, deleteEmpty: String, width: Int) { Self.built[self]! }
+    /// The table's two statements in one grain and its number of measures, built once (every
+    /// projector step uses them).
+    func statements(_ grain: ProjectionGrain) -> (upsert: String, deleteEmpty: String, width: Int) {
+        Self.built[Pair(table: self, grain: grain)]!
+    }
 
-    private static let built = Dictionary(uniqueKeysWithValues: allCases.map { table in
-        (table, (upsert: table.upsertSQL, deleteEmpty: table.deleteEmptySQL, width: table.measureColumns.count))
+    private struct Pair: Hashable {
+        var table: ProjectionTable
+        var grain: ProjectionGrain
+    }
+
+    private static let built = Dictionary(uniqueKeysWithValues: allCases.flatMap { table in
+        ProjectionGrain.allCases.map { grain in
+            (Pair(table: table, grain: grain),
+             (upsert: table.upsertSQL(grain), deleteEmpty: table.deleteEmptySQL(grain), width: table.measureColumns.count))
+        }
     })
 
-    var tableName: String {
-        switch self {
-        case .format: "format_day"
-        case .asset: "asset_day"
-        case .source: "source_day"
+    /// The table's name in one grain: `format_day`, `format_quarter_hour`, ….
+    func tableName(_ grain: ProjectionGrain) -> String {
+        let stem = switch self {
+        case .format: "format"
+        case .asset: "asset"
+        case .source: "source"
         }
+        return "\(stem)_\(grain.column)"
     }
 
     var dimensionColumns: [String] {
@@ -64,15 +121,15 @@ extension ProjectionTable {
     }
 
     /// Deletes the rows named by the key arrays (`$1…` as in `upsertSQL`) whose measures are all zero.
-    private var deleteEmptySQL: String {
+    private func deleteEmptySQL(_ grain: ProjectionGrain) -> String {
         let dims = dimensionColumns
         var arrays = ["$1::int8[]", "$2::int8[]"]
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
-        var match = ["t.traffic_class = u.c0", "t.day = date '1970-01-01' + u.c1::int"]
+        var match = ["t.traffic_class = u.c0", "t.\(grain.column) = \(grain.value("u.c1"))"]
         for (i, d) in dims.enumerated() { match.append("t.\(d) = u.c\(2 + i)") }
         match += measureColumns.map { "t.\($0) = 0" }
         return """
-            DELETE FROM \(tableName) AS t
+            DELETE FROM \(tableName(grain)) AS t
             USING unnest(\(arrays.joined(separator: ", "))) AS u(\((0..<arrays.count).map { "c\($0)" }.joined(separator: ", ")))
             WHERE \(match.joined(separator: " AND "))
             """
@@ -80,19 +137,19 @@ extension ProjectionTable {
 
     /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays, from the
     /// fixed column lists above (identifiers, never values).
-    private var upsertSQL: String {
+    private func upsertSQL(_ grain: ProjectionGrain) -> String {
         let dims = dimensionColumns
         let measures = measureColumns
-        let columns = ["traffic_class", "day"] + dims + measures
+        let columns = ["traffic_class", grain.column] + dims + measures
         var arrays = ["$1::int8[]", "$2::int8[]"]
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
         for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::int8[]") }
         let aliases = (0..<columns.count).map { "c\($0)" }
-        var select = ["c0::smallint", "date '1970-01-01' + c1::int"]
+        var select = ["c0::smallint", grain.value("c1")]
         select += aliases[2...].map { $0 }
-        let key = ["day"] + dims + ["traffic_class"]
+        let key = [grain.column] + dims + ["traffic_class"]
         return """
-            INSERT INTO \(tableName) AS t (\(columns.joined(separator: ", ")))
+            INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
             SELECT \(select.joined(separator: ", "))
             FROM unnest(\(arrays.joined(separator: ", "))) AS u(\(aliases.joined(separator: ", ")))
             ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET

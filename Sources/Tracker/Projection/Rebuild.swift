@@ -31,7 +31,9 @@ public struct Rebuild: Sendable {
     /// at a time per core, a few files ahead of the `COPY`.
     private let eventsPerFile: Int
     public static let defaultEventsPerFile = 500_000
-    static let projectionTables = ["ad_state", "format_day", "asset_day", "source_day", "projection_state"]
+    static let projectionTables = ["ad_state"]
+        + ProjectionTable.allCases.flatMap { table in ProjectionGrain.allCases.map { table.tableName($0) } }
+        + ["projection_state"]
 
     public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow,
                 eventsPerFile: Int = Rebuild.defaultEventsPerFile, logger: Logger) {

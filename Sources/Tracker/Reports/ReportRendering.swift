@@ -19,10 +19,17 @@ extension ReportValue {
 }
 
 extension ReportResult {
-    /// `{"from": …, "to": …, "rows": [{…}]}`, exactly SPEC section 6's shape (the projection
-    /// lag travels in the HTTP headers, and on the command line's standard error).
+    /// `{"from": …, "to": …, "rows": [{…}]}` (docs/PROTOCOL.md, "Reports"); a report in
+    /// another zone than UTC or by hour also names them (`"tz"`, `"granularity"`) after `to`.
+    /// The projection lag travels in the HTTP headers, and on the command line's standard error.
     public var json: String {
-        var out = "{\"from\":\"\(query.from)\",\"to\":\"\(query.to)\",\"rows\":["
+        var out = "{\"from\":\"\(query.from)\",\"to\":\"\(query.to)\","
+        if query.timeZone != ReportQuery.defaultTimeZone || query.granularity != .day {
+            out += "\"tz\":"
+            JSONText.appendQuoted(query.timeZone, to: &out)
+            out += ",\"granularity\":\"\(query.granularity.rawValue)\","
+        }
+        out += "\"rows\":["
         for (i, row) in rows.enumerated() {
             if i > 0 { out += "," }
             out += "{"

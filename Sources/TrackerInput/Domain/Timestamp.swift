@@ -142,6 +142,39 @@ public struct Day: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 }
 
+/// A UTC quarter hour, the unit the projections count in: every local day and local hour of
+/// every time zone in use since 1980 is a whole number of them (all offsets are multiples of
+/// 15 minutes), so a report in any zone is a sum of quarter hours.
+public struct QuarterHour: Hashable, Comparable, Sendable {
+    /// Quarter hours since 1970-01-01T00:00Z.
+    public var index: Int32
+
+    public static let microseconds: Int64 = 900 * 1_000_000
+    public static let perDay: Int32 = 96
+
+    public init(index: Int32) {
+        self.index = index
+    }
+
+    /// The quarter hour `instant` falls in.
+    public init(_ instant: Timestamp) {
+        index = Int32(Timestamp.floorDiv(instant.microseconds, Self.microseconds))
+    }
+
+    public static func < (lhs: QuarterHour, rhs: QuarterHour) -> Bool {
+        lhs.index < rhs.index
+    }
+
+    /// The UTC day the quarter hour belongs to.
+    public var day: Day {
+        Day(daysSinceEpoch: Int32(Timestamp.floorDiv(Int64(index), Int64(Self.perDay))))
+    }
+
+    public var start: Timestamp {
+        Timestamp(microseconds: Int64(index) * Self.microseconds)
+    }
+}
+
 extension Timestamp: CustomStringConvertible {
     /// RFC 3339 in UTC with six fractional digits, e.g. `2026-11-20T10:00:01.950000Z`.
     public var description: String {

@@ -3,29 +3,74 @@ public enum ReportKind: String, Sendable, CaseIterable {
     case summary, assets, sources, adchoices
 }
 
-/// One report request: which report, which days, which rows.
+/// How a report cuts time into rows.
+public enum ReportGranularity: String, Sendable, Hashable, CaseIterable {
+    /// One row per local day (the default).
+    case day
+    /// One row per local hour: an `hour` dimension after `day`.
+    case hour
+}
+
+/// One report request: which report, which days in which time zone, which rows.
 public struct ReportQuery: Sendable, Hashable {
     public var kind: ReportKind
+    /// First and last local day in `timeZone`, inclusive.
     public var from: Day
     public var to: Day
     public var adUnit: String?
     public var formatId: String?
     public var includeTest: Bool
+    /// The IANA name of the zone whose local days and hours the rows are (`UTC` by default).
+    /// Its syntax is checked here; whether the zone exists, by `Reports`, against the database's zones.
+    public var timeZone: String
+    public var granularity: ReportGranularity
 
     /// The longest range one request may ask for, in days.
     public static let maxDays = 366
+    /// The zone reports use when none is asked for.
+    public static let defaultTimeZone = "UTC"
 
     /// Checks the range rules; the error names the parameter and the rule.
-    public init(kind: ReportKind, from: Day, to: Day, adUnit: String? = nil, formatId: String? = nil, includeTest: Bool = false) throws(ReportQueryError) {
+    public init(kind: ReportKind, from: Day, to: Day, adUnit: String? = nil, formatId: String? = nil, includeTest: Bool = false,
+                timeZone: String = ReportQuery.defaultTimeZone, granularity: ReportGranularity = .day) throws(ReportQueryError) {
         guard from <= to else { throw .fromAfterTo(from: from, to: to) }
         let days = Int(to.daysSinceEpoch - from.daysSinceEpoch) + 1
         guard days <= Self.maxDays else { throw .rangeTooLong(days: days) }
+        guard Self.isZoneName(timeZone) else { throw .unknownTimeZone(timeZone) }
         self.kind = kind
         self.from = from
         self.to = to
         self.adUnit = adUnit
         self.formatId = formatId
         self.includeTest = includeTest
+        self.timeZone = timeZone
+        self.granularity = granularity
+    }
+
+    /// Whether rows are UTC days, the shape every report had before time zones (and the
+    /// cheapest: read from the day tables).
+    public var isUTCDays: Bool {
+        granularity == .day && Self.utcNames.contains(timeZone)
+    }
+
+    /// Whether the zone is UTC under one of its names (its hours are written with `Z`).
+    public var isUTC: Bool {
+        Self.utcNames.contains(timeZone)
+    }
+
+    /// The tz database's names for UTC itself.
+    public static let utcNames: Set<String> = ["UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"]
+
+    /// The shape of an IANA zone name (`America/Argentina/Buenos_Aires`, `Etc/GMT+5`, `UTC`):
+    /// ASCII letters, digits, `/`, `_`, `-` and `+`, at most 64 characters, no empty part.
+    public static func isZoneName(_ name: String) -> Bool {
+        let utf8 = Array(name.utf8)
+        guard (1...64).contains(utf8.count) else { return false }
+        let allowed = utf8.allSatisfy { b in
+            (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || (b >= 0x30 && b <= 0x39)
+                || b == UInt8(ascii: "/") || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: "+")
+        }
+        return allowed && !name.split(separator: "/", omittingEmptySubsequences: false).contains { $0.isEmpty || $0 == "." || $0 == ".." }
     }
 }
 
@@ -37,13 +82,17 @@ public enum ReportQueryError: Error, Sendable, Equatable, CustomStringConvertibl
     case invalidParameter(String)
     case fromAfterTo(from: Day, to: Day)
     case rangeTooLong(days: Int)
+    /// `tz` is not the name of a zone of the tz database.
+    case unknownTimeZone(String)
 
     public var description: String {
         switch self {
         case .unknownReport(let name): "unknown report '\(name)'; reports are summary, assets, sources and adchoices"
         case .invalidParameter(let message): message
-        case .fromAfterTo(let from, let to): "from (\(from)) is after to (\(to)); from and to are inclusive UTC days with from <= to"
+        case .fromAfterTo(let from, let to): "from (\(from)) is after to (\(to)); from and to are inclusive days (local days in tz, UTC by default) with from <= to"
         case .rangeTooLong(let days): "the range from..to spans \(days) days; at most \(ReportQuery.maxDays) days per report"
+        case .unknownTimeZone(let name):
+            "tz must be an IANA time zone name such as UTC, America/New_York or Asia/Kolkata, got '\(name)'"
         }
     }
 }
@@ -52,23 +101,36 @@ public enum ReportQueryError: Error, Sendable, Equatable, CustomStringConvertibl
 /// the command line alike.
 extension ReportQuery {
     /// The query of report `report`, from its parameters by name (`from`, `to`, `adUnit`,
-    /// `formatId`, `includeTest`; `nil` when absent). An empty filter means no filter.
+    /// `formatId`, `includeTest`, `tz`, `granularity`; `nil` when absent). An empty filter
+    /// means no filter; an empty `tz` or `granularity` means the default.
     public static func parse(report: String, parameter: (String) -> String?) throws(ReportQueryError) -> ReportQuery {
         guard let kind = ReportKind(rawValue: report) else { throw .unknownReport(report) }
+        let zone = parameter("tz").flatMap { $0.isEmpty ? nil : $0 } ?? defaultTimeZone
+        let dayName = utcNames.contains(zone) ? "a UTC day" : "a local day in \(isZoneName(zone) ? zone : "tz")"
         func day(_ name: String) throws(ReportQueryError) -> Day {
             guard let text = parameter(name), !text.isEmpty else {
-                throw .invalidParameter("\(name) is required: a UTC day as YYYY-MM-DD")
+                throw .invalidParameter("\(name) is required: \(dayName) as YYYY-MM-DD")
             }
             guard let day = Day(iso: text) else {
-                throw .invalidParameter("\(name) must be a UTC day as YYYY-MM-DD, got '\(text)'")
+                throw .invalidParameter("\(name) must be \(dayName) as YYYY-MM-DD, got '\(text)'")
             }
             return day
         }
         let includeTest = try includeTest(parameter("includeTest"))
+        let granularity = try granularity(parameter("granularity"))
         return try ReportQuery(kind: kind, from: try day("from"), to: try day("to"),
                                adUnit: parameter("adUnit").flatMap { $0.isEmpty ? nil : $0 },
                                formatId: parameter("formatId").flatMap { $0.isEmpty ? nil : $0 },
-                               includeTest: includeTest)
+                               includeTest: includeTest, timeZone: zone, granularity: granularity)
+    }
+
+    /// `granularity`: absent, `day` or `hour`.
+    public static func granularity(_ value: String?) throws(ReportQueryError) -> ReportGranularity {
+        guard let value, !value.isEmpty else { return .day }
+        guard let granularity = ReportGranularity(rawValue: value.lowercased()) else {
+            throw .invalidParameter("granularity must be day or hour, got '\(value)'")
+        }
+        return granularity
     }
 
     /// `includeTest`: absent, `false`/`0` or `true`/`1`.

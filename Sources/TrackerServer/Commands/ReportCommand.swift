@@ -18,11 +18,17 @@ struct ReportCommand: AsyncParsableCommand {
     @Argument(help: "summary, assets, sources or adchoices.")
     var report: String
 
-    @Option(help: "First UTC day, YYYY-MM-DD (inclusive).")
+    @Option(help: "First local day (in --tz), YYYY-MM-DD (inclusive).")
     var from: String
 
-    @Option(help: "Last UTC day, YYYY-MM-DD (inclusive).")
+    @Option(help: "Last local day (in --tz), YYYY-MM-DD (inclusive).")
     var to: String
+
+    @Option(help: "IANA time zone whose local days (and hours) the rows are, e.g. America/New_York.")
+    var tz: String = ReportQuery.defaultTimeZone
+
+    @Option(help: "day or hour: one row per local day, or per local hour (an hour column after day).")
+    var granularity: String = ReportGranularity.day.rawValue
 
     @Option(name: .customLong("ad-unit"), help: "Only this ad unit.")
     var adUnit: String?
@@ -50,13 +56,22 @@ struct ReportCommand: AsyncParsableCommand {
                 case "adUnit": adUnit
                 case "formatId": formatId
                 case "includeTest": includeTest ? "true" : "false"
+                case "tz": tz
+                case "granularity": granularity
                 default: nil
                 }
             })
         } catch {
             throw ValidationError(error.description)
         }
-        let result = try await Reports(pool: pool, maxWait: try reportWait()).run(query)
+        let result: ReportResult
+        do {
+            result = try await Reports(pool: pool, maxWait: try reportWait()).run(query)
+        } catch let error as ReportQueryError {
+            throw ValidationError(error.description)
+        } catch let error as ReportError {
+            throw CommandFailure(error.description)
+        }
         if result.lag.events > 0 {
             writeToStandardError("note: the projections trail the log by \(result.lag.events) event(s), \(result.lag.seconds) s; these counts leave them out\n")
         }

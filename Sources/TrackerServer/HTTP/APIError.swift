@@ -13,6 +13,7 @@ package enum ErrorCode: String, Sendable {
     case invalidBody = "invalid_body"
     case invalidParameter = "invalid_parameter"
     case unknownReport = "unknown_report"
+    case rebuildRequired = "rebuild_required"
     case invalidBeacon = "invalid_beacon"
     case invalidBeaconRequest = "invalid_beacon_request"
     case unauthorized
@@ -35,6 +36,7 @@ package enum ErrorCode: String, Sendable {
     var status: HTTPResponse.Status {
         switch self {
         case .badRequest, .invalidJSON, .invalidGzip, .invalidBody, .invalidParameter, .unknownReport, .invalidBeacon, .invalidBeaconRequest: .badRequest
+        case .rebuildRequired: .conflict
         case .unauthorized: .unauthorized
         case .forbidden: .forbidden
         case .notFound, .chartLibraryMissing: .notFound
@@ -109,7 +111,13 @@ extension APIError {
     static func from(_ error: ReportQueryError) -> APIError {
         switch error {
         case .unknownReport: APIError(.unknownReport, error.description)
-        case .invalidParameter, .fromAfterTo, .rangeTooLong: APIError(.invalidParameter, error.description)
+        case .invalidParameter, .fromAfterTo, .rangeTooLong, .unknownTimeZone: APIError(.invalidParameter, error.description)
+        }
+    }
+
+    static func from(_ error: ReportError) -> APIError {
+        switch error {
+        case .quarterHoursMissing: APIError(.rebuildRequired, error.description)
         }
     }
 

@@ -3,7 +3,8 @@ import Hummingbird
 import NIOCore
 import Tracker
 
-/// `GET /v1/reports/{summary|assets|sources|adchoices}` (SPEC section 6).
+/// `GET /v1/reports/{summary|assets|sources|adchoices}` (docs/PROTOCOL.md, "Reports"): in any
+/// time zone (`tz`), by day or by hour (`granularity`).
 struct ReportRoutes: Sendable {
     let keys: APIKeys
     let reports: Reports
@@ -32,7 +33,14 @@ struct ReportRoutes: Sendable {
         case "json": csv = false
         case let other?: throw APIError(.invalidParameter, "format must be json or csv, got '\(other)'")
         }
-        let result = try await reports.run(query)
+        let result: ReportResult
+        do {
+            result = try await reports.run(query)
+        } catch let error as ReportQueryError {
+            throw APIError.from(error)
+        } catch let error as ReportError {
+            throw APIError.from(error)
+        }
         var headers = Self.privateFigures
         headers[.contentType] = csv ? "text/csv; charset=utf-8" : "application/json"
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)

@@ -63,19 +63,26 @@ extension TestDatabase {
             "format_day": try await rows("SELECT * FROM format_day ORDER BY day, ad_unit, format_id, traffic_class"),
             "asset_day": try await rows("SELECT * FROM asset_day ORDER BY day, ad_unit, format_id, asset_key, traffic_class"),
             "source_day": try await rows("SELECT * FROM source_day ORDER BY day, ad_unit, format_id, adapter, traffic_class"),
+            "format_quarter_hour": try await rows("SELECT * FROM format_quarter_hour ORDER BY quarter_hour, ad_unit, format_id, traffic_class"),
+            "asset_quarter_hour": try await rows(
+                "SELECT * FROM asset_quarter_hour ORDER BY quarter_hour, ad_unit, format_id, asset_key, traffic_class"),
+            "source_quarter_hour": try await rows(
+                "SELECT * FROM source_quarter_hour ORDER BY quarter_hour, ad_unit, format_id, adapter, traffic_class"),
             "ad_events": try await rows("SELECT * FROM ad_events ORDER BY id"),
             "events_projected": try await rows("SELECT events_projected FROM projection_state"),
         ]
     }
 
-    /// Each report as CSV, with and without test traffic, over `days` days from `Events.day0 - 1`.
-    func reportsAsCSV(days: Int = 8) async throws -> [String: String] {
+    /// Each report as CSV, with and without test traffic, over `days` days from `Events.day0 - 1`
+    /// (or from `from`), in `timeZone`, by day or by hour.
+    func reportsAsCSV(days: Int = 8, from: Day = Events.day0.adding(days: -1), timeZone: String = "UTC",
+                      granularity: ReportGranularity = .day) async throws -> [String: String] {
         var out: [String: String] = [:]
         let reports = Reports(pool: pool)
         for kind in ReportKind.allCases {
             for includeTest in [false, true] {
-                let q = try ReportQuery(kind: kind, from: Events.day0.adding(days: -1), to: Events.day0.adding(days: days - 1),
-                                        includeTest: includeTest)
+                let q = try ReportQuery(kind: kind, from: from, to: from.adding(days: days - 1),
+                                        includeTest: includeTest, timeZone: timeZone, granularity: granularity)
                 out["\(kind.rawValue) includeTest=\(includeTest)"] = try await reports.run(q).csv
             }
         }

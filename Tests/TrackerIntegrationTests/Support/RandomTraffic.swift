@@ -21,7 +21,10 @@ enum RandomTraffic {
     static let assets = ["MainImage", "Headline"]
     static let adapters: [String?] = [nil, nil, "AppLovin", "Meta"]
 
-    static func events(ads: Int, using g: inout SeededGenerator) -> [TrackingEvent] {
+    /// Ads loaded within `spread` seconds of one of `around` (by default midnight between day0
+    /// and day1, so that many ads straddle it).
+    static func events(ads: Int, around: [Timestamp] = [Events.at(day: 1, 0)], spread: Int = 5400,
+                       using g: inout SeededGenerator) -> [TrackingEvent] {
         var out: [TrackingEvent] = []
         for a in 0..<ads {
             let ad = "req-\(a)-\(g.next() % 10_000)"
@@ -29,8 +32,7 @@ enum RandomTraffic {
             let format = formats.randomElement(using: &g)!
             let adapter = adapters.randomElement(using: &g)!
             let eea = Bool.random(using: &g), reservation = Bool.random(using: &g)
-            // Loads start around midnight between day0 and day1 so that many ads straddle it.
-            let loaded = Events.at(day: 1, 0) + .seconds(Int.random(in: -5400...5400, using: &g))
+            let loaded = around.randomElement(using: &g)! + .seconds(Int.random(in: -spread...spread, using: &g))
             /// An instant relative to the load: often exactly on a rule's edge.
             func offset(_ base: Timestamp) -> Timestamp {
                 let edges: [Int64] = [0, 1_000_000, -1_000_000, -1_000_001, 3_600_000_000, 3_600_000_001, 999_999]

@@ -1,3 +1,4 @@
+import Foundation
 import Tracker
 
 /// SPEC sections 5 and 6 computed the plain way, straight from the text, over every stored
@@ -22,24 +23,58 @@ enum ReferenceReports {
         .adchoices: (["day", "adUnit", "formatId"], ["eeaReservationImpressions", "withAdChoices", "share", "adchoicesClicks"]),
     ]
 
-    /// The CSV of every report (keys as in `TestDatabase.reportsAsCSV`), over all days.
-    static func csv(_ stored: [TrackingEvent], window: Duration = .seconds(3600)) -> [String: String] {
+    /// The CSV of every report (keys as in `TestDatabase.reportsAsCSV`), over all days: UTC days,
+    /// or the local days or hours of `clock`.
+    static func csv(_ stored: [TrackingEvent], window: Duration = .seconds(3600), clock: LocalClock = .utcDays) -> [String: String] {
         var out: [String: String] = [:]
         for includeTest in [false, true] {
-            let tables = compute(stored, includeTest: includeTest, windowMicros: window.microseconds)
+            let tables = compute(stored, includeTest: includeTest, windowMicros: window.microseconds, clock: clock)
             for kind in ReportKind.allCases {
-                out["\(kind.rawValue) includeTest=\(includeTest)"] = render(kind, tables[kind] ?? [:])
+                out["\(kind.rawValue) includeTest=\(includeTest)"] = render(kind, tables[kind] ?? [:], hourly: clock.hourly)
             }
         }
         return out
     }
 
+    /// Where an instant falls for a report: its local day, and its local hour when by hour.
+    /// Computed with Foundation's time zones (ICU's copy of the tz database), not PostgreSQL's.
+    struct LocalClock {
+        var name: String
+        var zone: TimeZone
+        var hourly: Bool
+
+        static let utcDays = LocalClock("UTC", hourly: false)
+
+        init(_ name: String, hourly: Bool) {
+            self.name = name
+            self.zone = TimeZone(identifier: name)!
+            self.hourly = hourly
+        }
+
+        /// `[day]` or `[day, hour]`: the local date, and the hour's local start with the zone's
+        /// offset at that instant (`Z` for UTC).
+        func key(_ t: Timestamp) -> [String] {
+            let date = Date(timeIntervalSince1970: TimeInterval(t.microseconds / 1_000_000))
+                + TimeInterval(t.microseconds % 1_000_000) / 1_000_000
+            let offset = zone.secondsFromGMT(for: date)
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = zone
+            let c = calendar.dateComponents([.year, .month, .day, .hour], from: date)
+            let day = String(format: "%04d-%02d-%02d", c.year!, c.month!, c.day!)
+            guard hourly else { return [day] }
+            let zoneText = name == "UTC" ? "Z"
+                : String(format: "%@%02d:%02d", offset < 0 ? "-" : "+", abs(offset) / 3600, abs(offset) % 3600 / 60)
+            return [day, String(format: "%@T%02d:00:00%@", day, c.hour!, zoneText)]
+        }
+    }
+
     /// Rows keyed by their dimension values, each a bag of named counts.
     typealias Table = [[String]: [String: Int64]]
 
-    static func compute(_ stored: [TrackingEvent], includeTest: Bool, windowMicros: Int64) -> [ReportKind: Table] {
+    static func compute(_ stored: [TrackingEvent], includeTest: Bool, windowMicros: Int64, clock: LocalClock = .utcDays) -> [ReportKind: Table] {
         var summary = Table(), assets = Table(), sources = Table(), adchoices = Table()
-        func day(_ e: TrackingEvent) -> String { e.correctedAt.day.description }
+        /// The row's time dimensions, joined; split again by `render`.
+        func day(_ e: TrackingEvent) -> String { clock.key(e.correctedAt).joined(separator: ",") }
         func bump(_ t: inout Table, _ key: [String], _ name: String) { t[key, default: [:]][name, default: 0] += 1 }
         func earlier(_ a: TrackingEvent, _ b: TrackingEvent) -> Bool {
             a.correctedAt.microseconds != b.correctedAt.microseconds
@@ -126,9 +161,14 @@ enum ReferenceReports {
     }
 
     /// Rows sorted by their dimensions (byte order), one per combination with a non-zero count.
-    static func render(_ kind: ReportKind, _ table: Table) -> String {
-        let (dimensions, measures) = columns[kind]!
+    static func render(_ kind: ReportKind, _ table: Table, hourly: Bool = false) -> String {
+        var (dimensions, measures) = columns[kind]!
+        if hourly { dimensions.insert("hour", at: 1) }
         var out = (dimensions + measures).joined(separator: ",") + "\n"
+        // A time key is "day" or "day,hour": split it so each dimension sorts on its own.
+        let table = Dictionary(uniqueKeysWithValues: table.map { key, row in
+            (key[0].split(separator: ",").map(String.init) + key.dropFirst(), row)
+        })
         let keys = table.keys.sorted { a, b in
             for (x, y) in zip(a, b) where x != y { return Array(x.utf8).lexicographicallyPrecedes(Array(y.utf8)) }
             return false
