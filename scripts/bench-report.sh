@@ -78,6 +78,26 @@ for r in summary assets sources adchoices; do
     say "(3) $r ${range} days ($from..$to): p50 ${ms} ms over $calls calls, $rows rows"
   done
 done
+# The same reports in a time zone (local days and hours are sums of the quarter-hour tables):
+# a 30-day range by day and a 7-day range by hour in America/New_York, next to the UTC ones.
+tz=America/New_York
+for r in summary assets sources adchoices; do
+  for shape in "30 day" "7 hour"; do
+    read -r range granularity <<<"$shape"
+    from=$from7; [ "$range" = 30 ] && from=$from30
+    url="http://127.0.0.1:$http/v1/reports/$r?from=$from&to=$to&tz=$tz&granularity=$granularity"
+    curl -sf -H "Authorization: Bearer $key" "$url" >"$out/report-$r-$range-$granularity-tz.json"
+    ms=$(for _ in $(seq "$calls"); do
+           curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $key" "$url"
+         done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}')
+    rows=$(grep -o '"day"' "$out/report-$r-$range-$granularity-tz.json" | wc -l)
+    say "(3) $r ${range} days in $tz by $granularity ($from..$to): p50 ${ms} ms over $calls calls, $rows rows (UTC by day: ${p50[$r-$range]} ms)"
+  done
+done
+for t in format_day asset_day source_day format_quarter_hour asset_quarter_hour source_quarter_hour; do
+  column=day; case $t in *quarter_hour) column=quarter_hour ;; esac
+  say "    $t: $(psql "$DATABASE_URL" -qAtc "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_total_relation_size('$t')) || ', ' || pg_size_pretty(pg_total_relation_size('$t') / GREATEST(count(DISTINCT $column::date), 1)) || ' per day with data' FROM $t")"
+done
 imp30=$(grep -o '"impressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
 dup30=$(grep -o '"duplicateImpressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
 say "    summary 30 days totals: impressions $imp30, duplicateImpressions $dup30"
