@@ -113,7 +113,7 @@ private func ip(_ text: String) -> IPAddress {
         }
         let set = IPRangeSet(ranges)
         var probes: [IPAddress] = []
-        for r in ranges.prefix(2_000) {
+        for r in ranges.prefix(1_000) {
             // Each range's first and last address and their neighbours, and a random address.
             let (first, last) = r.bounds
             for key in [first, last] {
@@ -133,7 +133,7 @@ private func ip(_ text: String) -> IPAddress {
             #expect(set.contains(probe) == expected, "\(probe)")
             if expected { inside += 1 }
         }
-        #expect(inside > 1_000 && inside < probes.count)
+        #expect(inside > 500 && inside < probes.count)
     }
 }
 
