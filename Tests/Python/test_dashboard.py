@@ -1,12 +1,17 @@
 """The dashboard in a real headless Chromium (Debian's `chromium`, driven by Playwright):
 known events go in through the API, the page is loaded and given the key, and every number
-it shows must equal what the JSON reports API answers for the same filters.
+it shows must equal what the JSON reports API answers for the same filters (time zone and
+granularity included).
 """
 
+import contextlib
 import datetime
+import math
 import os
 import re
 import shutil
+import urllib.parse
+from zoneinfo import ZoneInfo
 
 import pytest
 import requests
@@ -16,7 +21,16 @@ from events import API, click, event
 
 HOME = "/5555/home/native"
 NEWS = "/5555/news/native"
+WORLD = "/5555/world/native"
 STORAGE_KEY = "tracker.reportKey"
+REPORTS = ("summary", "assets", "sources", "adchoices")
+UTC = datetime.timezone.utc
+NEW_YORK = "America/New_York"
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+# New York's fall-back day of 2025: 01:00-01:59 happens twice, at -04:00 and then at -05:00.
+FALL_BACK = datetime.date(2025, 11, 2)
+STATE = "body:is([data-state=ready], [data-state=error])"
 
 
 def chromium_path():
@@ -49,7 +63,7 @@ def dashboard_database(binary):
 
 
 def at(day, hour, minute=0, second=0.0):
-    return datetime.datetime.combine(day, datetime.time(hour, minute), tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=second)
+    return datetime.datetime.combine(day, datetime.time(hour, minute), tzinfo=UTC) + datetime.timedelta(seconds=second)
 
 
 def known_events(d1, d2, d3):
@@ -88,6 +102,51 @@ def known_events(d1, d2, d3):
     ]
 
 
+def utc(text):
+    return datetime.datetime.fromisoformat(text).astimezone(UTC)
+
+
+def new_york_events():
+    """WORLD in 2025, placed so New York's local days and hours differ from UTC's: an ad whose
+    two assets are clicked (CTR 200 % in its hour), both 01:00 hours of the fall-back day, a
+    click without an impression (an hour with clicks and no CTR), and an evening that is
+    already the next UTC day."""
+    eea = {"eea": True, "reservation": True}
+    return [
+        event("impression", "w1", WORLD, "native", at=utc("2025-10-31T23:30:00-04:00")),
+        click("w1", WORLD, "MainImage", format_id="native", at=utc("2025-10-31T23:30:10-04:00")),
+        click("w1", WORLD, "Headline", format_id="native", at=utc("2025-10-31T23:30:20-04:00")),
+        event("impression", "w2", WORLD, "native", at=utc("2025-11-02T01:15:00-04:00")),
+        click("w2", WORLD, "MainImage", format_id="native", at=utc("2025-11-02T01:16:00-04:00")),
+        event("impression", "w3", WORLD, "native", at=utc("2025-11-02T01:15:00-05:00"), **eea),
+        click("w4", WORLD, "MainImage", format_id="native", at=utc("2025-11-02T10:00:00-05:00")),
+        event("impression", "w5", WORLD, "native", at=utc("2025-11-03T20:00:00-05:00")),
+        event("impression", "w6", WORLD, "native", at=utc("2025-10-28T08:00:00-04:00")),
+    ]
+
+
+class Site:
+    """One tracker with the known events, shared by the tests of this file."""
+
+    def __init__(self, tracker, db):
+        self.tracker = tracker
+        self.base = tracker.base
+        self.db = db
+        self.api = API(tracker.base, db.report_key)
+        self.today = datetime.datetime.now(UTC).date()
+        self.d1, self.d2, self.d3 = (self.today - datetime.timedelta(days=n) for n in (3, 2, 1))
+
+
+@pytest.fixture(scope="module")
+def site(dashboard_database, start_tracker):
+    db = dashboard_database
+    tracker = start_tracker(db.url, "dashboard")
+    s = Site(tracker, db)
+    receipt = API(tracker.base, db.ingest_key).post_events(known_events(s.d1, s.d2, s.d3) + new_york_events())
+    assert receipt.status_code == 200 and receipt.json()["rejected"] == [], receipt.text
+    return s
+
+
 def number(text):
     return int(text.replace(",", ""))
 
@@ -96,44 +155,147 @@ def percent(ratio):
     return f"{ratio * 100:.1f} %"
 
 
+def ctr_text(attributed, impressions):
+    return percent(attributed / impressions) if impressions else "–"
+
+
+def js_round(x):
+    """JavaScript's Math.round: halves go up."""
+    return math.floor(x + 0.5)
+
+
+def days(first, last):
+    return [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+
+
+def offset_text(offset):
+    minutes = int(offset.total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def local_hours(first, last, tz):
+    """Every local hour of the days first..last in the zone, labelled as the API labels them
+    (Python's zone data, not the browser's): the clock's hour with the offset then, so the
+    repeated hour of a fall-back day is two hours."""
+    zone = ZoneInfo(tz)
+    labels = []
+    t = datetime.datetime.combine(first, datetime.time(), tzinfo=UTC) - datetime.timedelta(hours=15)
+    end = datetime.datetime.combine(last, datetime.time(), tzinfo=UTC) + datetime.timedelta(hours=39)
+    while t < end:
+        local = t.astimezone(zone)
+        if first <= local.date() <= last:
+            label = local.strftime("%Y-%m-%dT%H:00:00") + ("Z" if tz == "UTC" else offset_text(local.utcoffset()))
+            if label not in labels:
+                labels.append(label)
+        t += datetime.timedelta(minutes=15)
+    return labels
+
+
 class Reports:
-    """The JSON reports API, asked what the page should show."""
+    """The JSON reports API, asked what the page should show: every report by day, and the
+    summary by hour as well when the range is short enough for the page to chart it by hour."""
 
     def __init__(self, api, **params):
-        self.rows = {name: api.report(name, **params).json()["rows"] for name in ("summary", "assets", "sources", "adchoices")}
+        self.params = dict(params)
+        self.tz = params.get("tz", "UTC")
+        self.first = datetime.date.fromisoformat(params["from"])
+        self.last = datetime.date.fromisoformat(params["to"])
+        self.hourly = (self.last - self.first).days + 1 <= 7
+        self.rows = {name: self.ask(api, name, **params)["rows"] for name in REPORTS}
+        self.hours = self.ask(api, "summary", granularity="hour", **params)["rows"] if self.hourly else None
+
+    @staticmethod
+    def ask(api, name, **params):
+        response = api.report(name, **params)
+        assert response.status_code == 200, response.text
+        return response.json()
 
     def total(self, report, field):
         return sum(row[field] for row in self.rows[report])
 
-    def grouped(self, report, keys, fields):
+    def grouped(self, report, keys, fields, rows=None):
         out = {}
-        for row in self.rows[report]:
+        for row in self.rows[report] if rows is None else rows:
             key = tuple(row[k] for k in keys)
             group = out.setdefault(key, {f: 0 for f in fields})
             for f in fields:
                 group[f] += row[f]
         return out
 
+    def per_time(self):
+        """The chart's and table's periods: hours or days, as the API labels them."""
+        if self.hourly:
+            return {k: v for (k,), v in self.grouped(None, ["hour"], ["impressions", "clicks", "attributedClicks"], self.hours).items()}
+        return {k: v for (k,), v in self.grouped("summary", ["day"], ["impressions", "clicks", "attributedClicks"]).items()}
 
-def apply(page, from_day, to_day, ad_unit="", format_id="", include_test=False):
+
+@contextlib.contextmanager
+def dashboard(browser, site, viewport=None, timezone_id="UTC", path="/", key=True, **options):
+    """A fresh tab on the dashboard (the browser in `timezone_id`), given the key; the browser
+    must report no error by the end (a Content-Security-Policy violation would be one)."""
+    context = browser.new_context(viewport=viewport or DESKTOP, timezone_id=timezone_id, accept_downloads=True, **options)
+    page = context.new_page()
+    problems = []
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.problems = problems  # a test that provokes an error on purpose clears what it expected
+    page.goto(site.base + path)
+    if key:
+        enter_key(page, site.db.report_key)
+    yield page
+    assert not problems, f"the browser reported errors: {problems}"
+    context.close()
+
+
+def enter_key(page, key):
+    page.fill("#key", key)
+    page.click("#key-form button[type=submit]")
+    page.wait_for_selector(STATE, state="attached")
+    assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
+
+
+def wait_ready(page):
+    page.wait_for_selector(STATE, state="attached")
+    assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
+
+
+def apply(page, from_day, to_day, ad_unit="", format_id="", include_test=False, tz=None, compare=None):
     page.fill("#from", from_day.isoformat())
     page.fill("#to", to_day.isoformat())
     page.fill("#ad-unit", ad_unit)
     page.fill("#format-id", format_id)
     page.set_checked("#include-test", include_test)
+    if tz is not None:
+        page.fill("#tz", tz)
+    if compare is not None:
+        page.set_checked("#compare", compare)
     page.click("#filters button[type=submit]")
-    page.wait_for_selector("body:is([data-state=ready], [data-state=error])", state="attached")
-    assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
+    wait_ready(page)
+
+
+def click_and_wait(page, selector):
+    page.click(selector)
+    wait_ready(page)
 
 
 def table(page, table_id):
     """The body rows of a table as lists of cell texts keyed by the cells' data-col."""
     return page.eval_on_selector_all(
         f"#{table_id} tbody tr",
-        "rows => rows.filter(r => !r.querySelector('td.empty')).map(r => ({cls: r.className, cells: Object.fromEntries([...r.cells].map(c => [c.dataset.col, c.textContent]))}))")
+        "rows => rows.filter(r => !r.querySelector('td.empty')).map(r => ({cls: r.className, data: {...r.dataset}, cells: Object.fromEntries([...r.cells].map(c => [c.dataset.col, c.textContent]))}))")
 
 
-def assert_page_shows(page, reports, from_day, to_day):
+def chart(page, canvas="time-chart"):
+    return page.evaluate(f"(() => {{ const c = Chart.getChart(document.getElementById('{canvas}')); "
+                         "return {labels: c.data.labels, data: c.data.datasets.map(d => d.data)}; })()")
+
+
+def fragment(page):
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(page.url).fragment))
+
+
+def assert_page_shows(page, reports):
     """Every number on the page equals the API's for the same filters."""
     impressions = reports.total("summary", "impressions")
     attributed = reports.total("summary", "attributedClicks")
@@ -141,7 +303,7 @@ def assert_page_shows(page, reports, from_day, to_day):
         "total-impressions": str(impressions),
         "total-clicks": str(reports.total("summary", "clicks")),
         "total-attributed": str(attributed),
-        "total-ctr": percent(attributed / impressions if impressions else 0),
+        "total-ctr": ctr_text(attributed, impressions),
         "total-duplicate-impressions": str(reports.total("summary", "duplicateImpressions")),
         "total-duplicate-clicks": str(reports.total("summary", "duplicateClicks")),
         "total-stale": str(reports.total("summary", "staleImpressions")),
@@ -155,19 +317,33 @@ def assert_page_shows(page, reports, from_day, to_day):
     share = page.inner_text("#total-adchoices-share")
     if eea:
         assert share == percent(reports.total("adchoices", "withAdChoices") / eea)
+    else:
+        assert share == "no EEA reservation impressions"
 
-    per_day = reports.grouped("summary", ["day"], ["impressions", "clicks", "attributedClicks"])
-    shown_days = {row["cells"]["day"]: row["cells"] for row in table(page, "daily-table")}
-    assert set(shown_days) == {day for (day,) in per_day}
-    for (day,), expected in per_day.items():
+    # Over time: the table has the API's periods (hours for a short range, else days), the
+    # chart every period of the range; a period without impressions has no CTR in either.
+    time_key = "hour" if reports.hourly else "day"
+    assert page.inner_text("#time-column") == time_key.capitalize()
+    per_time = reports.per_time()
+    shown_times = {row["cells"][time_key]: row["cells"] for row in table(page, "time-table")}
+    assert list(shown_times) == list(per_time), "the table lists the API's periods in its order"
+    for period, expected in per_time.items():
         for field in ("impressions", "clicks", "attributedClicks"):
-            assert number(shown_days[day][field]) == expected[field], f"{day} {field}"
+            assert number(shown_times[period][field]) == expected[field], f"{period} {field}"
+        assert shown_times[period]["ctr"] == ctr_text(expected["attributedClicks"], expected["impressions"]), period
 
-    chart_days = page.evaluate("Chart.getChart(document.getElementById('daily-chart')).data.labels")
-    chart_impressions = page.evaluate("Chart.getChart(document.getElementById('daily-chart')).data.datasets[0].data")
-    span = (to_day - from_day).days + 1
-    assert chart_days == [(from_day + datetime.timedelta(days=i)).isoformat() for i in range(span)]
-    assert chart_impressions == [per_day.get((d,), {"impressions": 0})["impressions"] for d in chart_days]
+    if page.evaluate("typeof window.Chart") == "function":
+        drawn = chart(page)
+        expected_labels = local_hours(reports.first, reports.last, reports.tz) if reports.hourly else days(reports.first, reports.last)
+        assert drawn["labels"] == expected_labels
+        impressions_line, clicks_line, ctr_line = drawn["data"]
+        for label, shown_impressions, shown_clicks, shown_ctr in zip(drawn["labels"], impressions_line, clicks_line, ctr_line):
+            expected = per_time.get(label, {"impressions": 0, "clicks": 0, "attributedClicks": 0})
+            assert (shown_impressions, shown_clicks) == (expected["impressions"], expected["clicks"]), label
+            if expected["impressions"] == 0:
+                assert shown_ctr is None, f"{label}: no impressions, yet the chart draws a CTR of {shown_ctr} %"
+            else:
+                assert abs(shown_ctr - 100 * expected["attributedClicks"] / expected["impressions"]) < 0.006, label
 
     asset_fields = ["clicks", "attributedClicks", "noImpression", "beforeImpression", "outsideWindow", "duplicateClicks"]
     per_asset = reports.grouped("assets", ["assetKey"], asset_fields)
@@ -208,32 +384,26 @@ def assert_page_shows(page, reports, from_day, to_day):
         assert ("below" in shown["cls"]) == below, f"{row['day']} {row['adUnit']}: rows below 100 % are highlighted"
 
 
-def test_dashboard_shows_the_reports_numbers_and_follows_the_filters(browser, dashboard_database, start_tracker):
-    db = dashboard_database
-    tracker = start_tracker(db.url, "dashboard")
-    today = datetime.datetime.now(datetime.timezone.utc).date()
-    d1, d2, d3 = (today - datetime.timedelta(days=n) for n in (3, 2, 1))
-    receipt = API(tracker.base, db.ingest_key).post_events(known_events(d1, d2, d3))
-    assert receipt.status_code == 200 and receipt.json()["rejected"] == [], receipt.text
-    api = API(tracker.base, db.report_key)
-    from_day, to_day = d1 - datetime.timedelta(days=1), today
+def test_dashboard_shows_the_reports_numbers_and_follows_the_filters(browser, site):
+    db, api = site.db, site.api
+    from_day, to_day = site.d1 - datetime.timedelta(days=1), site.today
 
-    everything = Reports(api, **{"from": from_day.isoformat(), "to": to_day.isoformat()})
+    everything = Reports(api, **{"from": from_day.isoformat(), "to": to_day.isoformat(), "tz": "UTC"})
     # The known events, as the API counts them (so the comparisons below cannot pass on zeros).
     assert (everything.total("summary", "impressions"), everything.total("summary", "clicks"),
             everything.total("summary", "attributedClicks"), everything.total("summary", "duplicateImpressions"),
             everything.total("summary", "duplicateClicks"), everything.total("summary", "staleImpressions")) == (6, 6, 3, 2, 1, 1)
     assert any(row["share"] < 1 for row in everything.rows["adchoices"])
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=DESKTOP, timezone_id="UTC")
     page = context.new_page()
     problems, requests_seen = [], []
     page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: problems.append(str(error)))
     page.on("request", lambda request: requests_seen.append(request))
 
-    page.goto(tracker.base + "/")
-    assert page.is_visible("#key-panel") and not page.is_visible("#dashboard")
+    page.goto(site.base + "/")
+    assert page.is_visible("#key-panel") and not page.is_visible("#dashboard") and not page.is_visible("#ad-form")
 
     # A wrong key: the page says so and keeps nothing.
     page.fill("#key", "trk_not_a_key")
@@ -248,11 +418,9 @@ def test_dashboard_shows_the_reports_numbers_and_follows_the_filters(browser, da
     assert all("401" in p for p in problems), problems  # Chromium logs each refused request
     problems.clear()
 
-    page.fill("#key", db.report_key)
-    page.click("#key-form button[type=submit]")
-    page.wait_for_selector("body[data-state=ready]", state="attached")
+    enter_key(page, db.report_key)
     apply(page, from_day, to_day)
-    assert_page_shows(page, everything, from_day, to_day)
+    assert_page_shows(page, everything)
     assert re.fullmatch(r"Projection lag: [\d,]+ events, \d+\.\d s", page.inner_text("#lag")), page.inner_text("#lag")
 
     # The key lives in sessionStorage, travels in the Authorization header, never in a URL.
@@ -262,28 +430,30 @@ def test_dashboard_shows_the_reports_numbers_and_follows_the_filters(browser, da
     sent = {r.headers.get("authorization") for r in report_requests}
     assert sent == {"Bearer trk_not_a_key", f"Bearer {db.report_key}"}, "every report request carries the key entered"
     assert all(db.report_key not in r.url for r in requests_seen), "the key appeared in a URL"
-    assert all(r.url.startswith(tracker.base) or r.url.startswith("data:") for r in requests_seen), "a request left the server"
+    assert db.report_key not in page.url
+    assert all(r.url.startswith(site.base) or r.url.startswith("data:") for r in requests_seen), "a request left the server"
+    assert all("tz=" in r.url for r in report_requests), "every report request names the time zone"
 
     RESULTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(RESULTS / "dashboard.png"), full_page=True)
+    page.screenshot(path=str(RESULTS / "dashboard-all.png"), full_page=True)
 
     # A filter changes what is shown: one ad unit.
-    news = Reports(api, **{"from": from_day.isoformat(), "to": to_day.isoformat(), "adUnit": NEWS})
+    news = Reports(api, **{"from": from_day.isoformat(), "to": to_day.isoformat(), "adUnit": NEWS, "tz": "UTC"})
     assert news.total("summary", "impressions") == 2 and news.total("summary", "impressions") != everything.total("summary", "impressions")
     apply(page, from_day, to_day, ad_unit=NEWS)
-    assert_page_shows(page, news, from_day, to_day)
+    assert_page_shows(page, news)
     assert page.inner_text("#total-impressions") == "2"
     page.screenshot(path=str(RESULTS / "dashboard-news.png"), full_page=True)
 
     # Test traffic only when asked for.
-    with_test = Reports(api, **{"from": from_day.isoformat(), "to": to_day.isoformat(), "includeTest": "true"})
+    with_test = Reports(api, **{"from": from_day.isoformat(), "to": to_day.isoformat(), "includeTest": "true", "tz": "UTC"})
     assert with_test.total("summary", "impressions") == 7
     apply(page, from_day, to_day, include_test=True)
-    assert_page_shows(page, with_test, from_day, to_day)
+    assert_page_shows(page, with_test)
 
     # A reload keeps the key for this tab; "Forget key" drops it.
     page.reload()
-    page.wait_for_selector("body[data-state=ready]", state="attached")
+    wait_ready(page)
     assert page.is_visible("#dashboard")
     page.click("#forget")
     assert page.is_visible("#key-panel")
@@ -293,27 +463,386 @@ def test_dashboard_shows_the_reports_numbers_and_follows_the_filters(browser, da
     context.close()
 
 
-def test_dashboard_without_chart_js_says_so_and_still_shows_the_numbers(browser, dashboard_database, start_tracker):
-    db = dashboard_database
-    tracker = start_tracker(db.url, "dashboard-no-chart", {"TRACKER_CHARTJS_PATH": "/nonexistent/chart.min.js"})
-    today = datetime.datetime.now(datetime.timezone.utc).date()
-    from_day = today - datetime.timedelta(days=5)
-    everything = Reports(API(tracker.base, db.report_key), **{"from": from_day.isoformat(), "to": today.isoformat()})
-    assert everything.total("summary", "impressions") > 0, "the first test stored its events"
+def test_the_time_zone_is_the_browsers_by_default_and_days_are_its_local_days(browser, site):
+    first, last = datetime.date(2025, 10, 25), datetime.date(2025, 11, 5)  # 12 days: by day
+    params = {"from": first.isoformat(), "to": last.isoformat()}
+    in_new_york = Reports(site.api, tz=NEW_YORK, **params)
+    in_utc = Reports(site.api, tz="UTC", **params)
+    # The events were placed so that the zone changes the days (else this test proves nothing).
+    assert [r["day"] for r in in_new_york.rows["summary"]] == ["2025-10-28", "2025-10-31", "2025-11-02", "2025-11-03"]
+    assert [r["day"] for r in in_utc.rows["summary"]] == ["2025-10-28", "2025-11-01", "2025-11-02", "2025-11-04"]
 
-    context = browser.new_context()
+    with dashboard(browser, site, timezone_id=NEW_YORK) as page:
+        assert page.input_value("#tz") == NEW_YORK, "the zone picker starts at the browser's zone"
+        assert fragment(page)["tz"] == NEW_YORK
+        zones = page.eval_on_selector_all("#tz-names option", "options => options.map(o => o.value)")
+        assert zones[0] == "UTC" and {NEW_YORK, "Asia/Tokyo", "Europe/Berlin"} <= set(zones)
+        apply(page, first, last)
+        assert_page_shows(page, in_new_york)
+        assert f"local days in {NEW_YORK}, by day" in page.inner_text("#status")
+
+        # Another zone is one field away, and every number follows it.
+        apply(page, first, last, tz="UTC")
+        assert_page_shows(page, in_utc)
+
+        # A zone the server does not know: its message, not numbers of another zone.
+        page.fill("#tz", "Mars/Olympus_Mons")
+        page.click("#filters button[type=submit]")
+        page.wait_for_selector(STATE, state="attached")
+        assert page.get_attribute("body", "data-state") == "error"
+        assert "tz must be an IANA time zone name" in page.inner_text("#status")
+        # Chromium logs each refused request as a console error: those are expected.
+        page.wait_for_load_state("networkidle")
+        assert page.problems and all("status of 400" in p for p in page.problems), page.problems
+        page.problems.clear()
+
+
+def test_a_short_range_is_charted_by_hour_with_both_hours_of_a_fall_back_night(browser, site):
+    first, last = FALL_BACK - datetime.timedelta(days=2), FALL_BACK + datetime.timedelta(days=1)  # 4 days: by hour
+    reports = Reports(site.api, tz=NEW_YORK, **{"from": first.isoformat(), "to": last.isoformat()})
+    hours = [r["hour"] for r in reports.hours]
+    assert "2025-11-02T01:00:00-04:00" in hours and "2025-11-02T01:00:00-05:00" in hours
+    assert any(r["impressions"] == 0 and r["clicks"] > 0 for r in reports.hours), "an hour with clicks and no impressions"
+
+    with dashboard(browser, site, timezone_id=NEW_YORK) as page:
+        apply(page, first, last)
+        assert_page_shows(page, reports)
+        assert "by hour" in page.inner_text("#status")
+        drawn = chart(page)
+        assert len(drawn["labels"]) == 4 * 24 + 1, "the fall-back day has 25 hours"
+        repeated = [i for i, label in enumerate(drawn["labels"]) if label.startswith("2025-11-02T01:00:00")]
+        assert [drawn["labels"][i] for i in repeated] == ["2025-11-02T01:00:00-04:00", "2025-11-02T01:00:00-05:00"]
+        assert all(drawn["data"][0][i] == 1 for i in repeated), "each 01:00 hour has its own impression"
+        # The chart's tick labels are the API's hours without the seconds.
+        ticks = page.evaluate("Chart.getChart(document.getElementById('time-chart')).scales.x.ticks.map(t => t.label)")
+        assert ticks and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:00[+-]\d{2}:00", t) for t in ticks), ticks
+
+        # A longer range is by day, and a day without data has no CTR point either.
+        long_first = first - datetime.timedelta(days=10)
+        apply(page, long_first, last)
+        by_day = Reports(site.api, tz=NEW_YORK, **{"from": long_first.isoformat(), "to": last.isoformat()})
+        assert not by_day.hourly
+        assert_page_shows(page, by_day)
+        assert None in chart(page)["data"][2], "days without impressions leave gaps in the CTR line"
+
+
+def test_at_phone_width_nothing_scrolls_sideways(browser, site):
+    def fits(page, view):
+        sizes = page.evaluate("({scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth})")
+        assert sizes["scroll"] <= sizes["client"], f"{view}: the page scrolls sideways at 390 px ({sizes})"
+
+    options = {"is_mobile": True, "has_touch": True, "device_scale_factor": 2}
+    with dashboard(browser, site, viewport=PHONE, timezone_id=NEW_YORK, key=False, **options) as page:
+        fits(page, "the key form")
+        enter_key(page, site.db.report_key)
+        first, last = FALL_BACK - datetime.timedelta(days=2), FALL_BACK + datetime.timedelta(days=1)
+        apply(page, first, last, compare=True)
+        fits(page, "the reports by hour")
+
+        # The filters stack: each field is below the one before it, all within the screen.
+        boxes = [page.locator(selector).bounding_box() for selector in ("#from", "#tz", "#ad-unit", "#format-id")]
+        assert all(b["x"] >= 0 and b["x"] + b["width"] <= PHONE["width"] for b in boxes), boxes
+        assert [b["y"] for b in boxes] == sorted(b["y"] for b in boxes) and len({b["y"] for b in boxes}) == 4, boxes
+        # The tiles wrap onto several rows; wide tables scroll inside their own box.
+        tile_rows = page.eval_on_selector_all(".tile", "tiles => tiles.map(t => Math.round(t.getBoundingClientRect().top))")
+        assert len(set(tile_rows)) >= 3, tile_rows
+        assert page.eval_on_selector("#sources-table", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth"), \
+            "the sources table is wider than a phone and scrolls in its box"
+        RESULTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(RESULTS / "dashboard-phone-full.png"), full_page=True)
+        # For docs/OPERATIONS.md: the filters and then what a phone shows below them.
+        top = page.eval_on_selector("#filters", "e => e.getBoundingClientRect().top + window.scrollY")
+        page.screenshot(path=str(RESULTS / "dashboard-phone.png"), full_page=True,
+                        clip={"x": 0, "y": top, "width": PHONE["width"], "height": 1500})
+
+        apply(page, site.d1 - datetime.timedelta(days=20), site.today, ad_unit="/5555/" + "a-very-long-ad-unit-name" * 6 + "/native")
+        fits(page, "a long ad unit in the status line")
+        apply(page, site.d1, site.today)
+        fits(page, "the reports by day")
+
+        page.fill("#ad-lookup", "h1")
+        page.click("#ad-form button[type=submit]")
+        page.wait_for_selector("#ad-view[data-state=ready]")
+        fits(page, "an ad's audit trail")
+        page.screenshot(path=str(RESULTS / "dashboard-phone-ad.png"), full_page=True)
+        page.fill("#ad-lookup", "x" * 128)
+        page.click("#ad-form button[type=submit]")
+        page.wait_for_selector("#ad-view[data-state=missing]")
+        fits(page, "no such ad")
+        assert len(page.problems) == 1 and "404" in page.problems[0], page.problems  # Chromium logs the 404
+        page.problems.clear()
+
+
+def test_presets_pick_today_and_the_last_7_and_30_days_of_the_chosen_zone(browser, site):
+    # A zone whose date differs from UTC's right now, so "today" must be the zone's.
+    now = datetime.datetime.now(UTC)
+    zone = "Pacific/Kiritimati" if now.hour >= 10 else "Pacific/Pago_Pago"
+    with dashboard(browser, site) as page:
+        page.fill("#tz", zone)
+        click_and_wait(page, "[data-preset='1']")
+        today = datetime.datetime.now(ZoneInfo(zone)).date()
+        assert today != datetime.datetime.now(UTC).date()
+        assert (page.input_value("#from"), page.input_value("#to")) == (today.isoformat(), today.isoformat())
+        assert_page_shows(page, Reports(site.api, tz=zone, **{"from": today.isoformat(), "to": today.isoformat()}))
+        assert len(chart(page)["labels"]) == 24
+
+        click_and_wait(page, "[data-preset='7']")
+        week = today - datetime.timedelta(days=6)
+        assert (page.input_value("#from"), page.input_value("#to")) == (week.isoformat(), today.isoformat())
+        assert_page_shows(page, Reports(site.api, tz=zone, **{"from": week.isoformat(), "to": today.isoformat()}))
+
+        click_and_wait(page, "[data-preset='30']")
+        month = today - datetime.timedelta(days=29)
+        assert (page.input_value("#from"), page.input_value("#to")) == (month.isoformat(), today.isoformat())
+        reports = Reports(site.api, tz=zone, **{"from": month.isoformat(), "to": today.isoformat()})
+        assert reports.total("summary", "impressions") > 0
+        assert_page_shows(page, reports)
+        assert len(chart(page)["labels"]) == 30
+        assert fragment(page)["from"] == month.isoformat() and fragment(page)["tz"] == zone
+
+
+def test_filters_are_kept_in_the_url_over_a_reload_and_in_a_shared_link(browser, site):
+    first, last = FALL_BACK - datetime.timedelta(days=10), FALL_BACK + datetime.timedelta(days=3)
+    params = {"from": first.isoformat(), "to": last.isoformat(), "tz": NEW_YORK, "adUnit": WORLD, "formatId": "native", "includeTest": "true"}
+    reports = Reports(site.api, **params)
+    assert reports.total("summary", "impressions") == 5
+
+    with dashboard(browser, site) as page:
+        apply(page, first, last, ad_unit=WORLD, format_id="native", include_test=True, tz=NEW_YORK, compare=True)
+        assert_page_shows(page, reports)
+        assert fragment(page) == {"from": first.isoformat(), "to": last.isoformat(), "tz": NEW_YORK, "adUnit": WORLD,
+                                  "formatId": "native", "includeTest": "true", "compare": "true"}
+        assert site.db.report_key not in page.url
+        shared = page.url
+
+        page.reload()
+        wait_ready(page)
+        assert (page.input_value("#from"), page.input_value("#to"), page.input_value("#tz"), page.input_value("#ad-unit"),
+                page.input_value("#format-id")) == (first.isoformat(), last.isoformat(), NEW_YORK, WORLD, "native")
+        assert page.is_checked("#include-test") and page.is_checked("#compare")
+        assert_page_shows(page, reports)
+
+    # Someone else opens the link (another browser, in another zone): the key is asked for,
+    # then the link's filters are shown, not that browser's defaults.
+    with dashboard(browser, site, timezone_id="Asia/Tokyo", path="/" + shared.split("/", 3)[3], key=False) as page:
+        assert page.is_visible("#key-panel")
+        enter_key(page, site.db.report_key)
+        assert page.input_value("#tz") == NEW_YORK and page.input_value("#ad-unit") == WORLD
+        assert_page_shows(page, reports)
+
+
+def test_the_previous_period_is_compared_as_the_api_counts_it(browser, site):
+    first, last = site.d2, site.today  # 3 days; the previous period is the 3 days before
+    previous_first, previous_last = first - datetime.timedelta(days=3), first - datetime.timedelta(days=1)
+    current = Reports(site.api, tz="UTC", **{"from": first.isoformat(), "to": last.isoformat()})
+    previous = Reports(site.api, tz="UTC", **{"from": previous_first.isoformat(), "to": previous_last.isoformat()})
+    assert current.total("summary", "impressions") == 4 and previous.total("summary", "impressions") == 2
+
+    def count_change(was, now):
+        if was == 0:
+            return "±0 %" if now == 0 else "new"
+        delta = js_round((now - was) / was * 100)
+        return ("+" if delta > 0 else "-" if delta < 0 else "±") + f"{abs(delta)} %"
+
+    def ratio_change(was, now):
+        if was is None or now is None:
+            return "–"
+        delta = js_round((now - was) * 1000) / 10
+        return ("+" if delta > 0 else "-" if delta < 0 else "±") + f"{abs(delta):.1f} pp"
+
+    def ratio(numerator, denominator):
+        return numerator / denominator if denominator else None
+
+    expected = {}
+    for tile, field in [("impressions", "impressions"), ("clicks", "clicks"), ("attributed", "attributedClicks"),
+                        ("duplicate-impressions", "duplicateImpressions"), ("duplicate-clicks", "duplicateClicks"),
+                        ("stale", "staleImpressions")]:
+        was, now = previous.total("summary", field), current.total("summary", field)
+        expected[tile] = f"previous {was}, {count_change(was, now)}"
+    for tile, (numerator, denominator, report) in {"ctr": ("attributedClicks", "impressions", "summary"),
+                                                  "adchoices-share": ("withAdChoices", "eeaReservationImpressions", "adchoices")}.items():
+        was = ratio(previous.total(report, numerator), previous.total(report, denominator))
+        now = ratio(current.total(report, numerator), current.total(report, denominator))
+        expected[tile] = f"previous {'–' if was is None else percent(was)}, {ratio_change(was, now)}"
+    assert expected["impressions"] == "previous 2, +100 %"
+
+    with dashboard(browser, site) as page:
+        apply(page, first, last, compare=False)
+        assert not page.is_visible("#change-impressions")
+        apply(page, first, last, compare=True)
+        assert_page_shows(page, current)
+        shown = {tile: page.inner_text(f"#change-{tile}") for tile in expected}
+        assert shown == expected
+        # Green for better, red for worse: fewer duplicate clicks are better, fewer attributed clicks worse.
+        assert expected["duplicate-clicks"] == "previous 1, -100 %" and expected["attributed"] == "previous 2, -50 %"
+        colour = {tile: page.get_attribute(f"#change-{tile}", "class") for tile in expected}
+        assert colour["impressions"] == colour["duplicate-clicks"] == "change better"
+        assert colour["attributed"] == "change worse" and colour["duplicate-impressions"] == "change"
+        assert f"Compared with {previous_first.isoformat()} to {previous_last.isoformat()}." in page.inner_text("#status")
+        RESULTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(RESULTS / "dashboard.png"), full_page=True)
+
+
+def test_clicking_a_value_in_a_table_filters_by_it(browser, site):
+    first, last = site.d1 - datetime.timedelta(days=10), site.today  # by day
+    with dashboard(browser, site) as page:
+        apply(page, first, last)
+        click_and_wait(page, f"#duplicates-table button[data-filter=adUnit][data-value='{NEWS}']")
+        assert page.input_value("#ad-unit") == NEWS and fragment(page)["adUnit"] == NEWS
+        assert_page_shows(page, Reports(site.api, tz="UTC", adUnit=NEWS, **{"from": first.isoformat(), "to": last.isoformat()}))
+
+        click_and_wait(page, "#duplicates-table button[data-filter=formatId][data-value='native']")
+        assert (page.input_value("#ad-unit"), page.input_value("#format-id")) == (NEWS, "native")
+        assert_page_shows(page, Reports(site.api, tz="UTC", adUnit=NEWS, formatId="native",
+                                        **{"from": first.isoformat(), "to": last.isoformat()}))
+
+        # Back undoes a filter.
+        page.go_back()
+        page.wait_for_function("() => document.getElementById('format-id').value === '' && document.body.dataset.state === 'ready'")
+        assert "formatId" not in fragment(page)
+        assert_page_shows(page, Reports(site.api, tz="UTC", adUnit=NEWS, **{"from": first.isoformat(), "to": last.isoformat()}))
+
+        # The sources table's ad unit and the AdChoices table's too.
+        page.fill("#ad-unit", "")
+        apply(page, first, last)
+        click_and_wait(page, f"#sources-table button[data-filter=adUnit][data-value='{HOME}']")
+        assert page.input_value("#ad-unit") == HOME
+        assert_page_shows(page, Reports(site.api, tz="UTC", adUnit=HOME, **{"from": first.isoformat(), "to": last.isoformat()}))
+
+        # A day of the daily table opens that day by hour.
+        click_and_wait(page, f"#time-table button[data-filter=day][data-value='{site.d2.isoformat()}']")
+        assert (page.input_value("#from"), page.input_value("#to")) == (site.d2.isoformat(), site.d2.isoformat())
+        assert_page_shows(page, Reports(site.api, tz="UTC", adUnit=HOME, **{"from": site.d2.isoformat(), "to": site.d2.isoformat()}))
+
+
+def test_csv_downloads_are_the_apis_csv_for_the_filters_shown(browser, site):
+    first, last = FALL_BACK - datetime.timedelta(days=2), FALL_BACK + datetime.timedelta(days=1)
+    params = {"from": first.isoformat(), "to": last.isoformat(), "tz": NEW_YORK, "includeTest": "false"}
+    with dashboard(browser, site, timezone_id=NEW_YORK) as page:
+        apply(page, first, last)
+        for report, extra, suffix in [("summary", {"granularity": "hour"}, "-hourly"), ("assets", {}, ""),
+                                      ("sources", {}, ""), ("adchoices", {}, "")]:
+            expected = site.api.report(report, format="csv", **params, **extra)
+            assert expected.status_code == 200 and expected.text.count("\n") > 1, f"{report}: the API has rows to compare"
+            with page.expect_download() as download:
+                page.click(f"[data-csv={report}]")
+            path = download.value.path()
+            with open(path, encoding="utf-8") as f:
+                assert f.read() == expected.text, f"{report}: the file is not the API's CSV"
+            assert download.value.suggested_filename == \
+                f"tracker-{report}-{first.isoformat()}-{last.isoformat()}-America_New_York{suffix}.csv"
+        assert "hour" in site.api.report("summary", format="csv", granularity="hour", **params).text.splitlines()[0]
+
+
+def test_an_ad_is_looked_up_by_its_request_id(browser, site):
+    trail = site.api.get("/v1/ads/h1")
+    assert trail.status_code == 200, trail.text
+    ad = trail.json()
+    number = {e["id"]: i + 1 for i, e in enumerate(ad["events"])}
+    assert len(ad["events"]) == 6
+
+    with dashboard(browser, site) as page:
+        page.fill("#ad-lookup", "h1")
+        page.click("#ad-form button[type=submit]")
+        page.wait_for_selector("#ad-view[data-state=ready]")
+        assert not page.is_visible("#dashboard") and fragment(page)["ad"] == "h1"
+        assert page.inner_text("#ad-request-id") == "h1"
+        rows = table(page, "ad-events")
+        assert [r["data"]["id"] for r in rows] == [e["id"] for e in ad["events"]]
+        assert [r["data"]["kind"] for r in rows] == [e["outcome"]["kind"] for e in ad["events"]]
+        assert [r["cells"]["type"] for r in rows] == [e["type"] for e in ad["events"]]
+        for row, e in zip(rows, ad["events"]):
+            outcome = e["outcome"]
+            if "duplicateOf" in outcome:
+                assert row["cells"]["outcome"].endswith(f"of event {number[outcome['duplicateOf']]}")
+            if "attributedTo" in outcome:
+                assert row["cells"]["outcome"] == f"counted click, attributed to event {number[outcome['attributedTo']]}"
+            # Times are the corrected time in the chosen zone (UTC here), in ISO notation.
+            assert row["cells"]["time"] == e["correctedAt"]
+        kinds = [r["data"]["kind"] for r in rows]
+        assert kinds.count("duplicate_click") == 1 and kinds.count("counted_click") == 2
+        assert page.inner_text("[data-fact=countedImpression]") == f"event {number[ad['countedImpression']]}"
+
+        # The view survives a reload, and "Back" returns to the reports as they were.
+        page.reload()
+        page.wait_for_selector("#ad-view[data-state=ready]")
+        assert len(table(page, "ad-events")) == 6
+        page.click("#ad-back")
+        wait_ready(page)
+        assert page.is_visible("#dashboard") and not page.is_visible("#ad-view") and "ad" not in fragment(page)
+
+        # In another zone the times are that zone's local times.
+        page.fill("#tz", NEW_YORK)
+        page.click("#filters button[type=submit]")
+        wait_ready(page)
+        page.fill("#ad-lookup", "w2")
+        page.click("#ad-form button[type=submit]")
+        page.wait_for_selector("#ad-view[data-state=ready]")
+        assert [r["cells"]["time"] for r in table(page, "ad-events")] == ["2025-11-02T01:15:00.000000-04:00", "2025-11-02T01:16:00.000000-04:00"]
+
+        # An id nobody sent.
+        page.fill("#ad-lookup", "no-such-ad-4711")
+        page.click("#ad-form button[type=submit]")
+        page.wait_for_selector("#ad-view[data-state=missing]")
+        assert page.inner_text("#ad-status").startswith("No such ad")
+        assert not page.is_visible("#ad-events")
+        assert len(page.problems) == 1 and "404" in page.problems[0], page.problems  # Chromium logs the 404
+        page.problems.clear()
+        page.go_back()
+        page.wait_for_selector("#ad-view[data-state=ready]")
+        assert page.inner_text("#ad-request-id") == "w2"
+
+
+def test_dates_are_iso_and_a_ctr_above_100_percent_is_explained(browser, site):
+    first, last = datetime.date(2025, 10, 31), datetime.date(2025, 11, 1)
+    reports = Reports(site.api, tz=NEW_YORK, **{"from": first.isoformat(), "to": last.isoformat()})
+    above = [r for r in reports.hours if r["impressions"] and r["attributedClicks"] > r["impressions"]]
+    assert [r["hour"] for r in above] == ["2025-10-31T23:00:00-04:00"]
+
+    with dashboard(browser, site, timezone_id=NEW_YORK, locale="en-US") as page:
+        # An en-US browser would show a native date field as MM/DD/YYYY: these are text fields in ISO.
+        assert page.get_attribute("#from", "type") == "text" and page.get_attribute("#to", "type") == "text"
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", page.input_value("#from"))
+        apply(page, first, last)
+        assert_page_shows(page, reports)
+        hour = {r["cells"]["hour"]: r["cells"] for r in table(page, "time-table")}["2025-10-31T23:00:00-04:00"]
+        assert hour["ctr"] == "200.0 %"
+        note = page.inner_text("#ctr-note")
+        assert page.is_visible("#ctr-note") and "exceed 100 %" in note and "asset" in note
+        text = page.inner_text("body")
+        assert not re.search(r"\b\d{1,2}/\d{1,2}/\d{2,4}\b", text), "a date in the browser's US format"
+        assert f"From {first.isoformat()} to {last.isoformat()}" in page.inner_text("#status")
+
+        # A date in another notation is refused next to the field, and nothing is asked.
+        asked = []
+        page.on("request", lambda request: asked.append(request.url) if "/v1/reports/" in request.url else None)
+        page.fill("#from", "10/31/2025")
+        page.click("#filters button[type=submit]")
+        assert page.eval_on_selector("#from", "e => !e.validity.valid && e.validationMessage.includes('YYYY-MM-DD')")
+        page.fill("#from", "2025-02-30")
+        page.click("#filters button[type=submit]")
+        assert page.eval_on_selector("#from", "e => !e.validity.valid")
+        assert asked == [] and page.get_attribute("body", "data-state") == "ready"
+
+
+def test_dashboard_without_chart_js_says_so_and_still_shows_the_numbers(browser, site, start_tracker):
+    db = site.db
+    tracker = start_tracker(db.url, "dashboard-no-chart", {"TRACKER_CHARTJS_PATH": "/nonexistent/chart.min.js"})
+    from_day = site.today - datetime.timedelta(days=5)
+    everything = Reports(API(tracker.base, db.report_key), tz="UTC", **{"from": from_day.isoformat(), "to": site.today.isoformat()})
+    assert everything.total("summary", "impressions") > 0
+
+    context = browser.new_context(timezone_id="UTC")
     page = context.new_page()
     problems = []
     page.on("pageerror", lambda error: problems.append(str(error)))
     page.goto(tracker.base + "/")
     notice = page.inner_text("#chart-notice")
     assert "/nonexistent/chart.min.js" in notice and "libjs-chart.js" in notice
-    page.fill("#key", db.report_key)
-    page.click("#key-form button[type=submit]")
-    page.wait_for_selector("body[data-state=ready]", state="attached")
-    apply(page, from_day, today)
-    assert number(page.inner_text("#total-impressions")) == everything.total("summary", "impressions")
+    enter_key(page, db.report_key)
+    apply(page, from_day, site.today)
     assert page.evaluate("typeof window.Chart") == "undefined"
+    assert_page_shows(page, everything)
     assert not problems, problems
     context.close()
     requests.get(tracker.base + "/healthz", timeout=5).raise_for_status()
