@@ -55,30 +55,8 @@ public final class UserAgentMatcher {
         package var cacheFlushes = 0
     }
 
-    // The NFA, as parallel arrays indexed by instruction.
-    private enum Op: UInt8 { case byte, split, assertStart, assertEnd, match }
-    private let ops: [Op]
-    /// byte, assertStart, assertEnd: the next instruction; split: the first branch.
-    private let out1: [Int32]
-    /// split: the second branch; byte: its byte set's index.
-    private let out2: [Int32]
-    /// Instruction 0 is the one `match`.
-    private static let matchPC: Int32 = 0
-
-    /// The byte alphabet compressed to classes of bytes that no pattern tells apart.
-    private let classOf: [UInt8]
-    private let classCount: Int
-    /// Per byte set, 4 words of bits over the classes it accepts.
-    private let setClasses: [UInt64]
-
-    /// What every state holds implicitly: the patterns' starts, away from the input's start
-    /// (the unanchored search's `.*` prefix). States store only what they hold beyond it.
-    private var alwaysOn: [Int32]
-    private var isAlwaysOn: [Bool]
-    private var alwaysOnConsumes: Bool
-    /// The `$` instructions of `alwaysOn`.
-    private var alwaysOnPending: [Int32] = []
-    private let entries: [Int32]
+    private let program: Program
+    private var walker: Walker
 
     // The DFA cache.
     private struct StateKey: Hashable {
@@ -97,14 +75,7 @@ public final class UserAgentMatcher {
     private var cacheBytes = 0
     private let stateLimit: Int
     private let byteLimit: Int
-
-    // Scratch for walks over the NFA.
-    private var marks: [UInt32]
-    private var generation: UInt32 = 0
-    private var stack: [Int32] = []
-    private var found: [Int32] = []
-
-    package private(set) var statistics = Statistics()
+    private var counters = Statistics()
 
     /// Compiles `patterns` into one matcher; refuses the first pattern it cannot use.
     ///
@@ -133,40 +104,40 @@ public final class UserAgentMatcher {
             guard total <= Self.maxInstructions else {
                 throw PatternError(index: i, pattern: pattern, offset: nil, problem: .allPatternsTooLarge(limit: Self.maxInstructions))
             }
-            entries.append(builder.compile(node, next: Self.matchPC))
+            entries.append(builder.compile(node, next: Program.matchPC))
         }
-        ops = builder.ops.map { Op(rawValue: $0) ?? .match }
-        out1 = builder.out1
-        out2 = builder.out2
-        self.entries = entries
-        (classOf, classCount, setClasses) = Self.byteClasses(builder.sets)
-        stateLimit = max(1, maxCachedStates)
-        byteLimit = maxCacheBytes
-        marks = Array(repeating: 0, count: builder.ops.count)
-        fromAlwaysOn = Array(repeating: nil, count: classCount)
-        isAlwaysOn = Array(repeating: false, count: builder.ops.count)
-        alwaysOn = []
-        alwaysOnConsumes = false
-
+        var program = Program(builder, entries: entries)
+        var walker = Walker(size: program.ops.count)
         // A pattern that matches the empty string at the start or at the end of any input.
         for (i, entry) in entries.enumerated() {
-            if reachesMatch(from: [entry], atStart: true, acrossEnd: false) || reachesMatch(from: [entry], atStart: false, acrossEnd: true) {
+            if walker.reachesMatch(program, from: [entry], atStart: true, acrossEnd: false)
+                || walker.reachesMatch(program, from: [entry], atStart: false, acrossEnd: true) {
                 throw PatternError(index: i, pattern: patterns[i], offset: nil, problem: .matchesEverything)
             }
         }
-        let always = closure(from: entries, atStart: false).sorted()
-        alwaysOn = always
-        for pc in always { isAlwaysOn[Int(pc)] = true }
-        alwaysOnConsumes = always.contains { ops[Int($0)] == .byte }
-        alwaysOnPending = always.filter { ops[Int($0)] == .assertEnd }
-        statistics = Statistics()
+        walker.begin()
+        for entry in entries { walker.walk(program, from: entry, atStart: false, acrossEnd: false) }
+        program.setAlwaysOn(walker.found.sorted())
+        walker.visited = 0
+        self.program = program
+        self.walker = walker
+        stateLimit = max(1, maxCachedStates)
+        byteLimit = maxCacheBytes
+        fromAlwaysOn = Array(repeating: nil, count: program.classCount)
     }
 
     /// How many DFA states the cache holds now (at most `maxCachedStates`).
     public var cachedStates: Int { statePCs.count }
 
     /// The NFA's size: the `m` of the work bound above.
-    package var instructionCount: Int { ops.count }
+    package var instructionCount: Int { program.ops.count }
+
+    /// What the matcher has done since it was made.
+    package var statistics: Statistics {
+        var s = counters
+        s.instructionsVisited = walker.visited
+        return s
+    }
 
     /// Whether any pattern matches anywhere in the user agent, ignoring ASCII case.
     ///
@@ -197,18 +168,19 @@ public final class UserAgentMatcher {
 
     private func matches(buffer: UnsafeBufferPointer<UInt8>) -> Bool {
         if initialState < 0 {
-            newWalk()
-            for entry in entries { walk(from: entry, atStart: true, acrossEnd: false) }
-            initialState = addState(found.sorted(), initial: true)
+            walker.begin()
+            for entry in program.entries { walker.walk(program, from: entry, atStart: true, acrossEnd: false) }
+            initialState = addState(walker.found.sorted(), initial: true)
         }
         var state = initialState
         var flags = stateFlags[Int(state)]
         var scanned = 0
-        defer { statistics.bytesScanned += scanned }
+        defer { counters.bytesScanned += scanned }
+        let classCount = program.classCount
         for byte in buffer {
             if flags & (Self.matchFlag | Self.deadFlag) != 0 { break }
             scanned += 1
-            let cls = Int(classOf[Int(byte)])
+            let cls = Int(program.classOf[Int(byte)])
             var next = transitions[Int(state) * classCount + cls]
             if next < 0 { next = buildTransition(from: state, on: cls) }
             state = next
@@ -225,19 +197,12 @@ public final class UserAgentMatcher {
     /// meanwhile (then `state` is gone and the new state is the first of a fresh cache).
     private func buildTransition(from state: Int32, on cls: Int) -> Int32 {
         let current = statePCs[Int(state)]
-        let flushes = statistics.cacheFlushes
+        let flushes = counters.cacheFlushes
         let fromStart = stepFromAlwaysOn(cls)
-        newWalk()
-        for pc in fromStart where marks[Int(pc)] != generation {
-            marks[Int(pc)] = generation
-            found.append(pc)
-        }
-        for pc in current where ops[Int(pc)] == .byte && accepts(pc, cls) {
-            walk(from: out1[Int(pc)], atStart: false, acrossEnd: false)
-        }
-        let next = addState(found.sorted(), initial: false)
-        if statistics.cacheFlushes == flushes {
-            transitions[Int(state) * classCount + cls] = next
+        walker.step(program, from: current, on: cls, adding: fromStart)
+        let next = addState(walker.found.sorted(), initial: false)
+        if counters.cacheFlushes == flushes {
+            transitions[Int(state) * program.classCount + cls] = next
         }
         return next
     }
@@ -245,11 +210,8 @@ public final class UserAgentMatcher {
     /// The closure of the step from `alwaysOn` on class `cls` (without `alwaysOn` itself).
     private func stepFromAlwaysOn(_ cls: Int) -> [Int32] {
         if let known = fromAlwaysOn[cls] { return known }
-        newWalk()
-        for pc in alwaysOn where ops[Int(pc)] == .byte && accepts(pc, cls) {
-            walk(from: out1[Int(pc)], atStart: false, acrossEnd: false)
-        }
-        let step = found.sorted()
+        walker.step(program, from: program.alwaysOn, on: cls, adding: [])
+        let step = walker.found.sorted()
         let cost = step.count * 4
         if cacheBytes + cost > byteLimit { flush() }
         cacheBytes += cost
@@ -261,20 +223,28 @@ public final class UserAgentMatcher {
     private func addState(_ pcs: [Int32], initial: Bool) -> Int32 {
         let key = StateKey(pcs: pcs, initial: initial)
         if let known = stateIndex[key] { return known }
-        let cost = pcs.count * 4 + classCount * 4 + 128
+        let cost = pcs.count * 4 + program.classCount * 4 + 128
         if statePCs.count >= stateLimit || cacheBytes + cost > byteLimit { flush() }
         var flags: UInt8 = 0
-        if pcs.first == Self.matchPC { flags |= Self.matchFlag }
-        let pending = pcs.filter { ops[Int($0)] == .assertEnd } + alwaysOnPending
-        if reachesMatch(from: pending, atStart: initial, acrossEnd: true) { flags |= Self.endFlag }
-        if flags == 0, !alwaysOnConsumes, !pcs.contains(where: { ops[Int($0)] == .byte }) { flags |= Self.deadFlag }
+        if pcs.first == Program.matchPC { flags |= Self.matchFlag }
+        var consumes = program.alwaysOnConsumes
+        var pending = program.alwaysOnPending
+        for pc in pcs {
+            switch program.ops[Int(pc)] {
+            case .byte: consumes = true
+            case .assertEnd: pending.append(pc)
+            default: break
+            }
+        }
+        if !pending.isEmpty, walker.reachesMatch(program, from: pending, atStart: initial, acrossEnd: true) { flags |= Self.endFlag }
+        if flags == 0, !consumes { flags |= Self.deadFlag }
         let index = Int32(statePCs.count)
         statePCs.append(pcs)
         stateFlags.append(flags)
-        transitions.append(contentsOf: repeatElement(-1, count: classCount))
+        transitions.append(contentsOf: repeatElement(-1, count: program.classCount))
         stateIndex[key] = index
         cacheBytes += cost
-        statistics.statesBuilt += 1
+        counters.statesBuilt += 1
         return index
     }
 
@@ -287,62 +257,59 @@ public final class UserAgentMatcher {
         for i in fromAlwaysOn.indices { fromAlwaysOn[i] = nil }
         initialState = -1
         cacheBytes = 0
-        statistics.cacheFlushes += 1
+        counters.cacheFlushes += 1
+    }
+}
+
+/// The compiled patterns: the NFA as parallel arrays indexed by instruction, the byte
+/// classes, and what every DFA state holds implicitly.
+private struct Program {
+    enum Op: UInt8 { case byte, split, assertStart, assertEnd, match }
+    /// Instruction 0 is the one `match`.
+    static let matchPC: Int32 = 0
+
+    let ops: [Op]
+    /// byte, assertStart, assertEnd: the next instruction; split: the first branch.
+    let out1: [Int32]
+    /// split: the second branch; byte: its byte set's index.
+    let out2: [Int32]
+    /// Each pattern's first instruction.
+    let entries: [Int32]
+
+    /// The byte alphabet compressed to classes of bytes that no pattern tells apart.
+    let classOf: [UInt8]
+    let classCount: Int
+    /// Per byte set, 4 words of bits over the classes it accepts.
+    let setClasses: [UInt64]
+
+    /// What every state holds implicitly: the patterns' starts, away from the input's start
+    /// (the unanchored search's `.*` prefix). States store only what they hold beyond it.
+    private(set) var alwaysOn: [Int32] = []
+    private(set) var isAlwaysOn: [Bool]
+    private(set) var alwaysOnConsumes = false
+    /// The `$` instructions of `alwaysOn`.
+    private(set) var alwaysOnPending: [Int32] = []
+
+    init(_ builder: NFABuilder, entries: [Int32]) {
+        ops = builder.ops.map { Op(rawValue: $0) ?? .match }
+        out1 = builder.out1
+        out2 = builder.out2
+        self.entries = entries
+        (classOf, classCount, setClasses) = Self.byteClasses(builder.sets)
+        isAlwaysOn = Array(repeating: false, count: builder.ops.count)
     }
 
-    // MARK: Walking the NFA
+    mutating func setAlwaysOn(_ pcs: [Int32]) {
+        alwaysOn = pcs
+        for pc in pcs { isAlwaysOn[Int(pc)] = true }
+        alwaysOnConsumes = pcs.contains { ops[Int($0)] == .byte }
+        alwaysOnPending = pcs.filter { ops[Int($0)] == .assertEnd }
+    }
 
-    private func accepts(_ pc: Int32, _ cls: Int) -> Bool {
+    func accepts(_ pc: Int32, _ cls: Int) -> Bool {
         let set = Int(out2[Int(pc)])
         return setClasses[set * 4 + cls >> 6] >> UInt64(cls & 63) & 1 != 0
     }
-
-    private func newWalk() {
-        generation &+= 1
-        if generation == 0 {
-            for i in marks.indices { marks[i] = 0 }
-            generation = 1
-        }
-        found.removeAll(keepingCapacity: true)
-    }
-
-    /// Adds to `found` every instruction a state keeps (bytes, `$`, the match) reachable from
-    /// `start` without reading a byte and not yet marked in this walk, except `alwaysOn` ones.
-    /// `^` is passed only `atStart`; `$` only `acrossEnd` (then it is not kept).
-    private func walk(from start: Int32, atStart: Bool, acrossEnd: Bool) {
-        stack.append(start)
-        while let pc = stack.popLast() {
-            let i = Int(pc)
-            if marks[i] == generation { continue }
-            marks[i] = generation
-            statistics.instructionsVisited += 1
-            switch ops[i] {
-            case .byte, .match:
-                if !isAlwaysOn[i] { found.append(pc) }
-            case .assertEnd:
-                if acrossEnd { stack.append(out1[i]) } else if !isAlwaysOn[i] { found.append(pc) }
-            case .split:
-                stack.append(out2[i])
-                stack.append(out1[i])
-            case .assertStart:
-                if atStart { stack.append(out1[i]) }
-            }
-        }
-    }
-
-    private func closure(from starts: [Int32], atStart: Bool) -> [Int32] {
-        newWalk()
-        for pc in starts { walk(from: pc, atStart: atStart, acrossEnd: false) }
-        return found
-    }
-
-    private func reachesMatch(from starts: [Int32], atStart: Bool, acrossEnd: Bool) -> Bool {
-        newWalk()
-        for pc in starts { walk(from: pc, atStart: atStart, acrossEnd: acrossEnd) }
-        return found.contains(Self.matchPC)
-    }
-
-    // MARK: Byte classes
 
     /// Splits the 256 bytes into classes no byte set tells apart, and says which classes each
     /// set accepts.
@@ -372,6 +339,77 @@ public final class UserAgentMatcher {
             }
         }
         return (classOf.map { UInt8($0) }, count, bits)
+    }
+}
+
+/// Scratch for walks over the NFA: marks that say what one walk has visited (a generation
+/// number per instruction, so starting a walk costs nothing), its stack and what it found.
+/// A value type, so that a walk's loop touches local memory only.
+private struct Walker {
+    private var marks: [UInt32]
+    private var generation: UInt32 = 0
+    private var stack: [Int32] = []
+    /// What the current walk found.
+    private(set) var found: [Int32] = []
+    /// Instructions visited by every walk so far.
+    var visited = 0
+
+    init(size: Int) {
+        marks = Array(repeating: 0, count: size)
+    }
+
+    /// Starts a new walk: nothing marked, nothing found.
+    mutating func begin() {
+        generation &+= 1
+        if generation == 0 {
+            for i in marks.indices { marks[i] = 0 }
+            generation = 1
+        }
+        found.removeAll(keepingCapacity: true)
+    }
+
+    /// Adds to `found` every instruction a state keeps (bytes, `$`, the match) reachable from
+    /// `start` without reading a byte and not yet marked in this walk, except `alwaysOn` ones.
+    /// `^` is passed only `atStart`; `$` only `acrossEnd` (then it is not kept).
+    mutating func walk(_ program: Program, from start: Int32, atStart: Bool, acrossEnd: Bool) {
+        stack.append(start)
+        while let pc = stack.popLast() {
+            let i = Int(pc)
+            if marks[i] == generation { continue }
+            marks[i] = generation
+            visited += 1
+            switch program.ops[i] {
+            case .byte, .match:
+                if !program.isAlwaysOn[i] { found.append(pc) }
+            case .assertEnd:
+                if acrossEnd { stack.append(program.out1[i]) } else if !program.isAlwaysOn[i] { found.append(pc) }
+            case .split:
+                stack.append(program.out2[i])
+                stack.append(program.out1[i])
+            case .assertStart:
+                if atStart { stack.append(program.out1[i]) }
+            }
+        }
+    }
+
+    /// A new walk: `adding` (already closed), then the closure of every byte instruction of
+    /// `pcs` that accepts class `cls`, advanced past it.
+    mutating func step(_ program: Program, from pcs: [Int32], on cls: Int, adding: [Int32]) {
+        begin()
+        for pc in adding where marks[Int(pc)] != generation {
+            marks[Int(pc)] = generation
+            found.append(pc)
+        }
+        for pc in pcs where program.ops[Int(pc)] == .byte && program.accepts(pc, cls) {
+            walk(program, from: program.out1[Int(pc)], atStart: false, acrossEnd: false)
+        }
+    }
+
+    /// Whether a new walk from `starts` reaches the match.
+    mutating func reachesMatch(_ program: Program, from starts: [Int32], atStart: Bool, acrossEnd: Bool) -> Bool {
+        begin()
+        for pc in starts { walk(program, from: pc, atStart: atStart, acrossEnd: acrossEnd) }
+        return found.contains(Program.matchPC)
     }
 }
 
