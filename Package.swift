@@ -156,7 +156,8 @@ let package = Package(
 if Context.environment["TRACKER_FUZZ"] != nil {
     // Hands control to libFuzzer's driver (SwiftPM's `main` hides libFuzzer's own).
     package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: swiftSettings))
-    for (name, path) in [("BatchDecoderFuzz", "Fuzz/BatchDecoderFuzz"), ("ReportQueryFuzz", "Fuzz/ReportQueryFuzz")] {
+    for (name, path) in [("BatchDecoderFuzz", "Fuzz/BatchDecoderFuzz"), ("ReportQueryFuzz", "Fuzz/ReportQueryFuzz"),
+                         ("RuleSetFuzz", "Fuzz/RuleSetFuzz"), ("ForwardedForFuzz", "Fuzz/ForwardedForFuzz")] {
         package.targets.append(.executableTarget(
             name: name,
             dependencies: ["TrackerInput", "FuzzDriver"],

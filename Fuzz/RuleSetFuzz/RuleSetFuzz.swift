@@ -1,0 +1,69 @@
+import TrackerInput
+
+/// libFuzzer's entry point: one input is an activation document and the files it may name,
+/// separated by NUL bytes (which JSON text cannot hold): `document NUL list.json NUL
+/// ranges.txt`. `readFile` serves `list.json` and `ranges.txt` from those parts (an empty list
+/// when absent) and refuses any other name. The whole input is also read as a stored document.
+///
+/// Besides crashes and hangs, it checks what SPEC 8 and the rule set promise: a refusal says
+/// why; an accepted rule set compiles, its stored document is the same bytes every time and
+/// reads back equal; the matcher stays within its cache cap and its documented work per byte
+/// on the input itself as a user agent; the range set holds every range's first address.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzRuleSet(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    let input = Array(UnsafeBufferPointer(start: data, count: size))
+    let parts = input.split(separator: 0, maxSplits: 2, omittingEmptySubsequences: false).map(Array.init)
+    let files: [String: [UInt8]] = [
+        "list.json": parts.count > 1 ? parts[1] : Array("[]".utf8),
+        "ranges.txt": parts.count > 2 ? parts[2] : [],
+    ]
+    struct NoSuchFile: Error {}
+    do {
+        let rules = try IVTRuleSet.parse(parts.first ?? []) { name in
+            guard let bytes = files[name] else { throw NoSuchFile() }
+            return bytes
+        }
+        check(rules, userAgent: input)
+    } catch {
+        precondition(!error.description.isEmpty, "a refused rule set must say why")
+    }
+    do {
+        check(try IVTRuleSet.parseStored(input), userAgent: input)
+    } catch {
+        precondition(!error.description.isEmpty, "a refused stored rule set must say why")
+    }
+    return 0
+}
+
+/// The properties of an accepted rule set.
+func check(_ rules: IVTRuleSet, userAgent: [UInt8]) {
+    let stored = rules.storedDocument
+    precondition(stored == rules.storedDocument, "the stored document is not deterministic")
+    let back: IVTRuleSet
+    do {
+        back = try IVTRuleSet.parseStored(Array(stored.utf8))
+    } catch {
+        preconditionFailure("the stored document does not read back: \(error)")
+    }
+    precondition(back == rules, "the stored document reads back as another rule set")
+    precondition(back.storedDocument == stored)
+    precondition(rules.maxClicksPerAd.map { $0 >= 1 } ?? true && rules.maxEventsPerClientMinute.map { $0 >= 1 } ?? true)
+    let compiled: (userAgents: UserAgentMatcher, ipRanges: IPRangeSet)
+    do {
+        compiled = try rules.compiled()
+    } catch {
+        preconditionFailure("an accepted rule set does not compile: \(error)")
+    }
+    for range in rules.ipRanges {
+        precondition(compiled.ipRanges.contains(range.network), "\(range) is not in its own set")
+    }
+    // The input as a hostile user agent (the caller bounds one to 512 bytes), then a browser's.
+    let matcher = compiled.userAgents
+    _ = matcher.matches(userAgent.prefix(512))
+    _ = matcher.matches("Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 Version/17.6 Mobile Safari/604.1")
+    _ = matcher.matches("")
+    precondition(matcher.cachedStates <= UserAgentMatcher.maxCachedStates, "the DFA cache outgrew its cap")
+    if rules.userAgents.isEmpty {
+        precondition(!matcher.matches(userAgent.prefix(512)), "no pattern matched")
+    }
+}
