@@ -209,8 +209,9 @@ extension IVTRuleSet {
             throw .notText(location: location)
         }
         var ranges: [CIDRRange] = []
-        for (n, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let content = rawLine.prefix { $0 != "#" }
+        // Split on the byte: "\r\n" is one Character, so a split on Characters misses it.
+        for (n, rawLine) in text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+            let content = Substring(rawLine).prefix { $0 != "#" }
             let trimmed = content.drop { " \t\r".contains($0) }.reversed().drop { " \t\r".contains($0) }.reversed()
             guard !trimmed.isEmpty else { continue }
             do {

@@ -136,6 +136,13 @@ private let rangesFile = """
         }
     }
 
+    @Test func aFileOfRangesMayHaveWindowsLineEnds() throws {
+        let rules = try parse(#"{"ipRangeFiles": ["crlf.txt"]}"#, files: ["crlf.txt": "# list\r\n10.0.0.0/8\r\n192.0.2.7 # one\r\n\r\n2001:db8::/32\r\n"])
+        #expect(rules.ipRanges.map(\.description) == ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"])
+        #expect(refusal(#"{"ipRangeFiles": ["crlf.txt"]}"#, files: ["crlf.txt": "10.0.0.0/8\r\n10.0.0.0/99\r\n"])
+            == #"ipRangeFiles[0] (crlf.txt) line 2: "10.0.0.0/99" is not a CIDR range (prefix 0...32 for IPv4)"#)
+    }
+
     @Test func aFileOfRangesMustBeText() throws {
         let document = Array(#"{"ipRangeFiles": ["bin.txt"]}"#.utf8)
         #expect(throws: RuleSetError.notText(location: "ipRangeFiles[0] (bin.txt)")) {
