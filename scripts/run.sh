@@ -24,6 +24,8 @@ if [ -z "${DATABASE_URL:-}" ]; then
   own_cluster=1
 fi
 "$bin" migrate
+# A first run labels crawler traffic at once (the default rule set; later runs keep whatever is active).
+scripts/ivt/default-rule-set.sh "$bin"
 roles=.local/roles.env
 if [ "${own_cluster:-0}" = 1 ] && [ ! -f "$roles" ]; then
   "$bin" roles passwords --env-file "$roles"

@@ -106,7 +106,7 @@ func reportRow(_ i: Int) -> [ReportValue] {
             .ratio(ctr), .count(3), .count(1), .count(0)]
 }
 let rows: [[ReportValue]] = (0..<120).map(reportRow)
-let report = ReportResult(query: query, columns: columns, rows: rows, lag: ProjectionLag(events: 0, seconds: 0))
+let report = ReportResult(query: query, columns: columns, rows: rows, lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 0)
 try compare("report, 120 rows x 9 columns", iterations: 2_000,
             handBuilt: { report.json },
             encoder: { try encoder.encode(ReportJSON(from: "\(query.from)", to: "\(query.to)", rows: rows.map { .init(columns: columns, values: $0) })) })

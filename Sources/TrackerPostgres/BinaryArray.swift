@@ -10,6 +10,8 @@ public struct BinaryArray {
         case bytea = 17
         case tid = 27
         case int8 = 20
+        case int4 = 23
+        case inet = 869
         case text = 25
         case timestamptz = 1184
         case uuid = 2950
@@ -22,6 +24,8 @@ public struct BinaryArray {
             case .bytea: 1001
             case .tid: 1010
             case .int8: 1016
+            case .int4: 1007
+            case .inet: 1041
             case .text: 1009
             case .timestamptz: 1185
             case .uuid: 2951
@@ -66,6 +70,12 @@ public struct BinaryArray {
     public mutating func append(_ value: Int64) {
         appendInt32(8)
         appendInt64(value)
+        didAppendElement()
+    }
+
+    public mutating func append(_ value: Int32) {
+        appendInt32(4)
+        appendInt32(value)
         didAppendElement()
     }
 

@@ -34,15 +34,17 @@ struct ServerDependencies: Sendable {
     var roleWarnings: RoleWarnings? = nil
     /// The reports' connections (REPORT_DATABASE_URL), if apart from `pool`.
     var reportPool: ConnectionPool? = nil
+    /// How a request's client is found and stored with its events.
+    var clients = ClientIdentity(trustedProxies: IPRangeSet([]), truncatesAddresses: false)
 
     /// Where the projector's lag is read for `/readyz` and `/metrics`: a connection that may read
     /// the log and the checkpoint, the projector's or else the reports' (tracker_ingest may not).
     var lagPool: ConnectionPool { projectorPool ?? reportPool ?? pool }
 }
 
-func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
+func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     // HEAD is answered wherever GET is (RFC 9110 requires both of a general-purpose server).
-    let router = Router(options: .autoGenerateHeadEndpoints)
+    let router = Router(context: TrackerRequestContext.self, options: .autoGenerateHeadEndpoints)
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
     HealthRoutes(pool: deps.pool, migrator: deps.migrator, lagPool: deps.lagPool, roleWarnings: deps.roleWarnings,
@@ -51,10 +53,10 @@ func buildRouter(_ deps: ServerDependencies) -> Router<BasicRequestContext> {
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: deps.admission ?? Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
-                metrics: IngestMetrics())
+                metrics: IngestMetrics(), clients: deps.clients)
         .register(on: router)
     BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pool),
-                 clickCommitWait: .seconds(2))
+                 clickCommitWait: .seconds(2), clients: deps.clients)
         .register(on: router)
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
@@ -108,7 +110,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) },
         projectorStatus: configuration.runProjector ? ProjectorStatus() : nil,
         roleWarnings: roleWarnings,
-        reportPool: reportPool)
+        reportPool: reportPool,
+        clients: configuration.clients)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let quickAnswers = QuickAnswers.Rules(admission: admission, keys: deps.keys, rateLimiter: deps.rateLimiter)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)

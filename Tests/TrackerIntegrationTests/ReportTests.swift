@@ -60,7 +60,7 @@ struct ReportTests {
             let expected: [String: Int] = [
                 "impressions": 2, "duplicateImpressions": 0, "staleImpressions": 0, "clicks": 2, "duplicateClicks": 1,
                 "attributedClicks": 1, "unattributedClicks": 1, "adchoicesImpressions": 1, "adchoicesClicks": 0,
-                "videoPlays": 0, "videoEnds": 0,
+                "videoPlays": 0, "videoEnds": 0, "givtImpressions": 0, "givtClicks": 0,
             ]
             for (name, value) in expected { #expect(home[name] as? Int == value, "\(name)") }
             #expect(home["ctr"] as? Double == 0.5)
@@ -74,7 +74,9 @@ struct ReportTests {
     @Test func reportsCarryProjectionLagInTheirMetadataAndReadyzShowsIt() async throws {
         try await withServedTraffic { _, tracker, key in
             let report = try get(tracker, "/v1/reports/sources?from=\(Self.day0)&to=\(Self.day1)", key: key)
-            #expect(Set(report.json.keys) == ["from", "to", "rows"], "the body is exactly SPEC's shape")
+            #expect(Set(report.json.keys) == ["from", "to", "ivtRules", "rows"], "the body is exactly the protocol's shape")
+            #expect(report.json["ivtRules"] as? Int == 0, "a fresh database labels with the empty rule set")
+            #expect(report.headers["x-ivt-rules"] == "0")
             #expect(report.headers["x-projection-lag-events"] == "0")
             #expect(report.headers["x-projection-lag-seconds"].flatMap(Double.init) == 0)
             let ready = try tracker.client.request("GET", "/readyz").json
@@ -139,9 +141,9 @@ struct ReportTests {
             #expect(byHeader.headers["content-type"]?.hasPrefix("text/csv") == true)
             #expect(byHeader.text == byParameter.text)
             #expect(byHeader.text == """
-                day,adUnit,formatId,impressions,duplicateImpressions,staleImpressions,clicks,duplicateClicks,attributedClicks,unattributedClicks,ctr,adchoicesImpressions,adchoicesClicks,videoPlays,videoEnds
-                \(Self.day0),\(Self.home),10063170,2,0,0,2,1,1,1,0.5,1,0,0,0
-                \(Self.day1),\(Self.feed),native,1,1,0,0,0,0,0,0.0,0,0,0,0
+                day,adUnit,formatId,impressions,duplicateImpressions,staleImpressions,clicks,duplicateClicks,attributedClicks,unattributedClicks,ctr,adchoicesImpressions,adchoicesClicks,videoPlays,videoEnds,givtImpressions,givtClicks
+                \(Self.day0),\(Self.home),10063170,2,0,0,2,1,1,1,0.5,1,0,0,0,0,0
+                \(Self.day1),\(Self.feed),native,1,1,0,0,0,0,0,0.0,0,0,0,0,0,0
 
                 """)
         }

@@ -40,7 +40,7 @@ private func eventID(_ n: Int) -> UUIDText {
 /// The sums of a contribution's rows of one table, as a report leaving test traffic out
 /// (or including it) would add them up; optionally only the rows of one day.
 private struct Totals {
-    var format = Measures(), asset = Measures(), source = Measures()
+    var format = Measures(), asset = Measures(), source = Measures(), ivt = Measures()
 
     init(_ c: Contribution, includeTest: Bool = false, day: Day? = nil, adapter: String? = nil, assetKey: String? = nil) {
         let classes = TrafficClass.classes(includeTest: includeTest)
@@ -49,6 +49,7 @@ private struct Totals {
             case .format: format &+= m
             case .asset: if assetKey == nil || key.assetKey == assetKey { asset &+= m }
             case .source: if adapter == nil || key.adapter == adapter { source &+= m }
+            case .ivt: ivt &+= m
             }
         }
     }
@@ -572,7 +573,7 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         ad.impression(.seconds(3), test: true)
         let rules = AdContribution()
         let reference = rules.contribution(of: ad.events)
-        var generator = SplitMix64(seed: 7)
+        var generator = ContributionSeed(seed: 7)
         for _ in 0..<50 {
             #expect(rules.contribution(of: ad.events.shuffled(using: &generator)) == reference)
         }
@@ -596,7 +597,7 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
 }
 
 /// A small seeded generator so shuffles repeat from run to run.
-struct SplitMix64: RandomNumberGenerator {
+struct ContributionSeed: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

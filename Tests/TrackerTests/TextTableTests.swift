@@ -17,14 +17,14 @@ struct TextTableTests {
         let query = try ReportQuery(kind: .summary, from: Day(year: 2026, month: 11, day: 1)!, to: Day(year: 2026, month: 11, day: 2)!)
         let lag = ProjectionLag(events: 0, seconds: 0)
         let result = ReportResult(query: query, columns: ["adUnit", "impressions", "ctr"],
-                                  rows: [[.text("/1/a"), .count(12), .ratio(0.5)], [.text("/1/bb"), .count(3), .ratio(0.25)]], lag: lag)
+                                  rows: [[.text("/1/a"), .count(12), .ratio(0.5)], [.text("/1/bb"), .count(3), .ratio(0.25)]], lag: lag, ivtRules: 0)
         #expect(result.table == """
             adUnit  impressions   ctr
             /1/a             12   0.5
             /1/bb             3  0.25
 
             """)
-        let empty = ReportResult(query: query, columns: ["adUnit", "impressions"], rows: [], lag: lag)
+        let empty = ReportResult(query: query, columns: ["adUnit", "impressions"], rows: [], lag: lag, ivtRules: 0)
         #expect(empty.table == "adUnit  impressions\n(no rows)\n")
     }
 }

@@ -17,9 +17,13 @@ public struct AdAudit: Sendable {
     /// The ad's audit trail and the projection lag, or `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], window: Duration)? in
+        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], rules: AdContribution)? in
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
+            // The labels are the projections' (each event's client, judged under their rule set);
+            // excessive clicks follow from the rule set's limit.
+            let ruleSet = try IVTRuleSets.load(version: Int(state.int64(0, 1) ?? 0), on: connection)
+            let rules = AdContribution(attributionWindow: window, maxClicksPerAd: ruleSet.ruleSet.maxClicksPerAd)
             var strings = StringTable(limit: 64)
             let packed = try connection.query(AdAuditSQL.adState, [.text(requestId)], binaryResults: true)
             var projected: [AdEvent] = []
@@ -36,13 +40,15 @@ public struct AdAudit: Sendable {
             let rows = try connection.query(AdAuditSQL.logged, [.text(requestId), .text(since.postgresText)], binaryResults: true)
             var logged: [LoggedEvent] = []
             var seen = Set<UUIDText>()
+            let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
             for r in 0..<rows.rowCount {
                 let row: AdEventRow
                 do throws(UnreadableColumn) { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch {
                     throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
                 }
                 func time(_ column: Int) -> Timestamp? { Timestamp(timestamptz: rows.bytes(r, column)) }
-                let event = row.event(strings: &strings)
+                let id = UUIDText(binary: row.id)
+                let event = row.event(strings: &strings, label: labels[id] ?? nil)
                 seen.insert(event.id)
                 logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),
                                           sentAt: time(AdAuditSQL.sentAt), receivedAt: time(AdAuditSQL.receivedAt)))
@@ -52,17 +58,17 @@ public struct AdAudit: Sendable {
                 logged.append(LoggedEvent(event: event, testFlag: event.isTest && !AdEvent.testAdUnits.contains(event.adUnit),
                                           occurredAt: nil, sentAt: nil, receivedAt: nil))
             }
-            return (logged, window)
+            return (logged, rules)
         }
         guard let found else { return nil }
-        let explanation = AdContribution(attributionWindow: found.window)
-            .explain(requestId: requestId, found.logged, includeTest: includeTest)
+        let explanation = found.rules.explain(requestId: requestId, found.logged, includeTest: includeTest)
         return (explanation, try await LogCursor(pool: pool).lag())
     }
 }
 
 enum AdAuditSQL {
-    static let window = "SELECT (extract(epoch FROM attribution_window) * 1000000)::bigint FROM projection_state"
+    /// Columns: 0 attribution window (µs), 1 the projections' invalid-traffic rule set.
+    static let window = "SELECT (extract(epoch FROM attribution_window) * 1000000)::bigint, ivt_rules FROM projection_state"
 
     static let adState = "SELECT events FROM ad_state WHERE request_id = $1"
 

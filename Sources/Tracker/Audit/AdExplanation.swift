@@ -15,6 +15,8 @@ public enum EventOutcome: Sendable, Hashable {
     case video(countedAs: VideoMeasure?)
     /// A test event left out because test traffic was not asked for.
     case testTraffic
+    /// General invalid traffic: the event took no part in the rules.
+    case invalidTraffic(IVTLabel)
 }
 
 /// One stored event of an ad and its outcome.
@@ -130,6 +132,10 @@ struct ExplanationVerdicts: AdVerdicts {
     mutating func video(_ e: AdEvent, countedAs measure: VideoMeasure?) {
         outcomes[e.id] = .video(countedAs: measure)
     }
+
+    mutating func labelled(_ e: AdEvent, _ label: IVTLabel) {
+        outcomes[e.id] = .invalidTraffic(label)
+    }
 }
 
 extension AdExplanation {
@@ -158,7 +164,9 @@ extension AdExplanation {
             Self.appendOptional(x.sentAt?.rfc3339, to: &out)
             out += ",\"receivedAt\":"
             Self.appendOptional(x.receivedAt?.rfc3339, to: &out)
-            out += ",\"correctedAt\":\"\(e.correctedAt.rfc3339)\",\"day\":\"\(e.correctedAt.day)\",\"outcome\":"
+            out += ",\"correctedAt\":\"\(e.correctedAt.rfc3339)\",\"day\":\"\(e.correctedAt.day)\",\"label\":"
+            Self.appendOptional(x.outcome.label?.rawValue, to: &out)
+            out += ",\"outcome\":"
             out += x.outcome.json
             out += "}"
         }
@@ -185,7 +193,13 @@ extension EventOutcome {
         case .adchoicesClick: "adchoices_click"
         case .video: "video"
         case .testTraffic: "test_traffic"
+        case .invalidTraffic: "invalid_traffic"
         }
+    }
+
+    /// The event's invalid-traffic label, when that is what it became.
+    public var label: IVTLabel? {
+        if case .invalidTraffic(let label) = self { label } else { nil }
     }
 
     /// `{"kind": …}` with the members of that kind (docs/openapi.yaml, `Outcome`).
@@ -199,6 +213,7 @@ extension EventOutcome {
         case .countedClick(.attributed(to: let impression)): return head + ",\"attributedTo\":\"\(impression.text)\"}"
         case .countedClick(.unattributed(let reason)): return head + ",\"unattributedReason\":\"\(reason.rawValue)\"}"
         case .video(let measure): return head + ",\"countedAs\":" + (measure.map { "\"\($0.rawValue)\"" } ?? "null") + "}"
+        case .invalidTraffic(let label): return head + ",\"label\":\"\(label.rawValue)\"}"
         case .countedAdchoicesImpression, .adchoicesClick, .testTraffic: return head + "}"
         }
     }
@@ -218,6 +233,7 @@ extension EventOutcome {
         case .video(let measure?): "video, counted in \(measure.rawValue)"
         case .video(nil): "video, not counted (the ad's earlier event counts)"
         case .testTraffic: "test traffic, left out (include test traffic to judge it)"
+        case .invalidTraffic(let label): "invalid traffic (\(label.rawValue)), left out of every measure"
         }
     }
 }

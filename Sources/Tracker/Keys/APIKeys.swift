@@ -10,12 +10,16 @@ public enum KeyScope: String, Sendable, CaseIterable {
 public struct Principal: Sendable, Hashable {
     public var name: String
     public var scope: KeyScope
+    /// A server key: its events may carry the device's `userAgent` and `ip`.
+    public var server: Bool = false
 }
 
 /// A stored key, without the key itself (only its hash is kept).
 public struct APIKeyRecord: Sendable, Hashable {
     public var name: String
     public var scope: KeyScope
+    /// A server key (`--server`): its events may carry the device's `userAgent` and `ip`.
+    public var server: Bool
     /// The first characters of the key, to recognise it in a list.
     public var prefix: String
     public var createdAt: String
@@ -68,7 +72,13 @@ public final class APIKeys: Sendable {
     public static let nameRule = "a key name is 1 to 64 letters, digits, '.', '_' or '-'"
 
     /// Creates a key and returns it; this is the only time the key itself exists.
-    public func create(name: String, scope: KeyScope) async throws -> String {
+    ///
+    /// - Parameters:
+    ///   - name: the key's name (`nameRule`), unique.
+    ///   - scope: what the key may do.
+    ///   - server: an ingest key of a server sending events on devices' behalf, whose events
+    ///     may carry the device's `userAgent` and `ip`.
+    public func create(name: String, scope: KeyScope, server: Bool = false) async throws -> String {
         guard Self.isValidName(name) else {
             throw APIKeyError.invalidName(name)
         }
@@ -78,8 +88,8 @@ public final class APIKeys: Sendable {
         do {
             try await pool.withConnection { connection in
                 _ = try connection.query(
-                    "INSERT INTO api_keys (name, scope, key_hash, key_prefix) VALUES ($1, $2, $3::bytea, $4)",
-                    [name, scope.rawValue, hash, prefix])
+                    "INSERT INTO api_keys (name, scope, key_hash, key_prefix, server) VALUES ($1, $2, $3::bytea, $4, $5::boolean)",
+                    [name, scope.rawValue, hash, prefix, server ? "true" : "false"])
             }
         } catch let error as DatabaseError where error.sqlState == "23505" {
             throw APIKeyError.nameTaken(name)
@@ -92,12 +102,13 @@ public final class APIKeys: Sendable {
             let r = try connection.query("""
                 SELECT name, scope, key_prefix,
                        to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                       to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                       to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), server
                 FROM api_keys ORDER BY name
                 """)
             return (0..<r.rowCount).map { row in
                 APIKeyRecord(
                     name: r.string(row, 0) ?? "", scope: KeyScope(rawValue: r.string(row, 1) ?? "") ?? .ingest,
+                    server: r.bool(row, 5) ?? false,
                     prefix: r.string(row, 2) ?? "", createdAt: r.string(row, 3) ?? "", revokedAt: r.string(row, 4))
             }
         }
@@ -167,12 +178,12 @@ public final class APIKeys: Sendable {
     /// Every active key's hash and principal.
     static func load(_ pool: ConnectionPool) async throws -> [KeyDigest: Principal] {
         try await pool.withConnection { connection in
-            let r = try connection.query("SELECT key_hash, name, scope FROM api_keys WHERE revoked_at IS NULL")
+            let r = try connection.query("SELECT key_hash, name, scope, server FROM api_keys WHERE revoked_at IS NULL")
             var keys: [KeyDigest: Principal] = [:]
             for row in 0..<r.rowCount {
                 guard let hash = r.string(row, 0).flatMap(KeyDigest.init(byteaText:)), let name = r.string(row, 1),
                       let scope = r.string(row, 2).flatMap(KeyScope.init(rawValue:)) else { continue }
-                keys[hash] = Principal(name: name, scope: scope)
+                keys[hash] = Principal(name: name, scope: scope, server: r.bool(row, 3) ?? false)
             }
             return keys
         }

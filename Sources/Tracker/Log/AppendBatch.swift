@@ -8,7 +8,12 @@ struct AppendBatch {
     private var firstOccurrence: [Int] = []
     private var sent: [Range<Int>] = []
     private var submissions: [[TrackingEvent]]
-    let parameters: [Parameter]
+    /// Every column's array but the user agents' numbers, which `parameters(userAgentIds:)` adds.
+    private let columns: [Parameter]
+    /// The user agent of every event sent, in order (`nil`: none recorded).
+    private var userAgentOfRow: [String?] = []
+    /// The distinct user agents the group's events carry.
+    private(set) var userAgents: Set<String> = []
 
     init(_ group: [(events: [TrackingEvent], keyName: String)]) {
         submissions = group.map(\.events)
@@ -32,7 +37,9 @@ struct AppendBatch {
         var receivedAt = BinaryArray(.timestamptz, capacity: total)
         var correctedAt = BinaryArray(.timestamptz, capacity: total)
         var keyName = BinaryArray(.text, capacity: total)
+        var clientIP = BinaryArray(.inet, capacity: total)
         sent.reserveCapacity(group.count)
+        userAgentOfRow.reserveCapacity(total)
         for submission in group {
             let start = firstOccurrence.count
             for (i, e) in submission.events.enumerated() where seen.insert(e.id).inserted {
@@ -55,12 +62,25 @@ struct AppendBatch {
                 receivedAt.append(e.receivedAt)
                 correctedAt.append(e.correctedAt)
                 keyName.append(submission.keyName)
+                clientIP.append(e.clientIP)
+                userAgentOfRow.append(e.userAgent)
+                if let agent = e.userAgent { userAgents.insert(agent) }
             }
             sent.append(start..<firstOccurrence.count)
         }
-        parameters = [id, type, requestId, adUnit, formatId, assetKey, clickAction, source, adapter,
-                      eea, reservation, test, attributes, occurredAt, sentAt, receivedAt, correctedAt, keyName]
+        columns = [id, type, requestId, adUnit, formatId, assetKey, clickAction, source, adapter,
+                   eea, reservation, test, attributes, occurredAt, sentAt, receivedAt, correctedAt, keyName, clientIP]
             .map(\.parameter)
+    }
+
+    /// The append statement's parameters ($1 to $20), the user agents given by their numbers
+    /// in `user_agents` (`ids` holds every one of `userAgents`).
+    func parameters(userAgentIds ids: [String: Int32]) -> [Parameter] {
+        var numbers = BinaryArray(.int4, capacity: userAgentOfRow.count)
+        for agent in userAgentOfRow {
+            if let agent, let n = ids[agent] { numbers.append(n) } else { numbers.appendNull() }
+        }
+        return columns + [numbers.parameter]
     }
 
     /// How many ids the write sends (each id once).
@@ -152,10 +172,11 @@ enum EventLogSQL {
         ORDER BY i.ord
         """)
 
-    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $18).
+    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $20).
     private static let columns = """
         id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea, \
-        reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name
+        reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, \
+        client_ip, user_agent_id
         """
 
     /// The insert of a group's rows into the log, up to the alias of the unnested arrays.
@@ -163,11 +184,30 @@ enum EventLogSQL {
         INSERT INTO events (\(columns))
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key,
                i.click_action::click_action, i.source::event_source, i.adapter, i.eea, i.reservation,
-               i.test, i.attributes, i.occurred_at, i.sent_at, i.received_at, i.corrected_at, i.key_name
+               i.test, i.attributes, i.occurred_at, i.sent_at, i.received_at, i.corrected_at, i.key_name,
+               i.client_ip, i.user_agent_id
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[],
                     $13::jsonb[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[],
-                    $17::timestamptz[], $18::text[])
+                    $17::timestamptz[], $18::text[], $19::inet[], $20::int4[])
+        """
+
+    /// Numbers user agents not yet in `user_agents` and returns the numbers of all of $1. The
+    /// agents are inserted in ascending order, so two writers adding the same ones never wait
+    /// for each other crosswise. An agent another writer is adding at the same moment is in
+    /// neither half of the answer (its row is not in this statement's snapshot): the caller
+    /// asks again. The caller commits it asynchronously: the group's own commit, which is
+    /// durable, comes after it in the WAL and flushes it too.
+    static let numberUserAgents = """
+        WITH added AS (
+            INSERT INTO user_agents (user_agent)
+            SELECT DISTINCT a FROM unnest($1::text[]) AS u(a) ORDER BY a
+            ON CONFLICT (user_agent) DO NOTHING
+            RETURNING id, user_agent
+        )
+        SELECT id, user_agent FROM added
+        UNION ALL
+        SELECT id, user_agent FROM user_agents WHERE user_agent = ANY($1::text[])
         """
 
     /// The unique index whose 23505 means "an id of the group is stored already".

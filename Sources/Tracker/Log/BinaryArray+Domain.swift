@@ -20,3 +20,28 @@ extension BinaryArray {
         append(uuid: value.high, value.low)
     }
 }
+
+extension BinaryArray {
+    /// An address as a binary `inet` of one host (PostgreSQL's send format: family, prefix
+    /// length, is-cidr flag, address length, address); `nil` as NULL.
+    public mutating func append(_ value: IPAddress?) {
+        guard let value else { return appendNull() }
+        append(bytes: value.inetBinary)
+    }
+}
+
+extension IPAddress {
+    /// The address as a binary `inet` of one host.
+    var inetBinary: [UInt8] {
+        let address = bytes
+        // PostgreSQL's own family numbers: PGSQL_AF_INET 2, PGSQL_AF_INET6 3.
+        return [family == .v4 ? 2 : 3, UInt8(truncatingIfNeeded: address.count * 8), 0, UInt8(truncatingIfNeeded: address.count)]
+            + address
+    }
+
+    /// The address of a binary `inet` (its prefix length is not kept); `nil` when the bytes are not one.
+    init?(inetBinary bytes: UnsafeRawBufferPointer) {
+        guard bytes.count >= 4, bytes.count == 4 + Int(bytes[3]) else { return nil }
+        self.init(bytes: bytes[4...])
+    }
+}

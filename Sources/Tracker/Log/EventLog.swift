@@ -138,6 +138,8 @@ public final class EventLog: Service, Sendable {
     /// Groups whose plain insert met an id already stored and were written again.
     private let commitConflicts = Counter(label: "tracker_commit_conflicts_total")
     private let strategy = Mutex(AppendStrategy())
+    /// The numbers of the user agents the log stores (`user_agents`).
+    private let userAgentNumbers = UserAgentNumbers()
 
     public init(pool: ConnectionPool, configuration: Configuration = Configuration(), logger: Logger) {
         self.pool = pool
@@ -358,8 +360,9 @@ public final class EventLog: Service, Sendable {
     /// One group, one commit: the plain insert unless `strategy` says a stored id is likely;
     /// the conflict-checking statement when it is, or when the plain insert met one.
     private func insert(_ batch: AppendBatch, on connection: Connection, abandoned: () -> Bool) throws -> StoredIds {
+        let parameters = batch.parameters(userAgentIds: try userAgentNumbers.numbers(for: batch.userAgents, on: connection))
         if strategy.withLock({ $0.triesPlainInsert }) {
-            if try Self.insertAllNew(batch.parameters, on: connection) { return .all }
+            if try Self.insertAllNew(parameters, on: connection) { return .all }
             // An id is stored already (a retry): nothing of the group was; write it again below.
             commitConflicts.increment()
             if abandoned() {
@@ -367,7 +370,7 @@ public final class EventLog: Service, Sendable {
                 return .only([])
             }
         }
-        let stored = try Self.insertCheckingConflicts(batch.parameters, on: connection)
+        let stored = try Self.insertCheckingConflicts(parameters, on: connection)
         strategy.withLock { $0.record(metStoredId: stored.count < batch.sentCount) }
         return .only(stored)
     }

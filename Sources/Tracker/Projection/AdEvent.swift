@@ -12,6 +12,10 @@ public struct AdEvent: Sendable, Hashable {
     public var reservation: Bool
     /// Test traffic: `test: true` or one of the SDK's test ad units (SPEC section 5).
     public var isTest: Bool
+    /// The invalid-traffic label the event's client earned under the projections' rule set
+    /// (`declaredBot`, `datacenter` or `highRate`), or `nil`. `excessiveClicks` is never
+    /// stored: it follows from the ad's other clicks (`AdContribution`).
+    public var label: IVTLabel?
 
     public init(id: UUIDText, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String,
                 assetKey: String? = nil, source: EventSource = .app, adapter: String? = nil,
@@ -32,7 +36,7 @@ public struct AdEvent: Sendable, Hashable {
     /// An event read back from the projector's own storage, whose `isTest` was computed when
     /// it was first projected (no second look-up of the test ad units).
     init(id: UUIDText, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String, assetKey: String?,
-         source: EventSource, adapter: String?, eea: Bool, reservation: Bool, isTest: Bool) {
+         source: EventSource, adapter: String?, eea: Bool, reservation: Bool, isTest: Bool, label: IVTLabel? = nil) {
         self.id = id
         self.type = type
         self.correctedAt = correctedAt
@@ -44,6 +48,7 @@ public struct AdEvent: Sendable, Hashable {
         self.eea = eea
         self.reservation = reservation
         self.isTest = isTest
+        self.label = label
     }
 
     public init(_ event: TrackingEvent) {
@@ -58,16 +63,26 @@ public struct AdEvent: Sendable, Hashable {
         "/21775744923/example/native", "/21775744923/example/native-backfill",
     ]
 
-    /// Video pause, mute and unmute change no report, so the projections do not keep them.
-    public static func isProjected(_ type: EventType) -> Bool {
-        switch type {
-        case .videoPause, .videoMute, .videoUnmute: false
-        default: true
-        }
-    }
 
     /// SPEC's order for "earliest": corrected time, then the smaller id as a string.
     static func earlier(_ a: AdEvent, _ b: AdEvent) -> Bool {
         a.correctedAt != b.correctedAt ? a.correctedAt < b.correctedAt : a.id < b.id
     }
+}
+
+/// Why an event is general invalid traffic (docs/REPORTS.md, "Invalid traffic"): at most one
+/// label per event, the first that applies in this order.
+public enum IVTLabel: String, Sendable, Hashable, CaseIterable {
+    /// Its user agent matches a pattern of the rule set.
+    case declaredBot = "declared_bot"
+    /// Its IP address is inside a range of the rule set.
+    case datacenter
+    /// More than `maxEventsPerClientMinute` stored events share its IP, user agent and UTC
+    /// minute of receipt.
+    case highRate = "high_rate"
+    /// A counted click of its ad beyond the first `maxClicksPerAd`.
+    case excessiveClicks = "excessive_clicks"
+
+    /// The labels an event's client earns, which the projections store per event.
+    static let stored: [IVTLabel] = [.declaredBot, .datacenter, .highRate]
 }

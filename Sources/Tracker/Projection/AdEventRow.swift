@@ -5,6 +5,8 @@ import TrackerPostgres
 /// (`AdAuditSQL.logged`). A reader appends its own columns after these.
 enum AdEventColumn: Int, CaseIterable {
     case requestId, id, type, correctedAt, adUnit, formatId, assetKey, source, adapter, eea, reservation, test
+    /// Who sent the event (the invalid-traffic rules): when, with which user agent, from where.
+    case receivedAt, userAgentId, clientIP
 
     var name: String {
         switch self {
@@ -20,6 +22,9 @@ enum AdEventColumn: Int, CaseIterable {
         case .eea: "eea"
         case .reservation: "reservation"
         case .test: "test"
+        case .receivedAt: "received_at"
+        case .userAgentId: "user_agent_id"
+        case .clientIP: "client_ip"
         }
     }
 
@@ -51,35 +56,20 @@ struct AdEventRow {
     let reservation: Bool
     /// The event's own `test` flag, without the test ad units.
     let testFlag: Bool
-
-    /// The row's event type, read alone: the projector and the rebuild skip the types the
-    /// projections do not keep (`AdEvent.isProjected`) before reading anything else of the row.
-    @inline(__always)
-    static func type(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) -> EventType {
-        guard let bytes = value(.type), let type = label(bytes, in: types) else { throw UnreadableColumn(column: .type) }
-        return type
-    }
-
-    /// The row, or `nil` for a type the projections do not keep, read no further (the
-    /// projector and the rebuild).
-    @inline(__always)
-    static func projected(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) -> AdEventRow? {
-        let type = try type(value)
-        guard AdEvent.isProjected(type) else { return nil }
-        return try AdEventRow(type: type, value)
-    }
+    let receivedAt: Timestamp
+    /// The number of its user agent in `user_agents`; `nil` for events stored before the log kept one.
+    let userAgentId: Int32?
+    /// Its client's address, a binary `inet`; `nil` when none was recorded.
+    let clientIP: UnsafeRawBufferPointer?
 
     /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
-    init(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
-        try self.init(type: Self.type(value), value)
-    }
-
     @inline(__always)
-    private init(type: EventType, _ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
+    init(_ value: (AdEventColumn) -> UnsafeRawBufferPointer?) throws(UnreadableColumn) {
         func required(_ column: AdEventColumn) throws(UnreadableColumn) -> UnsafeRawBufferPointer {
             guard let bytes = value(column) else { throw UnreadableColumn(column: column) }
             return bytes
         }
+        guard let type = Self.label(try required(.type), in: Self.types) else { throw UnreadableColumn(column: .type) }
         guard let source = Self.label(try required(.source), in: Self.sources) else { throw UnreadableColumn(column: .source) }
         let id = try required(.id)
         guard id.count == 16 else { throw UnreadableColumn(column: .id) }
@@ -96,7 +86,19 @@ struct AdEventRow {
         eea = Self.bool(try required(.eea))
         reservation = Self.bool(try required(.reservation))
         testFlag = Self.bool(try required(.test))
+        guard let received = Timestamp(timestamptz: try required(.receivedAt)) else { throw UnreadableColumn(column: .receivedAt) }
+        receivedAt = received
+        if let agent = value(.userAgentId) {
+            guard agent.count == 4 else { throw UnreadableColumn(column: .userAgentId) }
+            userAgentId = Int32(bitPattern: UInt32(agent[0]) << 24 | UInt32(agent[1]) << 16 | UInt32(agent[2]) << 8 | UInt32(agent[3]))
+        } else {
+            userAgentId = nil
+        }
+        clientIP = value(.clientIP)
     }
+
+    /// The client's address; `nil` when none was recorded (or the bytes are not an address).
+    var clientAddress: IPAddress? { clientIP.flatMap { IPAddress(inetBinary: $0) } }
 
     /// The columns of row `row` of a binary result whose first columns are `AdEventColumn.list`.
     static func values(of rows: QueryResult, row: Int) -> (AdEventColumn) -> UnsafeRawBufferPointer? {
@@ -110,11 +112,11 @@ struct AdEventRow {
     var requestIdString: String { String(decoding: requestId, as: UTF8.self) }
 
     /// The event as the projections keep it; `strings` shares the repeated ad units and formats.
-    func event(strings: inout StringTable) -> AdEvent {
+    func event(strings: inout StringTable, label: IVTLabel? = nil) -> AdEvent {
         AdEvent(id: UUIDText(binary: id), type: type, correctedAt: correctedAt,
                 adUnit: strings.string(adUnit), formatId: strings.string(formatId),
                 assetKey: assetKey.map { strings.string($0) }, source: source,
-                adapter: adapter.map { strings.string($0) }, eea: eea, reservation: reservation, isTest: isTest)
+                adapter: adapter.map { strings.string($0) }, eea: eea, reservation: reservation, isTest: isTest, label: label)
     }
 
     private static let types = EventType.allCases.map { (Array($0.rawValue.utf8), $0) }

@@ -13,6 +13,7 @@ import TrackerPostgres
 ///
 /// ```
 /// u8 type (EventType's case index)   u8 source (EventSource's case index)   u8 flags
+/// [u8 label (IVTLabel.stored's index)]                                   if flags & labelled
 /// 16 bytes id                        i64 corrected time, µs since 1970
 /// [u16 length + UTF-8 ad unit, u16 length + UTF-8 format id]   unless flags & sameUnitAndFormat
 /// [u16 length + UTF-8 asset key]     if flags & hasAssetKey
@@ -20,11 +21,11 @@ import TrackerPostgres
 /// ```
 ///
 /// `sameUnitAndFormat` refers to the previous record of the same value; the encoder never sets
-/// it on a value's first record. Migration 006 writes the same layout from SQL.
+/// it on a value's first record. Migration 010's `tracker_unpack_ad_events` reads the layout in SQL.
 enum AdState {
     enum Flag {
         static let eea: UInt8 = 1, reservation: UInt8 = 2, test: UInt8 = 4, hasAssetKey: UInt8 = 8,
-                   hasAdapter: UInt8 = 16, sameUnitAndFormat: UInt8 = 32
+                   hasAdapter: UInt8 = 16, sameUnitAndFormat: UInt8 = 32, labelled: UInt8 = 64
     }
 
     static let types = EventType.allCases
@@ -46,7 +47,9 @@ enum AdState {
             if e.adapter != nil { flags |= Flag.hasAdapter }
             let same = previous.map { $0.adUnit == e.adUnit && $0.formatId == e.formatId } ?? false
             if same { flags |= Flag.sameUnitAndFormat }
+            if e.label != nil { flags |= Flag.labelled }
             out.append(flags)
+            if let label = e.label { out.append(UInt8(truncatingIfNeeded: IVTLabel.stored.firstIndex(of: label) ?? 0)) }
             out.appendBigEndian(e.id.high)
             out.appendBigEndian(e.id.low)
             out.appendBigEndian(e.correctedAt.microseconds)
@@ -84,8 +87,14 @@ enum AdState {
                              strings: inout StringTable) -> AdEvent? {
         guard let typeIndex = reader.u8(), Int(typeIndex) < types.count,
               let sourceIndex = reader.u8(), Int(sourceIndex) < sources.count,
-              let flags = reader.u8(), let id = reader.uuid(), let micros = reader.i64()
+              let flags = reader.u8()
         else { return nil }
+        var label: IVTLabel?
+        if flags & Flag.labelled != 0 {
+            guard let index = reader.u8(), Int(index) < IVTLabel.stored.count else { return nil }
+            label = IVTLabel.stored[Int(index)]
+        }
+        guard let id = reader.uuid(), let micros = reader.i64() else { return nil }
         if flags & Flag.sameUnitAndFormat == 0 {
             guard let u = reader.string(&strings), let f = reader.string(&strings) else { return nil }
             (unit, format) = (u, f)
@@ -98,7 +107,7 @@ enum AdState {
         return AdEvent(id: id, type: types[Int(typeIndex)], correctedAt: Timestamp(microseconds: micros),
                        adUnit: unit, formatId: format, assetKey: asset, source: sources[Int(sourceIndex)],
                        adapter: adapter, eea: flags & Flag.eea != 0, reservation: flags & Flag.reservation != 0,
-                       isTest: flags & Flag.test != 0)
+                       isTest: flags & Flag.test != 0, label: label)
     }
 
     /// The test ad units as bytes, to recognise them without making a `String`.

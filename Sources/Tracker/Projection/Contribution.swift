@@ -1,4 +1,4 @@
-/// The three projection tables the reports read.
+/// The projection tables the reports read.
 public enum ProjectionTable: Int8, Sendable, Hashable, CaseIterable {
     /// Per day, ad unit and format: the `summary` and `adchoices` reports.
     case format
@@ -6,6 +6,8 @@ public enum ProjectionTable: Int8, Sendable, Hashable, CaseIterable {
     case asset
     /// Per day, ad unit, format and adapter: the `sources` report (format only for filtering).
     case source
+    /// Per day, ad unit, format and invalid-traffic label: the `ivt` report.
+    case ivt
 }
 
 /// Which events a row was computed from, so that reports can leave test traffic out exactly.
@@ -39,6 +41,8 @@ public struct ProjectionKey: Sendable, Hashable {
     public var assetKey: String = ""
     /// The adapter ("" when absent) for the source table; "" otherwise.
     public var adapter: String = ""
+    /// The invalid-traffic label for the ivt table; "" otherwise.
+    public var label: String = ""
 }
 
 /// A row's measures; unused lanes stay zero. SIMD makes adding and subtracting rows cheap.
@@ -87,8 +91,13 @@ public struct AdContribution: Sendable {
     /// 1 hour; `TRACKER_ATTRIBUTION_WINDOW`).
     public static let defaultAttributionWindow: Duration = .seconds(3600)
 
-    public init(attributionWindow: Duration = Self.defaultAttributionWindow) {
+    /// A click of an ad beyond this many counted ones is `excessive_clicks` (the rule set's
+    /// `maxClicksPerAd`; `nil`: the rule is off).
+    public var maxClicksPerAd: Int?
+
+    public init(attributionWindow: Duration = Self.defaultAttributionWindow, maxClicksPerAd: Int? = nil) {
         self.attributionWindow = attributionWindow
+        self.maxClicksPerAd = maxClicksPerAd
     }
 
     /// The contribution of one ad (all `events` share one requestId).
@@ -122,7 +131,7 @@ public struct AdContribution: Sendable {
     /// consume this, so the rules exist once.
     func fold<Verdicts: AdVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
         let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
-        var counted: AdEvent?
+        var countedImpression: AdEvent?
         var impressionSources = SourceSet()
         var firstLoaded: AdEvent?
         var firstAdchoicesImpression: AdEvent?
@@ -133,12 +142,17 @@ public struct AdContribution: Sendable {
         var clicksByAsset: [String: [AdEvent]] = [:]
 
         for e in sorted {
+            // A labelled event takes no part in SPEC 5: the others are judged as if it did not exist.
+            if let label = e.label {
+                verdicts.labelled(e, label)
+                continue
+            }
             switch e.type {
             case .impression:
-                if let first = counted {
+                if let first = countedImpression {
                     verdicts.duplicateImpression(e, of: first)
                 } else {
-                    counted = e
+                    countedImpression = e
                     verdicts.countedImpression(e)
                 }
                 impressionSources.insert(e.source)
@@ -169,7 +183,7 @@ public struct AdContribution: Sendable {
             }
         }
 
-        if let impression = counted {
+        if let impression = countedImpression {
             let stale = firstLoaded.map { impression.correctedAt - $0.correctedAt > Self.staleAfter } ?? false
             verdicts.countedImpressionFacts(impression, stale: stale, doubleTracked: impressionSources.count > 1,
                                             withAdChoices: firstAdchoicesImpression != nil)
@@ -178,6 +192,8 @@ public struct AdContribution: Sendable {
             verdicts.doubleTrackedClicks(firstClick: click)
         }
 
+        // The duplicate-click rule first, asset by asset, over every valid click.
+        var counted: [AdEvent] = []
         for (_, clicks) in clicksByAsset {
             var lastCounted: AdEvent?
             for c in clicks {  // already in SPEC order: sorted above
@@ -186,17 +202,27 @@ public struct AdContribution: Sendable {
                     continue
                 }
                 lastCounted = c
-                guard let impression = counted else {
-                    verdicts.countedClick(c, .unattributed(.noImpression))
-                    continue
-                }
-                if c.correctedAt < impression.correctedAt - Self.clockTolerance {
-                    verdicts.countedClick(c, .unattributed(.beforeImpression))
-                } else if c.correctedAt > impression.correctedAt + attributionWindow {
-                    verdicts.countedClick(c, .unattributed(.outsideWindow))
-                } else {
-                    verdicts.countedClick(c, .attributed(to: impression.id))
-                }
+                counted.append(c)
+            }
+        }
+        // Then the ad's counted clicks beyond the first maxClicksPerAd are invalid traffic, and
+        // attribution considers the first ones only.
+        if let limit = maxClicksPerAd, counted.count > limit {
+            counted.sort(by: AdEvent.earlier)
+            for c in counted[limit...] { verdicts.labelled(c, .excessiveClicks) }
+            counted.removeSubrange(limit...)
+        }
+        for c in counted {
+            guard let impression = countedImpression else {
+                verdicts.countedClick(c, .unattributed(.noImpression))
+                continue
+            }
+            if c.correctedAt < impression.correctedAt - Self.clockTolerance {
+                verdicts.countedClick(c, .unattributed(.beforeImpression))
+            } else if c.correctedAt > impression.correctedAt + attributionWindow {
+                verdicts.countedClick(c, .unattributed(.outsideWindow))
+            } else {
+                verdicts.countedClick(c, .attributed(to: impression.id))
             }
         }
     }
@@ -251,6 +277,8 @@ protocol AdVerdicts {
     mutating func duplicateAdchoicesImpression(_ e: AdEvent, of counted: AdEvent)
     mutating func adchoicesClick(_ e: AdEvent)
     mutating func video(_ e: AdEvent, countedAs measure: VideoMeasure?)
+    /// General invalid traffic: the event takes no part in the rules above.
+    mutating func labelled(_ e: AdEvent, _ label: IVTLabel)
 }
 
 /// The verdicts of one ad as signed rows of the projection tables (SPEC 6: where a row counts a thing).
@@ -269,6 +297,11 @@ struct ContributionRows: AdVerdicts {
     private func assetKey(_ e: AdEvent) -> ProjectionKey {
         ProjectionKey(table: .asset, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
                       assetKey: e.assetKey ?? "")
+    }
+
+    private func ivtKey(_ e: AdEvent, _ label: IVTLabel) -> ProjectionKey {
+        ProjectionKey(table: .ivt, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
+                      label: label.rawValue)
     }
 
     private func sourceKey(_ e: AdEvent) -> ProjectionKey {
@@ -343,6 +376,21 @@ struct ContributionRows: AdVerdicts {
         case .videoPlays?: out.add(formatKey(e), FormatMeasure.videoPlays)
         case .videoEnds?: out.add(formatKey(e), FormatMeasure.videoEnds)
         case nil: break
+        }
+    }
+
+    mutating func labelled(_ e: AdEvent, _ label: IVTLabel) {
+        let key = ivtKey(e, label)
+        out.add(key, IVTMeasure.events)
+        switch e.type {
+        case .impression:
+            out.add(formatKey(e), FormatMeasure.givtImpressions)
+            out.add(key, IVTMeasure.impressions)
+        case .click:
+            out.add(formatKey(e), FormatMeasure.givtClicks)
+            out.add(key, IVTMeasure.clicks)
+        default:
+            break
         }
     }
 }

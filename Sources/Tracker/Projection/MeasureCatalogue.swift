@@ -21,7 +21,8 @@ extension ProjectionMeasure {
 /// `format_day`: per day, ad unit and format.
 public enum FormatMeasure: Int, ProjectionMeasure {
     case impressions, duplicateImpressions, staleImpressions, clicks, duplicateClicks, attributedClicks,
-         adchoicesImpressions, adchoicesClicks, videoPlays, videoEnds, eeaReservationImpressions, withAdChoices
+         adchoicesImpressions, adchoicesClicks, videoPlays, videoEnds, eeaReservationImpressions, withAdChoices,
+         givtImpressions, givtClicks
 
     public static let table = ProjectionTable.format
 
@@ -39,6 +40,8 @@ public enum FormatMeasure: Int, ProjectionMeasure {
         case .videoEnds: "video_ends"
         case .eeaReservationImpressions: "eea_reservation_impressions"
         case .withAdChoices: "with_adchoices"
+        case .givtImpressions: "givt_impressions"
+        case .givtClicks: "givt_clicks"
         }
     }
 }
@@ -78,6 +81,21 @@ public enum SourceMeasure: Int, ProjectionMeasure {
     }
 }
 
+/// `ivt_day`: labelled events per day, ad unit, format and label (the `ivt` report).
+public enum IVTMeasure: Int, ProjectionMeasure {
+    case impressions, clicks, events
+
+    public static let table = ProjectionTable.ivt
+
+    public var column: String {
+        switch self {
+        case .impressions: "impressions"
+        case .clicks: "clicks"
+        case .events: "events"
+        }
+    }
+}
+
 extension ProjectionTable {
     /// The table's measure columns, in lane order.
     public var measureColumns: [String] {
@@ -85,6 +103,7 @@ extension ProjectionTable {
         case .format: FormatMeasure.allCases.map(\.column)
         case .asset: AssetMeasure.allCases.map(\.column)
         case .source: SourceMeasure.allCases.map(\.column)
+        case .ivt: IVTMeasure.allCases.map(\.column)
         }
     }
 }

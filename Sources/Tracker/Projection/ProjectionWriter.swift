@@ -69,6 +69,7 @@ enum ProjectionWriter {
             case .format: break
             case .asset: second.append(key.assetKey)
             case .source: second.append(key.adapter)
+            case .ivt: second.append(key.label)
             }
             for m in 0..<width { measures[m].append(values[m]) }
         }
@@ -108,6 +109,7 @@ extension ProjectionTable {
         case .format: "format"
         case .asset: "asset"
         case .source: "source"
+        case .ivt: "ivt"
         }
         return "\(stem)_\(grain.column)"
     }
@@ -117,6 +119,7 @@ extension ProjectionTable {
         case .format: ["ad_unit", "format_id"]
         case .asset: ["ad_unit", "format_id", "asset_key"]
         case .source: ["ad_unit", "format_id", "adapter"]
+        case .ivt: ["ad_unit", "format_id", "label"]
         }
     }
 

@@ -21,6 +21,8 @@ public final class Projector: Service, Sendable {
     private let stepDuration = Timer(label: "tracker_projector_step_duration_seconds")
     /// Whether this projector runs or stopped, and why: `/readyz` reads it.
     public let status: ProjectorStatus
+    /// The invalid-traffic rules of the projections, compiled once and kept between steps.
+    private let labellers = LabellerCache()
 
     /// Events read and projected per step (`TRACKER_PROJECTOR_BATCH_SIZE`).
     public static let defaultBatchSize = 20_000
@@ -85,9 +87,10 @@ public final class Projector: Service, Sendable {
         let window = attributionWindow
         let limit = batchSize
         let started = ContinuousClock.now
+        let labellers = self.labellers
         let consumed = try await pool.withConnection { connection in
             try connection.transaction {
-                try Self.step(on: connection, window: window, limit: limit)
+                try Self.step(on: connection, window: window, limit: limit, labellers: labellers)
             }
         }
         if consumed > 0 {
@@ -104,9 +107,9 @@ public final class Projector: Service, Sendable {
     @discardableResult
     public func catchUp() async throws -> Int {
         try await checkWindow()
-        let (window, limit, pause) = (attributionWindow, batchSize, pollInterval)
+        let (window, limit, pause, labellers) = (attributionWindow, batchSize, pollInterval, labellers)
         return try await pool.withConnection { c in
-            try Self.catchUp(on: c, to: try LogCursor.head(on: c), window: window, limit: limit, pause: pause)
+            try Self.catchUp(on: c, to: try LogCursor.head(on: c), window: window, limit: limit, pause: pause, labellers: labellers)
         }
     }
 
@@ -114,7 +117,7 @@ public final class Projector: Service, Sendable {
     ///
     /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema).
     static func catchUp(on connection: Connection, to head: LogPosition?, window: Duration, limit: Int,
-                        pause: Duration, searchPath: String? = nil) throws -> Int {
+                        pause: Duration, labellers: LabellerCache, searchPath: String? = nil) throws -> Int {
         func inTransaction<T>(_ body: () throws -> T) throws -> T {
             try connection.transaction {
                 if let searchPath { try connection.execute("SET LOCAL search_path = \(searchPath)") }
@@ -123,7 +126,7 @@ public final class Projector: Service, Sendable {
         }
         var total = 0
         while true {
-            let n = try inTransaction { try step(on: connection, window: window, limit: limit) }
+            let n = try inTransaction { try step(on: connection, window: window, limit: limit, labellers: labellers) }
             total += n
             if n == limit { continue }
             guard let head else { return total }
@@ -136,32 +139,35 @@ public final class Projector: Service, Sendable {
         }
     }
 
-    static func step(on connection: Connection, window: Duration, limit: Int) throws -> Int {
-        // Projections can be rebuilt from the log and the checkpoint commits with them, so a
-        // lost commit is only work to redo: no need to wait for the WAL flush. The planner
-        // settings keep every statement of the step on its index (see ProjectorSQL.stepSettings).
+    static func step(on connection: Connection, window: Duration, limit: Int, labellers: LabellerCache) throws -> Int {
+        // The planner settings keep every statement of the step on its index, and the step's
+        // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
         try connection.lockForTransaction(ProjectorSQL.lock)
-        let (tx, seq) = try lockState(on: connection, window: window)
+        let (tx, seq, ivtRules) = try lockState(on: connection, window: window)
         let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
                                         binaryResults: true)
         guard rows.rowCount > 0 else { return 0 }
 
+        let labeller = try labellers.labeller(version: ivtRules, on: connection)
         var strings = StringTable()
         let batch = try LogBatch(rows, strings: &strings)
         if !batch.events.isEmpty {
-            try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window), strings: &strings, on: connection)
+            try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
+                                     labeller: labeller, strings: &strings, on: connection)
         }
         try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
         return rows.rowCount
     }
 
-    /// Locks the state row and returns the checkpoint, after making sure the projections were
-    /// computed with `window` (set it when nothing is projected yet, refuse otherwise).
-    static func lockState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64) {
+    /// Locks the state row and returns the checkpoint and the invalid-traffic rule set of the
+    /// projections, after making sure they were computed with `window` (set it when nothing is
+    /// projected yet, refuse otherwise). Projections with nothing in them take the newest rule
+    /// set; others keep theirs until `tracker rebuild` applies a newer one.
+    static func lockState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64, ivtRules: Int) {
         let state = try connection.query(ProjectorSQL.state)
         guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
-              let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3) else {
+              let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
         }
         if storedWindow != window.microseconds {
@@ -170,7 +176,12 @@ public final class Projector: Service, Sendable {
             }
             try connection.query(ProjectorSQL.setWindow, [String(window.microseconds)])
         }
-        return (tx, seq)
+        var ivtRules = Int(rules)
+        if projected == 0, let newest = state.int64(0, 5), Int(newest) != ivtRules {
+            ivtRules = Int(newest)
+            try connection.query(ProjectorSQL.setIVTRules, [String(ivtRules)])
+        }
+        return (tx, seq, ivtRules)
     }
 }
 
@@ -207,6 +218,8 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
     case rebuildRunning
     /// Retention dropped these days of the log, so a rebuild would empty their report rows.
     case logTruncated(days: Int, first: String, last: String)
+    /// A stored rule set this binary cannot read (written by a newer version?).
+    case unreadableRuleSet(version: Int, reason: String)
 
     public var description: String {
         switch self {
@@ -218,6 +231,8 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
             "retention dropped \(days) day(s) of the log (\(first) to \(last)); a rebuild replays only the kept log and would empty their report rows. Pass --discard-dropped-days to rebuild anyway"
         case .rebuildRunning:
             "another 'tracker rebuild' is running on this database; wait for it to finish"
+        case .unreadableRuleSet(let version, let reason):
+            "invalid-traffic rule set \(version) cannot be read by this tracker (\(reason)); the projector stopped: upgrade the tracker"
         case .windowMismatch(let projected, let configured):
             "the projections were computed with an attribution window of \(projected.microseconds / 1_000_000) s but the tracker is configured with \(configured.microseconds / 1_000_000) s: run 'tracker rebuild' to recompute them"
         }
@@ -254,12 +269,15 @@ enum ProjectorSQL {
         LIMIT $3::int
         """
 
-    /// Columns: 0 checkpoint tx, 1 checkpoint seq, 2 attribution window (µs), 3 events projected.
+    /// Columns: 0 checkpoint tx, 1 checkpoint seq, 2 attribution window (µs), 3 events projected,
+    /// 4 the projections' rule set, 5 the newest rule set.
     static let state = """
         SELECT checkpoint_tx::text, checkpoint_seq, (extract(epoch FROM attribution_window) * 1000000)::bigint,
-               events_projected
+               events_projected, ivt_rules, (SELECT max(version) FROM ivt_rule_sets)
         FROM projection_state FOR UPDATE
         """
+
+    static let setIVTRules = "UPDATE projection_state SET ivt_rules = $1::int"
 
     static let checkpoint = """
         UPDATE projection_state SET checkpoint_tx = $1::xid8, checkpoint_seq = $2::bigint,
@@ -267,4 +285,24 @@ enum ProjectorSQL {
         """
 
     static let setWindow = "UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)"
+}
+
+/// The compiled rule set of a projector's projections, kept between steps (compiling a list of
+/// patterns, and learning which user agents match, is done once, not per step).
+final class LabellerCache: Sendable {
+    private let current = Mutex<IVTLabeller?>(nil)
+
+    /// The labeller of rule set `version`, loaded when it is not the one kept.
+    func labeller(version: Int, on connection: Connection) throws -> IVTLabeller {
+        if let kept = current.withLock({ $0 }), kept.version == version { return kept }
+        let stored = try IVTRuleSets.load(version: version, on: connection)
+        let labeller: IVTLabeller
+        do {
+            labeller = try IVTLabeller(version: stored.version, rules: stored.ruleSet)
+        } catch {
+            throw ProjectorError.unreadableRuleSet(version: version, reason: "\(error)")
+        }
+        current.withLock { $0 = labeller }
+        return labeller
+    }
 }

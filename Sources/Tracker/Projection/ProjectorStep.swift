@@ -1,18 +1,33 @@
 /// One step's events from the log, grouped by ad: the binary rows of `ProjectorSQL.nextEvents`.
 struct LogBatch {
-    /// The projected events of each ad the step touches (video pause, mute and unmute left out).
-    var events: [String: [AdEvent]] = [:]
-    /// The position of the step's last row (projected or not): the next checkpoint.
+    /// An event with the client that sent it (what the invalid-traffic rules read).
+    struct Logged {
+        var event: AdEvent
+        var userAgent: Int32?
+        var address: IPAddress?
+        /// The binary `inet` of `address`, the key of its `high_rate` group.
+        var addressBytes: [UInt8]?
+        var receivedAt: Timestamp
+    }
+
+    /// The events of each ad the step touches.
+    var events: [String: [Logged]] = [:]
+    /// The position of the step's last row: the next checkpoint.
     var lastTx: UInt64 = 0
     var lastSeq: Int64 = 0
+    /// The newest receipt among the rows.
+    var newestReceipt = Timestamp(microseconds: 0)
 
     init(_ rows: QueryResult, strings: inout StringTable) throws {
         events.reserveCapacity(rows.rowCount)
         for r in 0..<rows.rowCount {
-            let read: AdEventRow?
-            do { read = try AdEventRow.projected(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
-            guard let row = read else { continue }
-            events[row.requestIdString, default: []].append(row.event(strings: &strings))
+            let row: AdEventRow
+            do { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
+            let address = row.clientAddress
+            events[row.requestIdString, default: []].append(
+                Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
+                       addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt))
+            newestReceipt = max(newestReceipt, row.receivedAt)
         }
         let last = rows.rowCount - 1
         guard let tx = ByteReader.int64(rows.bytes(last, Self.txColumn)), let seq = ByteReader.int64(rows.bytes(last, Self.seqColumn)) else {
@@ -34,55 +49,133 @@ struct LogBatch {
 
 /// The per-ad memory (`ad_state`): what one step reads from it, computes, and writes back.
 enum AdStateStore {
-    /// Recomputes every ad of `batch`: subtracts its old contribution, adds its new one, and
-    /// writes the ads' new states and the changed day-table rows (in the caller's transaction).
+    /// One ad a step changes: its stored state (if any) and what it becomes.
+    private struct Change {
+        /// The row's ctid and its events as stored; `nil` for an ad new to the projections.
+        var stored: (row: [UInt8], events: [AdEvent])?
+        var events: [AdEvent]
+    }
+
+    /// Recomputes every ad of `batch`, and every ad whose events the step labels `high_rate`
+    /// after the fact: subtracts its old contribution, adds its new one, and writes the ads'
+    /// new states and the changed projection rows (in the caller's transaction).
     ///
     /// An id the ad already has is a retry the log stored again because retention forgot its
-    /// id with its partition (`ad_state` is kept): it changes nothing.
-    static func project(_ batch: LogBatch, rules: AdContribution, strings: inout StringTable, on connection: Connection) throws {
-        let ads = Array(batch.events.keys)
-        var requestIds = BinaryArray(.text, capacity: ads.count)
-        for ad in ads { requestIds.append(ad) }
-        let stored = try connection.query(AdStateSQL.load, [requestIds.parameter], binaryResults: true)
-        var rowOf: [String: Int] = [:]
-        rowOf.reserveCapacity(stored.rowCount)
-        for r in 0..<stored.rowCount { rowOf[String(decoding: stored.bytes(r, 1), as: UTF8.self)] = r }
+    /// id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
+    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, strings: inout StringTable,
+                        on connection: Connection) throws {
+        var changes = try load(Set(batch.events.keys), strings: &strings, on: connection)
+
+        // The step's new events, labelled by their clients.
+        var fresh: [String: [LogBatch.Logged]] = [:]
+        var agents = Set<Int32>()
+        for (ad, logged) in batch.events {
+            let known = Set(changes[ad]?.stored?.events.lazy.map(\.id) ?? [])
+            let new = logged.filter { !known.contains($0.event.id) }
+            guard !new.isEmpty else { continue }
+            fresh[ad] = new
+            for l in new { if let a = l.userAgent { agents.insert(a) } }
+        }
+        try labeller.learn(userAgents: agents, on: connection)
+        for (ad, logged) in fresh {
+            fresh[ad] = logged.map { l in
+                var l = l
+                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address)
+                return l
+            }
+        }
+
+        // high_rate: the step's events counted into their groups; a group over the limit labels
+        // all its events, those of earlier steps too.
+        if let limit = labeller.rules.maxEventsPerClientMinute {
+            var added: [ClientGroup: [GroupMember]] = [:]
+            for (ad, logged) in fresh {
+                for l in logged {
+                    guard let group = group(of: l) else { continue }
+                    added[group, default: []].append(GroupMember(requestId: ad, id: l.event.id))
+                }
+            }
+            let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, on: connection)
+            for (ad, logged) in fresh {
+                fresh[ad] = logged.map { l in
+                    var l = l
+                    if l.event.label == nil, let g = group(of: l), overLimit.contains(g) { l.event.label = .highRate }
+                    return l
+                }
+            }
+            if !relabel.isEmpty {
+                let missing = Set(relabel.map(\.requestId)).subtracting(changes.keys)
+                changes.merge(try load(missing, strings: &strings, on: connection)) { a, _ in a }
+                let ids = Dictionary(grouping: relabel, by: \.requestId).mapValues { Set($0.map(\.id)) }
+                for (ad, members) in ids {
+                    guard var change = changes[ad] else { continue }
+                    change.events = change.events.map { e in
+                        var e = e
+                        if e.label == nil, members.contains(e.id) { e.label = .highRate }
+                        return e
+                    }
+                    changes[ad] = change
+                }
+            }
+            if batch.newestReceipt.microseconds > 0 {
+                try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
+                                         on: connection)
+            }
+        }
+        for (ad, logged) in fresh {
+            changes[ad, default: Change(stored: nil, events: [])].events += logged.map(\.event)
+        }
 
         var delta = Contribution(), removed = Contribution()
-        var newAds = BinaryArray(.text, capacity: batch.events.count), newStates = BinaryArray(.bytea, capacity: batch.events.count * 4)
-        var changedRows = BinaryArray(.tid, capacity: stored.rowCount), changedStates = BinaryArray(.bytea, capacity: stored.rowCount * 4)
+        var newAds = BinaryArray(.text), newStates = BinaryArray(.bytea)
+        var changedRows = BinaryArray(.tid), changedStates = BinaryArray(.bytea)
         var inserted = 0, updated = 0
         var buffer: [UInt8] = []
-        for ad in ads {
-            let added = batch.events[ad]!
+        for (ad, change) in changes {
+            if let stored = change.stored, stored.events == change.events { continue }
             buffer.removeAll(keepingCapacity: true)
-            guard let r = rowOf[ad] else {
-                rules.accumulate(added, into: &delta)
-                AdState.encode(added, into: &buffer)
+            AdState.encode(change.events, into: &buffer)
+            rules.accumulate(change.events, into: &delta)
+            if let stored = change.stored {
+                rules.accumulate(stored.events, into: &removed)
+                changedRows.append(bytes: stored.row)
+                changedStates.append(bytes: buffer)
+                updated += 1
+            } else {
                 newAds.append(ad)
                 newStates.append(bytes: buffer)
                 inserted += 1
-                continue
             }
-            guard let before = AdState.decode(stored.bytes(r, 2), strings: &strings) else {
-                throw ProjectorError.unreadableAdState(requestId: ad)
-            }
-            let known = Set(before.lazy.map(\.id))
-            let fresh = added.filter { !known.contains($0.id) }
-            if fresh.isEmpty { continue }
-            let all = before + fresh
-            rules.accumulate(before, into: &removed)
-            rules.accumulate(all, into: &delta)
-            AdState.encode(all, into: &buffer)
-            changedRows.append(bytes: stored.bytes(r, 0))
-            changedStates.append(bytes: buffer)
-            updated += 1
         }
         if inserted > 0 { try connection.query(AdStateSQL.insert, [newAds.parameter, newStates.parameter]) }
         if updated > 0 { try connection.query(AdStateSQL.update, [changedRows.parameter, changedStates.parameter]) }
         delta.subtract(removed)
         delta.removeZeros()
         try ProjectionWriter.apply(delta, on: connection)
+    }
+
+    /// The `high_rate` group of an event, when its client is known.
+    private static func group(of l: LogBatch.Logged) -> ClientGroup? {
+        guard let agent = l.userAgent, let address = l.addressBytes else { return nil }
+        return ClientGroup(minute: l.receivedAt.microseconds / ClientGroup.microsecondsPerMinute, userAgent: agent, address: address)
+    }
+
+    /// The stored states of `ads` (those that have one), each unchanged so far.
+    private static func load(_ ads: Set<String>, strings: inout StringTable, on connection: Connection) throws -> [String: Change] {
+        guard !ads.isEmpty else { return [:] }
+        var requestIds = BinaryArray(.text, capacity: ads.count)
+        for ad in ads { requestIds.append(ad) }
+        let stored = try connection.query(AdStateSQL.load, [requestIds.parameter], binaryResults: true)
+        var out: [String: Change] = [:]
+        out.reserveCapacity(stored.rowCount)
+        for r in 0..<stored.rowCount {
+            let ad = String(decoding: stored.bytes(r, 1), as: UTF8.self)
+            guard let events = AdState.decode(stored.bytes(r, 2), strings: &strings) else {
+                throw ProjectorError.unreadableAdState(requestId: ad)
+            }
+            out[ad] = Change(stored: (Array(stored.bytes(r, 0)), events), events: events)
+        }
+        return out
     }
 }
 

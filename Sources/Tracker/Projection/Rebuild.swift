@@ -31,7 +31,7 @@ public struct Rebuild: Sendable {
     /// at a time per core, a few files ahead of the `COPY`.
     private let eventsPerFile: Int
     public static let defaultEventsPerFile = 500_000
-    static let projectionTables = ["ad_state"]
+    static let projectionTables = ["ad_state", "client_minutes"]
         + ProjectionTable.allCases.flatMap { table in ProjectionGrain.allCases.map { table.tableName($0) } }
         + ["projection_state"]
 
@@ -103,7 +103,35 @@ public struct Rebuild: Sendable {
                 """).rows.compactMap { $0.first ?? nil }
                 // Partition names are ours (events_YYYYMMDD); anything else is not read.
                 .filter { $0.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F } }
-            let buckets = try RebuildBuckets(expectedEvents: estimate, eventsPerBucket: eventsPerFile)
+            // The newest invalid-traffic rule set, applied to the whole log: the declared bots among
+            // the stored user agents, and the high_rate groups of the log below the horizon.
+            let ruleSet = try IVTRuleSets.load(version: nil, on: c)
+            let labeller: IVTLabeller
+            do {
+                labeller = try IVTLabeller(version: ruleSet.version, rules: ruleSet.ruleSet)
+            } catch {
+                throw ProjectorError.unreadableRuleSet(version: ruleSet.version, reason: "\(error)")
+            }
+            let declaredBots = try labeller.declaredBots(on: c)
+            var highRate = Set<ClientGroup>()
+            if let limit = labeller.rules.maxEventsPerClientMinute {
+                let groups = try c.query(RebuildSQL.highRateGroups, [.text(horizon), .text(String(limit))], binaryResults: true)
+                for row in 0..<groups.rowCount {
+                    guard let minute = ByteReader.int64(groups.bytes(row, 0)), let agent = ByteReader.int32(groups.bytes(row, 1)) else {
+                        throw DatabaseError(.unexpectedResult, serverMessage: "rebuild: an unreadable high_rate group")
+                    }
+                    highRate.insert(ClientGroup(minute: minute, userAgent: agent, address: Array(groups.bytes(row, 2))))
+                }
+            }
+            let buckets = try RebuildBuckets(expectedEvents: estimate, eventsPerBucket: eventsPerFile) { [highRate] row in
+                if let label = labeller.label(userAgent: row.userAgentId, address: row.clientAddress, declaredBots: declaredBots) {
+                    return label
+                }
+                guard !highRate.isEmpty, let agent = row.userAgentId, let address = row.clientIP else { return nil }
+                let group = ClientGroup(minute: row.receivedAt.microseconds / ClientGroup.microsecondsPerMinute, userAgent: agent,
+                                        address: Array(address))
+                return highRate.contains(group) ? .highRate : nil
+            }
             func report(_ phase: String, _ done: Int, _ total: Int) {
                 progress(RebuildProgress(phase: phase, done: done, total: total, elapsed: ContinuousClock.now - started))
             }
@@ -133,7 +161,8 @@ public struct Rebuild: Sendable {
 
             // 3. Every ad's contribution and packed state, the spill files projected on every
             // core (RebuildPipeline) and sent in order.
-            let pipeline = RebuildPipeline(buckets: buckets, rules: AdContribution(attributionWindow: window))
+            let pipeline = RebuildPipeline(buckets: buckets,
+                                           rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd))
             defer { pipeline.stop() }
             var sum = Contribution()
             var done = 0
@@ -176,7 +205,14 @@ public struct Rebuild: Sendable {
                 try c.execute("SET LOCAL synchronous_commit = on")
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
                 try ProjectionWriter.apply(sum, on: c)
-                try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds)])
+                try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds), String(labeller.version)])
+                // The high_rate groups that may still take events, so the projector goes on counting them.
+                if let limit = labeller.rules.maxEventsPerClientMinute, let newest = buckets.newestReceipt {
+                    var since = BinaryArray(.timestamptz, capacity: 1)
+                    since.append(microsecondsSince1970: (newest.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes)
+                                     * ClientGroup.microsecondsPerMinute)
+                    try c.query(RebuildSQL.openGroups, [.text(horizon), .text(String(limit)), since.parameter])
+                }
             }
             let read = done
 
@@ -189,13 +225,14 @@ public struct Rebuild: Sendable {
             report("catch-up+swap", read, projected)
             // Every event committed before the rebuild started is in before the swap, even one
             // that an open transaction elsewhere kept below the horizon's reach until now.
+            let labellers = LabellerCache()
             let caughtUp = try Projector.catchUp(on: c, to: head, window: window, limit: Projector.defaultBatchSize,
-                                                 pause: .milliseconds(50), searchPath: "tracker_rebuild, public")
+                                                 pause: .milliseconds(50), labellers: labellers, searchPath: "tracker_rebuild, public")
 
             // 5. The last events and the swap, atomically, while live projectors wait on the lock.
             try c.transaction {
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                while try Projector.step(on: c, window: window, limit: Projector.defaultBatchSize) > 0 {}
+                while try Projector.step(on: c, window: window, limit: Projector.defaultBatchSize, labellers: labellers) > 0 {}
                 try c.execute("SET LOCAL search_path = public")
                 try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
                 try c.execute("CREATE SCHEMA tracker_retired")
@@ -249,8 +286,32 @@ enum RebuildSQL {
 
     /// Checkpoint just below the horizon: everything with tx < H is in, nothing at or above it.
     static let initialState = """
-        INSERT INTO projection_state (checkpoint_tx, checkpoint_seq, events_projected, attribution_window)
+        INSERT INTO projection_state (checkpoint_tx, checkpoint_seq, events_projected, attribution_window, ivt_rules)
         VALUES ((($1::text)::numeric - 1)::text::xid8, 9223372036854775807, $2::bigint,
-                make_interval(secs => $3::bigint / 1000000.0))
+                make_interval(secs => $3::bigint / 1000000.0), $4::int)
+        """
+
+    /// The groups of the log below horizon $1 with more than $2 events (binary: minute as
+    /// minutes since 1970, user agent, address): every event of them is `high_rate`.
+    static let highRateGroups = """
+        SELECT (extract(epoch FROM date_trunc('minute', received_at)) / 60)::bigint, user_agent_id, client_ip
+        FROM public.events
+        WHERE tx < $1::xid8 AND user_agent_id IS NOT NULL AND client_ip IS NOT NULL
+        GROUP BY 1, 2, 3
+        HAVING count(*) > $2::int
+        """
+
+    /// The groups of minutes from $3 on (those that may still take events) with their counts,
+    /// and their members while they hold no more than $2 (`ClientMinutes`' layout).
+    static let openGroups = """
+        INSERT INTO client_minutes (minute, user_agent_id, client_ip, events, members)
+        SELECT date_trunc('minute', received_at), user_agent_id, client_ip, count(*),
+               CASE WHEN count(*) > $2::int THEN NULL
+                    ELSE string_agg(int2send(octet_length(request_id)::int2) || convert_to(request_id, 'UTF8') || uuid_send(id), ''::bytea)
+               END
+        FROM public.events
+        WHERE tx < $1::xid8 AND received_at >= ($3::timestamptz[])[1]
+          AND user_agent_id IS NOT NULL AND client_ip IS NOT NULL
+        GROUP BY 1, 2, 3
         """
 }

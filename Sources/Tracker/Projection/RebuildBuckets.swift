@@ -18,12 +18,17 @@ final class RebuildBuckets {
     private var files: [UnsafeMutablePointer<FILE>]
     private var buffers: [[UInt8]]
     private static let flushAt = 1 << 18
-    /// Log rows read (projected or not) and projected events spilled.
+    /// Log rows read and events spilled (every row is one).
     private(set) var rowsRead = 0
     private(set) var eventsSpilled = 0
+    /// The invalid-traffic label each event's client earns under the rebuild's rule set.
+    private let labelOf: (AdEventRow) -> IVTLabel?
+    /// The newest receipt of the rows read.
+    private(set) var newestReceipt: Timestamp?
 
     /// About `eventsPerBucket` events per file for `expectedEvents`, between 1 and 256 files.
-    init(expectedEvents: Int, eventsPerBucket: Int) throws {
+    init(expectedEvents: Int, eventsPerBucket: Int, labelOf: @escaping (AdEventRow) -> IVTLabel? = { _ in nil }) throws {
+        self.labelOf = labelOf
         count = max(1, min(256, (expectedEvents + eventsPerBucket - 1) / eventsPerBucket))
         let base = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
         var template = Array((base + "/tracker-rebuild-XXXXXX").utf8CString)
@@ -85,9 +90,10 @@ final class RebuildBuckets {
             let s = spans[column.rawValue]
             return s.length < 0 ? nil : UnsafeRawBufferPointer(rebasing: message[s.start..<s.start + s.length])
         }
-        let read: AdEventRow?
-        do { read = try AdEventRow.projected(value) } catch { throw RebuildError.copyFormat }
-        guard let row = read else { return }
+        let row: AdEventRow
+        do { row = try AdEventRow(value) } catch { throw RebuildError.copyFormat }
+        let label = labelOf(row)
+        if newestReceipt.map({ $0 < row.receivedAt }) ?? true { newestReceipt = row.receivedAt }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for b in row.requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
         let bucket = Int(hash % UInt64(count))
@@ -97,6 +103,7 @@ final class RebuildBuckets {
         if row.isTest { flags |= AdState.Flag.test }
         if row.assetKey != nil { flags |= AdState.Flag.hasAssetKey }
         if row.adapter != nil { flags |= AdState.Flag.hasAdapter }
+        if label != nil { flags |= AdState.Flag.labelled }
         let micros = UInt64(bitPattern: row.correctedAt.microseconds)
         var out = buffers[bucket]
         buffers[bucket] = []
@@ -105,6 +112,7 @@ final class RebuildBuckets {
         out.append(UInt8(truncatingIfNeeded: AdState.types.firstIndex(of: row.type)!))
         out.append(UInt8(truncatingIfNeeded: AdState.sources.firstIndex(of: row.source)!))
         out.append(flags)
+        if let label { out.append(UInt8(truncatingIfNeeded: IVTLabel.stored.firstIndex(of: label) ?? 0)) }
         out.append(contentsOf: row.id)
         out.appendBigEndian(micros)
         func append(_ string: UnsafeRawBufferPointer?) {

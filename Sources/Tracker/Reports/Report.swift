@@ -11,11 +11,14 @@ public struct ReportResult: Sendable {
     public var columns: [String]
     public var rows: [[ReportValue]]
     public var lag: ProjectionLag
+    /// The version of the invalid-traffic rule set the numbers were computed with.
+    public var ivtRules: Int
 
-    package init(query: ReportQuery, columns: [String], rows: [[ReportValue]], lag: ProjectionLag) {
+    package init(query: ReportQuery, columns: [String], rows: [[ReportValue]], lag: ProjectionLag, ivtRules: Int) {
         self.query = query
         self.columns = columns
         self.rows = rows
         self.lag = lag
+        self.ivtRules = ivtRules
     }
 }

@@ -19,9 +19,10 @@ extension ReportValue {
 }
 
 extension ReportResult {
-    /// `{"from": …, "to": …, "rows": [{…}]}` (docs/PROTOCOL.md, "Reports"); a report in
-    /// another zone than UTC or by hour also names them (`"tz"`, `"granularity"`) after `to`.
-    /// The projection lag travels in the HTTP headers, and on the command line's standard error.
+    /// `{"from": …, "to": …, "ivtRules": N, "rows": [{…}]}` (docs/PROTOCOL.md, "Reports"); a
+    /// report in another zone than UTC or by hour also names them (`"tz"`, `"granularity"`)
+    /// after `to`. The projection lag travels in the HTTP headers, and on the command line's
+    /// standard error.
     public var json: String {
         var out = "{\"from\":\"\(query.from)\",\"to\":\"\(query.to)\","
         if query.timeZone != ReportQuery.defaultTimeZone || query.granularity != .day {
@@ -29,7 +30,7 @@ extension ReportResult {
             JSONText.appendQuoted(query.timeZone, to: &out)
             out += ",\"granularity\":\"\(query.granularity.rawValue)\","
         }
-        out += "\"rows\":["
+        out += "\"ivtRules\":\(ivtRules),\"rows\":["
         for (i, row) in rows.enumerated() {
             if i > 0 { out += "," }
             out += "{"

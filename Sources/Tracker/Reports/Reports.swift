@@ -57,10 +57,12 @@ public struct Reports: Sendable {
         let columns = dimensions.count
         let needsQuarterHours = !query.isUTCDays
         let arguments = parameters
-        let rows: [[ReportValue]] = try await pool.withConnection { connection in
-            if needsQuarterHours, try connection.query(ReportSQL.quarterHoursComplete).string(0, 0) != "t" {
+        let (rows, ivtRules): ([[ReportValue]], Int) = try await pool.withConnection { connection in
+            let state = try connection.query(ReportSQL.projectionState)
+            if needsQuarterHours, state.string(0, 0) != "t" {
                 throw ReportError.quarterHoursMissing
             }
+            let ivtRules = Int(state.int64(0, 1) ?? 0)
             let r = try connection.query(sql, arguments)
             var out: [[ReportValue]] = []
             out.reserveCapacity(r.rowCount)
@@ -70,10 +72,10 @@ public struct Reports: Sendable {
                 dims.append(contentsOf: spec.measures(counts))
                 out.append(dims)
             }
-            return out
+            return (out, ivtRules)
         }
         let lag = try await LogCursor(pool: pool).lag()
-        return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows, lag: lag)
+        return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows, lag: lag, ivtRules: ivtRules)
     }
 }
 
@@ -173,11 +175,13 @@ enum ReportSQL {
           AND ($5::text IS NULL OR format_id = $5::text)
         """
 
-    /// Whether the quarter-hour tables cover every projected event (`ReportError.quarterHoursMissing`).
-    static let quarterHoursComplete = "SELECT quarter_hours_complete FROM projection_state"
+    /// Whether the quarter-hour tables cover every projected event (`ReportError.quarterHoursMissing`),
+    /// and the rule set the projections were computed with (every report names it).
+    static let projectionState = "SELECT quarter_hours_complete, ivt_rules FROM projection_state"
 
     /// The report's dimension names (after `day`) and their columns.
-    private static let dimensionColumns = ["adUnit": "ad_unit", "formatId": "format_id", "assetKey": "asset_key", "adapter": "adapter"]
+    private static let dimensionColumns = ["adUnit": "ad_unit", "formatId": "format_id", "assetKey": "asset_key", "adapter": "adapter",
+                                           "label": "label"]
 
     /// Every report's spec, made once.
     static let specs = Dictionary(uniqueKeysWithValues: ReportKind.allCases.map { ($0, spec($0)) })
@@ -191,6 +195,7 @@ enum ReportSQL {
                 .computed("unattributedClicks") { .count($0[.clicks] - $0[.attributedClicks]) },
                 .computed("ctr") { ratio($0[.attributedClicks], $0[.impressions]) },
                 .sum(.adchoicesImpressions), .sum(.adchoicesClicks), .sum(.videoPlays), .sum(.videoEnds),
+                .sum(.givtImpressions), .sum(.givtClicks),
             ])
         case .assets:
             spec(["adUnit", "formatId", "assetKey"], AssetMeasure.allCases.map(Column.sum))
@@ -202,6 +207,8 @@ enum ReportSQL {
                 .computed("share") { ratio($0[.withAdChoices], $0[.eeaReservationImpressions]) },
                 .sum(.adchoicesClicks),
             ])
+        case .ivt:
+            spec(["adUnit", "formatId", "label"], IVTMeasure.allCases.map(Column.sum))
         }
     }
 

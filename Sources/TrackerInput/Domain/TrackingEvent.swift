@@ -24,6 +24,12 @@ public struct TrackingEvent: Sendable, Hashable {
     public let receivedAt: Timestamp
     /// The time every report uses (SPEC section 3).
     public let correctedAt: Timestamp
+    /// The device's user agent as the event gave it (server keys only); the request's
+    /// `User-Agent` is filled in by the ingest route when this is `nil`.
+    public internal(set) var userAgent: String?
+    /// The device's IP address as the event gave it (server keys only); otherwise the
+    /// request's client, filled in by the ingest route.
+    public internal(set) var clientIP: IPAddress?
 
     /// For the validator (`EventRules`) and the package's own test fixtures only.
     package init(
@@ -31,7 +37,8 @@ public struct TrackingEvent: Sendable, Hashable {
         assetKey: String? = nil, clickAction: ClickAction? = nil, source: EventSource = .app,
         adapter: String? = nil, eea: Bool = false, reservation: Bool = false, test: Bool = false,
         attributes: [(key: String, value: AttributeValue)] = [],
-        occurredAt: Timestamp, sentAt: Timestamp? = nil, receivedAt: Timestamp, correctedAt: Timestamp
+        occurredAt: Timestamp, sentAt: Timestamp? = nil, receivedAt: Timestamp, correctedAt: Timestamp,
+        userAgent: String? = nil, clientIP: IPAddress? = nil
     ) {
         self.id = id
         self.type = type
@@ -50,6 +57,23 @@ public struct TrackingEvent: Sendable, Hashable {
         self.sentAt = sentAt
         self.receivedAt = receivedAt
         self.correctedAt = correctedAt
+        self.userAgent = userAgent
+        self.clientIP = clientIP
+    }
+
+    /// The event as the log records it, sent by `client`: its own `userAgent` and `ip` (a
+    /// server key's) win over the request's.
+    ///
+    /// - Parameters:
+    ///   - client: the request's user agent and address.
+    ///   - truncatingAddresses: store the /24 (IPv4) or /48 (IPv6) instead of the address
+    ///     (`TRACKER_IP_STORAGE=truncated`), the event's own `ip` too.
+    public func sent(by client: EventClient, truncatingAddresses: Bool = false) -> TrackingEvent {
+        var event = self
+        if event.userAgent == nil { event.userAgent = client.userAgent }
+        if event.clientIP == nil { event.clientIP = client.ip }
+        if truncatingAddresses { event.clientIP = event.clientIP?.truncated() }
+        return event
     }
 
     public static func == (lhs: TrackingEvent, rhs: TrackingEvent) -> Bool {
@@ -60,10 +84,29 @@ public struct TrackingEvent: Sendable, Hashable {
             && lhs.attributes.elementsEqual(rhs.attributes, by: { $0.key == $1.key && $0.value == $1.value })
             && lhs.occurredAt == rhs.occurredAt && lhs.sentAt == rhs.sentAt
             && lhs.receivedAt == rhs.receivedAt && lhs.correctedAt == rhs.correctedAt
+            && lhs.userAgent == rhs.userAgent && lhs.clientIP == rhs.clientIP
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(id)
+    }
+}
+
+/// Who sent a request, as the log records it for every event of it (invalid-traffic rules).
+public struct EventClient: Sendable, Hashable {
+    /// The `User-Agent` header, `""` when absent, at most `EventClient.maxUserAgentCharacters`.
+    public var userAgent: String
+    /// The peer, or the client a trusted proxy forwarded for; `nil` when unknown.
+    public var ip: IPAddress?
+
+    /// User agents are kept up to this many characters (the `userAgent` field's limit).
+    public static let maxUserAgentCharacters = 512
+
+    public init(userAgent: String, ip: IPAddress?) {
+        let scalars = userAgent.unicodeScalars
+        self.userAgent = scalars.count > Self.maxUserAgentCharacters
+            ? String(String.UnicodeScalarView(scalars.prefix(Self.maxUserAgentCharacters))) : userAgent
+        self.ip = ip
     }
 }
 

@@ -77,7 +77,11 @@ public struct BatchDecoder: Sendable {
         self.limits = limits
     }
 
-    public func decode(_ body: [UInt8], receivedAt: Timestamp) throws(BatchError) -> DecodedBatch {
+    /// - Parameters:
+    ///   - body: the request body, decompressed.
+    ///   - receivedAt: the server's time of the request, for the time correction.
+    ///   - serverKey: whether events may carry `userAgent` and `ip` (a server key's batch).
+    public func decode(_ body: [UInt8], receivedAt: Timestamp, serverKey: Bool = false) throws(BatchError) -> DecodedBatch {
         guard body.count <= limits.maxBodyBytes else {
             throw .bodyTooLarge(bytes: body.count, limit: limits.maxBodyBytes)
         }
@@ -116,7 +120,7 @@ public struct BatchDecoder: Sendable {
             throw .sentAtNotAString(other.typeName)
         }
 
-        let rules = EventRules(limits: limits, receivedAt: receivedAt, sentAt: sentAt)
+        let rules = EventRules(limits: limits, receivedAt: receivedAt, sentAt: sentAt, serverKey: serverKey)
         var accepted: [(index: Int, event: TrackingEvent)] = []
         accepted.reserveCapacity(events.count)
         var rejected: [Rejection] = []

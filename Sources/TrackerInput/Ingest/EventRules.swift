@@ -6,11 +6,15 @@ package struct EventRules {
     var limits: IngestLimits
     var receivedAt: Timestamp
     var sentAt: Timestamp?
+    /// Whether the key may set `userAgent` and `ip` (a server key): they say which device an
+    /// event came from, which only a server sending on the devices' behalf can know.
+    var serverKey: Bool
 
-    package init(limits: IngestLimits, receivedAt: Timestamp, sentAt: Timestamp?) {
+    package init(limits: IngestLimits, receivedAt: Timestamp, sentAt: Timestamp?, serverKey: Bool = false) {
         self.limits = limits
         self.receivedAt = receivedAt
         self.sentAt = sentAt
+        self.serverKey = serverKey
     }
 
     /// Devices may be ahead of the server by up to this much when they send no `sentAt`.
@@ -60,6 +64,18 @@ package struct EventRules {
         let reservation = v.flag(value, "reservation")
         let test = v.flag(value, "test")
         let attributes = v.attributes(value, limits: limits)
+        let userAgent = v.optional(value, "userAgent") { text in
+            Self.checkIdentifier(text, maxCharacters: EventClient.maxUserAgentCharacters)
+        }
+        let ip = v.optional(value, "ip") { text in
+            IPAddress(text).map(Check.ok) ?? .broken("must be an IPv4 or IPv6 address such as 203.0.113.7 or 2001:db8::1")
+        }
+        if !serverKey {
+            for field in ["userAgent", "ip"] where value.member(field).map({ if case .null = $0 { false } else { true } }) ?? false {
+                v.add(about: field, "\(field) may be set only with a server key (tracker keys create --scope ingest --server): "
+                      + "it names the device an event came from, which only a server sending on the devices' behalf knows")
+            }
+        }
 
         var correctedAt: Timestamp?
         if let occurredAt {
@@ -76,7 +92,8 @@ package struct EventRules {
             id: id, type: type, requestId: requestId, adUnit: adUnit, formatId: formatId,
             assetKey: assetKey, clickAction: clickAction, source: source ?? .app, adapter: adapter,
             eea: eea, reservation: reservation, test: test, attributes: attributes,
-            occurredAt: occurredAt, sentAt: sentAt, receivedAt: receivedAt, correctedAt: correctedAt))
+            occurredAt: occurredAt, sentAt: sentAt, receivedAt: receivedAt, correctedAt: correctedAt,
+            userAgent: userAgent, clientIP: ip))
     }
 
     /// SPEC section 3: the time every report uses, or why the event is refused.

@@ -1,6 +1,6 @@
-/// The four reports of SPEC section 6.
+/// The reports of docs/PROTOCOL.md ("Reports", "Invalid traffic").
 public enum ReportKind: String, Sendable, CaseIterable {
-    case summary, assets, sources, adchoices
+    case summary, assets, sources, adchoices, ivt
 }
 
 /// How a report cuts time into rows.
@@ -87,7 +87,7 @@ public enum ReportQueryError: Error, Sendable, Equatable, CustomStringConvertibl
 
     public var description: String {
         switch self {
-        case .unknownReport(let name): "unknown report '\(name)'; reports are summary, assets, sources and adchoices"
+        case .unknownReport(let name): "unknown report '\(name)'; reports are summary, assets, sources, adchoices, ivt and reconciliation"
         case .invalidParameter(let message): message
         case .fromAfterTo(let from, let to): "from (\(from)) is after to (\(to)); from and to are inclusive days (local days in tz, UTC by default) with from <= to"
         case .rangeTooLong(let days): "the range from..to spans \(days) days; at most \(ReportQuery.maxDays) days per report"

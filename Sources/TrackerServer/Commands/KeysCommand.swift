@@ -17,14 +17,24 @@ struct KeysCommand: AsyncParsableCommand {
         @Option(help: "ingest (POST /v1/events) or report (GET /v1/reports/…).")
         var scope: KeyScope
 
+        @Flag(help: """
+            An ingest key for a server that sends events on devices' behalf: its events may carry the device's \
+            userAgent and ip (any other key's event that sets them is rejected).
+            """)
+        var server = false
+
         @OptionGroup var database: DatabaseOptions
+
+        func validate() throws {
+            if server, scope != .ingest { throw ValidationError("--server applies to ingest keys only (--scope ingest)") }
+        }
 
         func run() async throws {
             let pool = try database.pool()
             defer { pool.close() }
             do {
-                let key = try await APIKeys(pool: pool).create(name: name, scope: scope)
-                print("created \(scope.rawValue) key '\(name)'")
+                let key = try await APIKeys(pool: pool).create(name: name, scope: scope, server: server)
+                print("created \(scope.rawValue)\(server ? " server" : "") key '\(name)'")
                 print(key)
             } catch APIKeyError.invalidName {
                 throw ValidationError("invalid --name: \(APIKeys.nameRule)")
@@ -35,7 +45,7 @@ struct KeysCommand: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List keys: name, scope, prefix, created, revoked.")
+        static let configuration = CommandConfiguration(abstract: "List keys: name, scope (server keys: ingest+server), prefix, created, revoked.")
 
         @OptionGroup var database: DatabaseOptions
 
@@ -44,7 +54,7 @@ struct KeysCommand: AsyncParsableCommand {
             defer { pool.close() }
             let keys = try await APIKeys(pool: pool).list()
             let rows = [["NAME", "SCOPE", "PREFIX", "CREATED", "REVOKED"]]
-                + keys.map { [$0.name, $0.scope.rawValue, $0.prefix + "…", $0.createdAt, $0.revokedAt ?? "-"] }
+                + keys.map { [$0.name, $0.scope.rawValue + ($0.server ? "+server" : ""), $0.prefix + "…", $0.createdAt, $0.revokedAt ?? "-"] }
             print(TextTable.render(rows), terminator: "")
         }
     }

@@ -35,6 +35,8 @@ struct ServeConfiguration: Sendable {
     var chartLibraryPath: String
     /// `TRACKER_BEACON_SECRET` (and `TRACKER_BEACON_PREVIOUS_SECRET`); `nil` turns beacons off.
     var beaconSecrets: BeaconSecrets?
+    /// How a request's client is found and stored (`TRACKER_TRUSTED_PROXIES`, `TRACKER_IP_STORAGE`).
+    var clients = ClientIdentity(trustedProxies: IPRangeSet([]), truncatesAddresses: false)
 }
 
 /// How many connections the server keeps open, from the process's descriptor limit.
@@ -85,7 +87,10 @@ struct ServeCommand: AsyncParsableCommand {
             /v1/pixel.gif, /v1/click and /v1/beacons answer 503), TRACKER_BEACON_PREVIOUS_SECRET (the secret \
             before a rotation, still accepted), TRACKER_LOG_LEVEL (info; trace, debug, info, notice, warning, error, critical), TRACKER_LOG_FORMAT \
             (json or text; default text on a terminal, JSON lines otherwise; logs go to standard output), \
-            TRACKER_METRICS (on: GET /metrics in Prometheus format; 'off' serves no /metrics and records nothing). \
+            TRACKER_METRICS (on: GET /metrics in Prometheus format; 'off' serves no /metrics and records nothing), \
+            TRACKER_TRUSTED_PROXIES (comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For \
+            names the client; unset: the peer is the client), TRACKER_IP_STORAGE (full; 'truncated' stores the \
+            /24 of an IPv4 and the /48 of an IPv6 address). \
             SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
@@ -125,7 +130,27 @@ struct ServeCommand: AsyncParsableCommand {
                                                   poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
                                                   requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),
             chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath,
-            beaconSecrets: try beaconSecrets())
+            beaconSecrets: try beaconSecrets(),
+            clients: try clientIdentity())
+    }
+
+    /// `TRACKER_TRUSTED_PROXIES` and `TRACKER_IP_STORAGE`.
+    func clientIdentity() throws -> ClientIdentity {
+        var proxies = IPRangeSet([])
+        if let text = environment("TRACKER_TRUSTED_PROXIES"), !text.isEmpty {
+            do {
+                proxies = try ForwardedFor.trustedProxies(text)
+            } catch {
+                throw ValidationError("TRACKER_TRUSTED_PROXIES: \(error)")
+            }
+        }
+        let truncates: Bool
+        switch environment("TRACKER_IP_STORAGE")?.lowercased() {
+        case nil, "", "full": truncates = false
+        case "truncated": truncates = true
+        case let other?: throw ValidationError("TRACKER_IP_STORAGE must be full or truncated, got '\(other)'")
+        }
+        return ClientIdentity(trustedProxies: proxies, truncatesAddresses: truncates)
     }
 
     func run() async throws {

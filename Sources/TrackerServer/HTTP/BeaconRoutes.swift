@@ -16,6 +16,8 @@ struct BeaconRoutes: Sendable {
     /// How long a click waits for its commit before redirecting anyway: a user's click must not
     /// hang on a frozen database. The append goes on; only its confirmation is not awaited.
     let clickCommitWait: Duration
+    /// The browser that fetched a beacon is the event's client, recorded like a batch's sender.
+    let clients: ClientIdentity
 
     /// A transparent 1×1 GIF89a (43 bytes).
     static let pixel: [UInt8] = [
@@ -60,8 +62,9 @@ struct BeaconRoutes: Sendable {
         case .refused(let refusal): return refusal
         }
         let outcome: String
+        let client = clients.client(of: request, context: context)
         do {
-            outcome = try await store(visit)
+            outcome = try await store(visit, client: client)
         } catch let error as APIError {
             return Self.error(error)
         } catch {
@@ -82,9 +85,10 @@ struct BeaconRoutes: Sendable {
         case .visit(let v): visit = v
         case .refused(let refusal): return refusal
         }
+        let client = clients.client(of: request, context: context)
         let store = { @Sendable () async -> String in
             do {
-                return try await self.store(visit)
+                return try await self.store(visit, client: client)
             } catch {
                 context.logger.warning("beacon click redirected but not recorded", metadata: [
                     "tracker.beacon.outcome": "not_recorded", "tracker.error": "\(String(reflecting: error))",
@@ -148,12 +152,13 @@ struct BeaconRoutes: Sendable {
     }
 
     /// Appends the event (or records the rejection) durably; the outcome header's value.
-    private func store(_ visit: BeaconVisit) async throws -> String {
+    private func store(_ visit: BeaconVisit, client: EventClient) async throws -> String {
         switch visit.outcome {
         case .record(let event):
             let outcome: AppendOutcome
             do {
-                outcome = try await log.append([event], keyName: visit.keyName)
+                outcome = try await log.append([event.sent(by: client, truncatingAddresses: clients.truncatesAddresses)],
+                                               keyName: visit.keyName)
             } catch {
                 throw APIError.from(error)
             }

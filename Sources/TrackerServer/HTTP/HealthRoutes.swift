@@ -55,8 +55,14 @@ struct HealthRoutes: Sendable {
             do {
                 let lag = try await LogCursor(pool: lagPool).lag()
                 ready.projectionLag = Readiness.Lag(events: lag.events, seconds: lag.seconds)
+                let rules = try await IVTRuleSets(pool: lagPool).versions()
+                ready.ivtRules = Readiness.Rules(projections: rules.projections, newest: rules.newest)
+                if rules.newest > rules.projections {
+                    ready.warnings = ["invalid-traffic rule set \(rules.newest) waits: the projections use \(rules.projections) "
+                                      + "until 'tracker rebuild' applies the newest to the whole log"]
+                }
             } catch let error as DatabaseError where error.sqlState == "42501" {}
-            if let warnings = roleWarnings?.current, !warnings.isEmpty { ready.warnings = warnings }
+            if let warnings = roleWarnings?.current, !warnings.isEmpty { ready.warnings = (ready.warnings ?? []) + warnings }
             // A stopped projector is said, not made a 503: every node runs the same binary, so a
             // 503 would take ingestion (which still works) out of every balancer at once.
             if let stopped = projectorStatus?.stopReason {

@@ -20,6 +20,8 @@ package struct IngestRoute: Sendable {
     /// deadline bounds how long any of it is held).
     let bodyBudget: BodyBudget
     let metrics: IngestMetrics
+    /// Who sent each request, recorded with its events.
+    let clients: ClientIdentity
 
     var limits: IngestLimits { decoder.limits }
 
@@ -72,7 +74,8 @@ package struct IngestRoute: Sendable {
         }
         do {
             let body = try await readBody(request, upTo: wireLimit)
-            return try await decodeAndAppend(body, gzip: gzip, key: principal.name, charged: &charged, context: context)
+            return try await decodeAndAppend(body, gzip: gzip, key: principal, client: clients.client(of: request, context: context),
+                                             charged: &charged, context: context)
         } catch {
             rateLimiter?.refund(key: principal.name, events: charged)
             throw error
@@ -90,7 +93,10 @@ package struct IngestRoute: Sendable {
 
     /// Decodes and appends the batch; settles the rate limit's reservation in `charged` to the
     /// events the batch carried once it is decoded.
-    private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key: String, charged: inout Int, context: some RequestContext) async throws -> Response {
+    private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key principal: Principal, client: EventClient, charged: inout Int,
+                                 context: some RequestContext) async throws -> Response {
+        let key = principal.name
+        let server = principal.server
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
             throw admission.refusal
@@ -98,7 +104,7 @@ package struct IngestRoute: Sendable {
         defer { admission.leave() }
         let receivedAt = Timestamp.now()
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
-            (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt) }
+            (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server) }
         }
         let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
         let carried = batch.accepted.count + batch.rejected.count
@@ -110,7 +116,8 @@ package struct IngestRoute: Sendable {
 
         let outcome: AppendOutcome
         do {
-            outcome = try await log.append(batch.accepted.map(\.event), keyName: key)
+            let truncates = clients.truncatesAddresses
+            outcome = try await log.append(batch.accepted.map { $0.event.sent(by: client, truncatingAddresses: truncates) }, keyName: key)
         } catch {
             if error == .overloaded { metrics.refused(by: .queue) }
             throw APIError.from(error)
@@ -146,9 +153,9 @@ package struct IngestRoute: Sendable {
     }
 
     /// The batch in `body`, or the error to answer.
-    private func decode(_ body: ByteBuffer, receivedAt: Timestamp) -> Result<DecodedBatch, APIError> {
+    private func decode(_ body: ByteBuffer, receivedAt: Timestamp, serverKey: Bool) -> Result<DecodedBatch, APIError> {
         do {
-            return .success(try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt))
+            return .success(try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt, serverKey: serverKey))
         } catch {
             return .failure(APIError.from(error))
         }

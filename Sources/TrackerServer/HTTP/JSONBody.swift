@@ -40,7 +40,14 @@ struct Readiness: Encodable {
     var projector: String? = nil
     var projectorError: String? = nil
     var projectionLag: Lag? = nil
+    /// The invalid-traffic rule set the projections use, and the newest (waiting for a rebuild when greater).
+    var ivtRules: Rules? = nil
     var warnings: [String]? = nil
+
+    struct Rules: Encodable {
+        var projections: Int
+        var newest: Int
+    }
 
     struct Lag: Encodable {
         var events: Int

@@ -45,6 +45,7 @@ struct ReportRoutes: Sendable {
         headers[.contentType] = csv ? "text/csv; charset=utf-8" : "application/json"
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
+        headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: csv ? result.csv : result.json)))
     }
 

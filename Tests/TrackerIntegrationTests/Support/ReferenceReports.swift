@@ -14,21 +14,84 @@ enum ReferenceReports {
         .summary: (["day", "adUnit", "formatId"],
                    ["impressions", "duplicateImpressions", "staleImpressions", "clicks", "duplicateClicks",
                     "attributedClicks", "unattributedClicks", "ctr", "adchoicesImpressions", "adchoicesClicks",
-                    "videoPlays", "videoEnds"]),
+                    "videoPlays", "videoEnds", "givtImpressions", "givtClicks"]),
         .assets: (["day", "adUnit", "formatId", "assetKey"],
                   ["clicks", "duplicateClicks", "attributedClicks", "noImpression", "beforeImpression", "outsideWindow"]),
         .sources: (["day", "adUnit", "adapter"],
                    ["appImpressions", "sdkImpressions", "mediationImpressions", "doubleTrackedImpressionAds",
                     "doubleTrackedClickAds"]),
         .adchoices: (["day", "adUnit", "formatId"], ["eeaReservationImpressions", "withAdChoices", "share", "adchoicesClicks"]),
+        .ivt: (["day", "adUnit", "formatId", "label"], ["impressions", "clicks", "events"]),
     ]
+
+    /// An invalid-traffic rule set, applied the plain way: every pattern tried on every user
+    /// agent with Foundation's regular expressions, every range checked bit by bit.
+    struct Rules {
+        var patterns: [String] = []
+        var ranges: [(address: [UInt8], bits: Int)] = []
+        var maxClicksPerAd: Int?
+        var maxEventsPerClientMinute: Int?
+
+        static let none = Rules()
+
+        init(patterns: [String] = [], ranges: [String] = [], maxClicksPerAd: Int? = nil, maxEventsPerClientMinute: Int? = nil) {
+            self.patterns = patterns
+            self.ranges = ranges.map { text in
+                let parts = text.split(separator: "/")
+                let address = IPAddress(parts[0])!.bytes
+                return (address, parts.count > 1 ? Int(parts[1])! : address.count * 8)
+            }
+            self.maxClicksPerAd = maxClicksPerAd
+            self.maxEventsPerClientMinute = maxEventsPerClientMinute
+        }
+
+        func isBot(_ agent: String?) -> Bool {
+            guard let agent else { return false }
+            return patterns.contains { p in
+                let regex = try! NSRegularExpression(pattern: p, options: [.caseInsensitive])
+                return regex.firstMatch(in: agent, range: NSRange(agent.startIndex..., in: agent)) != nil
+            }
+        }
+
+        func isDatacenter(_ ip: IPAddress?) -> Bool {
+            guard let ip else { return false }
+            let bytes = ip.bytes
+            return ranges.contains { r in
+                guard r.address.count == bytes.count else { return false }
+                for bit in 0..<r.bits where (bytes[bit / 8] >> (7 - bit % 8)) & 1 != (r.address[bit / 8] >> (7 - bit % 8)) & 1 {
+                    return false
+                }
+                return true
+            }
+        }
+
+        /// Each stored event's label, the first that applies (`excessive_clicks` is per ad, later).
+        func labels(_ stored: [TrackingEvent]) -> [UUIDText: String] {
+            var groups: [String: Int] = [:]
+            func group(_ e: TrackingEvent) -> String? {
+                guard let agent = e.userAgent, let ip = e.clientIP else { return nil }
+                return "\(e.receivedAt.microseconds / 60_000_000)|\(agent)|\(ip)"
+            }
+            if maxEventsPerClientMinute != nil {
+                for e in stored { if let g = group(e) { groups[g, default: 0] += 1 } }
+            }
+            var out: [UUIDText: String] = [:]
+            for e in stored {
+                if isBot(e.userAgent) { out[e.id] = "declared_bot" }
+                else if isDatacenter(e.clientIP) { out[e.id] = "datacenter" }
+                else if let limit = maxEventsPerClientMinute, let g = group(e), groups[g]! > limit { out[e.id] = "high_rate" }
+            }
+            return out
+        }
+    }
 
     /// The CSV of every report (keys as in `TestDatabase.reportsAsCSV`), over all days: UTC days,
     /// or the local days or hours of `clock`.
-    static func csv(_ stored: [TrackingEvent], window: Duration = .seconds(3600), clock: LocalClock = .utcDays) -> [String: String] {
+    static func csv(_ stored: [TrackingEvent], window: Duration = .seconds(3600), clock: LocalClock = .utcDays,
+                    rules: Rules = .none) -> [String: String] {
         var out: [String: String] = [:]
         for includeTest in [false, true] {
-            let tables = compute(stored, includeTest: includeTest, windowMicros: window.microseconds, clock: clock)
+            let tables = compute(stored, includeTest: includeTest, windowMicros: window.microseconds, clock: clock, rules: rules)
             for kind in ReportKind.allCases {
                 out["\(kind.rawValue) includeTest=\(includeTest)"] = render(kind, tables[kind] ?? [:], hourly: clock.hourly)
             }
@@ -71,8 +134,9 @@ enum ReferenceReports {
     /// Rows keyed by their dimension values, each a bag of named counts.
     typealias Table = [[String]: [String: Int64]]
 
-    static func compute(_ stored: [TrackingEvent], includeTest: Bool, windowMicros: Int64, clock: LocalClock = .utcDays) -> [ReportKind: Table] {
-        var summary = Table(), assets = Table(), sources = Table(), adchoices = Table()
+    static func compute(_ stored: [TrackingEvent], includeTest: Bool, windowMicros: Int64, clock: LocalClock = .utcDays,
+                        rules: Rules = .none) -> [ReportKind: Table] {
+        var summary = Table(), assets = Table(), sources = Table(), adchoices = Table(), ivt = Table()
         /// The row's time dimensions, joined; split again by `render`.
         func day(_ e: TrackingEvent) -> String { clock.key(e.correctedAt).joined(separator: ",") }
         func bump(_ t: inout Table, _ key: [String], _ name: String) { t[key, default: [:]][name, default: 0] += 1 }
@@ -81,7 +145,21 @@ enum ReferenceReports {
                 ? a.correctedAt.microseconds < b.correctedAt.microseconds : a.id.text < b.id.text
         }
 
-        let events = stored.filter { includeTest || !($0.test || testAdUnits.contains($0.adUnit)) }
+        let labels = rules.labels(stored)
+        func labelled(_ e: TrackingEvent, _ label: String) {
+            bump(&ivt, [day(e), e.adUnit, e.formatId, label], "events")
+            if e.type == .impression {
+                bump(&ivt, [day(e), e.adUnit, e.formatId, label], "impressions")
+                bump(&summary, [day(e), e.adUnit, e.formatId], "givtImpressions")
+            }
+            if e.type == .click {
+                bump(&ivt, [day(e), e.adUnit, e.formatId, label], "clicks")
+                bump(&summary, [day(e), e.adUnit, e.formatId], "givtClicks")
+            }
+        }
+        let kept = stored.filter { includeTest || !($0.test || testAdUnits.contains($0.adUnit)) }
+        for e in kept { if let label = labels[e.id] { labelled(e, label) } }
+        let events = kept.filter { labels[$0.id] == nil }
         let ads = Dictionary(grouping: events, by: \.requestId)
         for (_, adEvents) in ads {
             let ofType = { (t: EventType) in adEvents.filter { $0.type == t }.sorted(by: earlier) }
@@ -114,32 +192,44 @@ enum ReferenceReports {
             }
 
             // Clicks, asset by asset, in order; a click within 1 s of the last counted one is a duplicate.
+            var countedClicks: [TrackingEvent] = []
             for asset in Set(clicks.compactMap(\.assetKey)) {
                 var lastCounted: Int64?
                 for c in clicks where c.assetKey == asset {
                     let t = c.correctedAt.microseconds
-                    let summaryKey = [day(c), c.adUnit, c.formatId]
-                    let assetKey = [day(c), c.adUnit, c.formatId, asset]
                     if let last = lastCounted, t - last <= 1_000_000 {
-                        bump(&summary, summaryKey, "duplicateClicks")
-                        bump(&assets, assetKey, "duplicateClicks")
+                        bump(&summary, [day(c), c.adUnit, c.formatId], "duplicateClicks")
+                        bump(&assets, [day(c), c.adUnit, c.formatId, asset], "duplicateClicks")
                         continue
                     }
                     lastCounted = t
-                    bump(&summary, summaryKey, "clicks")
-                    bump(&assets, assetKey, "clicks")
-                    let reason: String
-                    if let imp = counted {
-                        let i = imp.correctedAt.microseconds
-                        if t < i - 1_000_000 { reason = "beforeImpression" }
-                        else if t > i + windowMicros { reason = "outsideWindow" }
-                        else { reason = "attributedClicks" }
-                    } else {
-                        reason = "noImpression"
-                    }
-                    bump(&assets, assetKey, reason)
-                    if reason == "attributedClicks" { bump(&summary, summaryKey, "attributedClicks") }
+                    countedClicks.append(c)
                 }
+            }
+            // Then the ad's counted clicks beyond the first maxClicksPerAd are excessive.
+            countedClicks.sort(by: earlier)
+            if let limit = rules.maxClicksPerAd, countedClicks.count > limit {
+                for c in countedClicks[limit...] { labelled(c, "excessive_clicks") }
+                countedClicks = Array(countedClicks[..<limit])
+            }
+            for c in countedClicks {
+                let t = c.correctedAt.microseconds
+                let asset = c.assetKey!
+                let summaryKey = [day(c), c.adUnit, c.formatId]
+                let assetKey = [day(c), c.adUnit, c.formatId, asset]
+                bump(&summary, summaryKey, "clicks")
+                bump(&assets, assetKey, "clicks")
+                let reason: String
+                if let imp = counted {
+                    let i = imp.correctedAt.microseconds
+                    if t < i - 1_000_000 { reason = "beforeImpression" }
+                    else if t > i + windowMicros { reason = "outsideWindow" }
+                    else { reason = "attributedClicks" }
+                } else {
+                    reason = "noImpression"
+                }
+                bump(&assets, assetKey, reason)
+                if reason == "attributedClicks" { bump(&summary, summaryKey, "attributedClicks") }
             }
 
             if let first = adchoicesImpressions.first {
@@ -157,7 +247,7 @@ enum ReferenceReports {
             row["unattributedClicks"] = (row["clicks"] ?? 0) - (row["attributedClicks"] ?? 0)
             summary[key] = row
         }
-        return [.summary: summary, .assets: assets, .sources: sources, .adchoices: adchoices]
+        return [.summary: summary, .assets: assets, .sources: sources, .adchoices: adchoices, .ivt: ivt]
     }
 
     /// Rows sorted by their dimensions (byte order), one per combination with a non-zero count.

@@ -1,0 +1,129 @@
+/// One group of the `high_rate` rule: a client (user agent and address) in one UTC minute of receipt.
+struct ClientGroup: Hashable {
+    /// Minutes since 1970-01-01T00:00Z of the events' receipt.
+    var minute: Int64
+    var userAgent: Int32
+    /// The address as a binary `inet`.
+    var address: [UInt8]
+
+    static let microsecondsPerMinute: Int64 = 60_000_000
+}
+
+/// An event of a group, as `client_minutes.members` lists it: enough to find it in `ad_state`.
+struct GroupMember: Hashable {
+    var requestId: String
+    var id: UUIDText
+}
+
+/// The `high_rate` rule's counts (`client_minutes`): stored events per client and minute.
+///
+/// A group is decided on stored events, so a retried batch (its events are stored once) adds
+/// nothing, and the label is the same whatever order the events arrive in: every event of a
+/// group that holds more than the limit is labelled, also those projected before the group
+/// went over it (their ads are recomputed then).
+enum ClientMinutes {
+    /// Adds `added` events to their groups.
+    ///
+    /// - Returns: the groups that hold more events than `limit` after this (every event of
+    ///   them is `high_rate`), and the events of earlier steps in groups that went over the
+    ///   limit in this one (they are to be relabelled).
+    static func count(_ added: [ClientGroup: [GroupMember]], limit: Int,
+                      on connection: Connection) throws -> (overLimit: Set<ClientGroup>, relabel: [GroupMember]) {
+        guard !added.isEmpty else { return ([], []) }
+        let groups = Array(added.keys)
+        var minutes = BinaryArray(.timestamptz, capacity: groups.count)
+        var agents = BinaryArray(.int4, capacity: groups.count)
+        var addresses = BinaryArray(.inet, capacity: groups.count)
+        for g in groups {
+            minutes.append(microsecondsSince1970: g.minute * ClientGroup.microsecondsPerMinute)
+            agents.append(g.userAgent)
+            addresses.append(bytes: g.address)
+        }
+        let stored = try connection.query(ClientMinutesSQL.lock, [minutes.parameter, agents.parameter, addresses.parameter],
+                                          binaryResults: true)
+        var before: [ClientGroup: (events: Int, members: [UInt8]?)] = [:]
+        for row in 0..<stored.rowCount {
+            guard let micros = BinaryValue.microsecondsSince1970(timestamptz: stored.bytes(row, 0)),
+                  let agent = ByteReader.int32(stored.bytes(row, 1)), let events = ByteReader.int32(stored.bytes(row, 3))
+            else { throw DatabaseError(.unexpectedResult, serverMessage: "client_minutes: an unreadable row") }
+            let group = ClientGroup(minute: micros / ClientGroup.microsecondsPerMinute, userAgent: agent, address: Array(stored.bytes(row, 2)))
+            before[group] = (Int(events), stored.isNull(row, 4) ? nil : Array(stored.bytes(row, 4)))
+        }
+
+        var overLimit = Set<ClientGroup>()
+        var relabel: [GroupMember] = []
+        var counts = BinaryArray(.int4, capacity: groups.count)
+        var members = BinaryArray(.bytea, capacity: groups.count)
+        for g in groups {
+            let new = added[g]!
+            let old = before[g]
+            let total = (old?.events ?? 0) + new.count
+            counts.append(Int32(clamping: total))
+            if total > limit {
+                overLimit.insert(g)
+                if let old, old.events <= limit, let packed = old.members {
+                    relabel += try decode(packed)
+                }
+                members.appendNull()
+            } else {
+                var packed = old?.members ?? []
+                for m in new { encode(m, into: &packed) }
+                members.append(bytes: packed)
+            }
+        }
+        try connection.query(ClientMinutesSQL.store, [minutes.parameter, agents.parameter, addresses.parameter,
+                                                      counts.parameter, members.parameter])
+        return (overLimit, relabel)
+    }
+
+    /// Forgets the groups of minutes before `minute`: an event is committed within seconds of
+    /// its receipt, so they take no more events.
+    static func forget(before minute: Int64, on connection: Connection) throws {
+        var limit = BinaryArray(.timestamptz, capacity: 1)
+        limit.append(microsecondsSince1970: minute * ClientGroup.microsecondsPerMinute)
+        try connection.query("DELETE FROM client_minutes WHERE minute < ($1::timestamptz[])[1]", [limit.parameter])
+    }
+
+    /// How far behind the newest projected receipt a group is kept.
+    static let keptMinutes: Int64 = 60
+
+    static func encode(_ member: GroupMember, into out: inout [UInt8]) {
+        out.appendBigEndian(UInt16(truncatingIfNeeded: member.requestId.utf8.count))
+        out.append(contentsOf: member.requestId.utf8)
+        out.appendBigEndian(member.id.high)
+        out.appendBigEndian(member.id.low)
+    }
+
+    static func decode(_ packed: [UInt8]) throws -> [GroupMember] {
+        try packed.withUnsafeBytes { bytes in
+            var reader = ByteReader(bytes)
+            var out: [GroupMember] = []
+            while !reader.isAtEnd {
+                var strings = StringTable(limit: 1)
+                guard let requestId = reader.string(&strings), let id = reader.uuid() else {
+                    throw DatabaseError(.unexpectedResult, serverMessage: "client_minutes: members do not follow their layout")
+                }
+                out.append(GroupMember(requestId: requestId, id: id))
+            }
+            return out
+        }
+    }
+}
+
+enum ClientMinutesSQL {
+    /// Binary columns: 0 minute, 1 user agent, 2 address, 3 events, 4 members. Locked: the
+    /// counts written back are computed from these.
+    static let lock = """
+        SELECT c.minute, c.user_agent_id, c.client_ip, c.events, c.members
+        FROM client_minutes c
+        JOIN unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
+          ON c.minute = g.minute AND c.user_agent_id = g.user_agent_id AND c.client_ip = g.client_ip
+        FOR UPDATE OF c
+        """
+
+    static let store = """
+        INSERT INTO client_minutes (minute, user_agent_id, client_ip, events, members)
+        SELECT * FROM unnest($1::timestamptz[], $2::int4[], $3::inet[], $4::int4[], $5::bytea[])
+        ON CONFLICT (minute, user_agent_id, client_ip) DO UPDATE SET events = excluded.events, members = excluded.members
+        """
+}

@@ -1,0 +1,39 @@
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Tracker
+
+/// Who sent a request, as the log records it for its events (the invalid-traffic rules read it):
+/// the `User-Agent` header and the peer's address, or the client a trusted proxy forwarded for.
+struct ClientIdentity: Sendable {
+    /// Peers whose `X-Forwarded-For` is believed (`TRACKER_TRUSTED_PROXIES`); empty: none.
+    var trustedProxies: IPRangeSet
+    /// Store the /24 (IPv4) or /48 (IPv6) of every address (`TRACKER_IP_STORAGE=truncated`).
+    var truncatesAddresses: Bool
+
+    static let forwardedFor = HTTPField.Name("X-Forwarded-For")!
+
+    /// The request's client. A request without `User-Agent` has the empty one; a peer that is
+    /// not an IP socket (none in tests that run the router alone) has no address.
+    func client(of request: Request, context: some RequestContext) -> EventClient {
+        let agent = request.headers[values: .userAgent].first ?? ""
+        var address = (context as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress.flatMap { IPAddress($0) }
+        if let peer = address {
+            let forwarded = request.headers[values: Self.forwardedFor]
+            address = ForwardedFor.client(peer: peer, header: forwarded.isEmpty ? nil : forwarded.joined(separator: ","),
+                                          trustedProxies: trustedProxies)
+        }
+        return EventClient(userAgent: agent, ip: truncatesAddresses ? address?.truncated() : address)
+    }
+}
+
+/// A request context that knows the peer's address (Hummingbird's `BasicRequestContext` does not).
+struct TrackerRequestContext: RequestContext, RemoteAddressRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let remoteAddress: SocketAddress?
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = CoreRequestContextStorage(source: source)
+        remoteAddress = source.channel.remoteAddress
+    }
+}
