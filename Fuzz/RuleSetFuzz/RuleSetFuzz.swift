@@ -7,8 +7,9 @@ import TrackerInput
 ///
 /// Besides crashes and hangs, it checks what SPEC 8 and the rule set promise: a refusal says
 /// why; an accepted rule set compiles, its stored document is the same bytes every time and
-/// reads back equal; the matcher stays within its cache cap and its documented work per byte
-/// on the input itself as a user agent; the range set holds every range's first address.
+/// reads back equal; on the input itself as a user agent, the matcher of all patterns answers
+/// as the patterns alone do and as one with a two-state cache does, within its cache cap and
+/// its documented work per byte; the range set holds every range's first address.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzRuleSet(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = Array(UnsafeBufferPointer(start: data, count: size))
@@ -57,12 +58,35 @@ func check(_ rules: IVTRuleSet, userAgent: [UInt8]) {
     for range in rules.ipRanges {
         precondition(compiled.ipRanges.contains(range.network), "\(range) is not in its own set")
     }
-    // The input as a hostile user agent (the caller bounds one to 512 bytes), then a browser's.
+    // The input as a hostile user agent (the caller bounds one to 512 bytes), a browser's, and
+    // the empty one; the answers must be those of each pattern alone, and of a matcher whose
+    // cache holds two states (emptied at almost every byte).
     let matcher = compiled.userAgents
-    _ = matcher.matches(userAgent.prefix(512))
-    _ = matcher.matches("Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 Version/17.6 Mobile Safari/604.1")
-    _ = matcher.matches("")
-    precondition(matcher.cachedStates <= UserAgentMatcher.maxCachedStates, "the DFA cache outgrew its cap")
+    let patterns = rules.userAgents.map(\.pattern)
+    let alone = patterns.prefix(8).compactMap { try? UserAgentMatcher(patterns: [$0]) }
+    precondition(alone.count == min(8, patterns.count), "a pattern of an accepted rule set does not compile alone")
+    let tiny: UserAgentMatcher
+    do {
+        tiny = try UserAgentMatcher(patterns: patterns, maxCachedStates: 2, maxCacheBytes: 1 << 16)
+    } catch {
+        preconditionFailure("an accepted rule set does not compile with a small cache: \(error)")
+    }
+    let browser = Array("Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 Version/17.6 Mobile Safari/604.1".utf8)
+    var calls = 0
+    for ua in [Array(userAgent.prefix(512)), browser, []] {
+        let answer = matcher.matches(ua)
+        calls += 1
+        precondition(tiny.matches(ua) == answer, "a small cache changes the answer")
+        if patterns.count <= 8 {
+            precondition(alone.contains { $0.matches(ua) } == answer, "the patterns together answer otherwise than each alone")
+        }
+    }
+    precondition(matcher.cachedStates <= UserAgentMatcher.maxCachedStates && tiny.cachedStates <= 2, "a DFA cache outgrew its cap")
+    // The work bound UserAgentMatcher documents: three walks over the NFA per byte, two per call.
+    for m in [matcher, tiny] {
+        let s = m.statistics
+        precondition(s.instructionsVisited <= (3 * s.bytesScanned + 2 * calls) * m.instructionCount, "more work than the bound: \(s)")
+    }
     if rules.userAgents.isEmpty {
         precondition(!matcher.matches(userAgent.prefix(512)), "no pattern matched")
     }
