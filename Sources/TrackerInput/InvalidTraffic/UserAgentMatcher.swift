@@ -14,7 +14,10 @@
 /// (the step from the current state; the check of `$` at the end; and, once per byte class per
 /// cache lifetime, the step from every pattern's start), then sorting and hashing the state's
 /// instruction list: O(m log m) for an NFA of m instructions, whatever the bytes are. Each call
-/// adds at most two walks for its initial state. `statistics` counts this work.
+/// adds at most two walks for its initial state. `statistics` counts this work. A state stores
+/// only the instructions beyond every pattern's start (which every state holds, the search
+/// being unanchored), so in practice a new state costs what the patterns in progress hold, not
+/// what the whole list does.
 ///
 /// **Syntax** (that of the `crawler-user-agents` list, a subset JavaScript and PCRE agree on):
 /// literals; `.` (any byte but line feed and carriage return); escapes `\d \D \w \W \s \S`,
@@ -26,9 +29,10 @@
 /// Refused, naming the pattern: backreferences, lookaround, atomic groups, possessive
 /// quantifiers, other inline flags, `\b`, Unicode property escapes, `[]`, POSIX classes,
 /// non-ASCII characters, a pattern that matches the empty string (it would match every user
-/// agent), and one expanding to more than 10 000 NFA instructions.
+/// agent), groups nested deeper than 64, a pattern expanding to more than 10 000 NFA
+/// instructions and patterns together expanding to more than `maxInstructions`.
 ///
-/// **Case and bytes.** Matching ignores the case of ASCII letters (as the list's `/i` use).
+/// **Case and bytes.** Matching ignores the case of ASCII letters, as SPEC 8 says.
 /// The user agent is read as bytes: a non-ASCII character is several bytes, each matched only
 /// by `.`, a negated class, `\D`, `\W` or `\S`, so a pattern that counts characters (`a.b`)
 /// counts bytes there; invalid UTF-8 is matched like any other bytes.
