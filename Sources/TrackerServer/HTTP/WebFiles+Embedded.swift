@@ -9,12 +9,19 @@ info:
   version: "1"
   summary: Native-ad impression, click and AdChoices events in; deduplicated, attributed reports out.
   description: |
-    The HTTP contract of the tracker (the rules themselves are SPEC.md; how they are met is
-    docs/ARCHITECTURE.md and docs/REPORTS.md). The running server serves this document at
-    `GET /openapi.yaml`, and `scripts/test-contract.sh` checks the server against it.
+    The HTTP contract of the tracker (the rules themselves are docs/PROTOCOL.md; how they are
+    met is docs/ARCHITECTURE.md and docs/REPORTS.md). The running server serves this document
+    at `GET /openapi.yaml`, and `scripts/test-contract.sh` checks the server against it.
 
     Keys: `tracker keys create --name NAME --scope ingest|report` prints a key; send it as
-    `Authorization: Bearer <key>`. A key of one scope cannot be used for the other.
+    `Authorization: Bearer <key>`. A key of one scope cannot be used for the other. An ingest
+    key created with `--server` is a *server key*: its events may carry the device's
+    `userAgent` and `ip` (a server sending events on devices' behalf).
+
+    Invalid traffic is labelled, never dropped: every report counts valid traffic only,
+    names the invalid-traffic rule set its numbers were computed with (`ivtRules` in the
+    JSON, the `X-IVT-Rules` header), and counts labelled events apart (`givtImpressions`,
+    `givtClicks`, the `ivt` report). docs/REPORTS.md, "Invalid traffic (GIVT)".
 
     Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}`. The `error` code is
     stable (clients branch on it); the `message` is for a person and may change.
@@ -28,7 +35,13 @@ servers:
     description: "`make run` (TRACKER_HOST / TRACKER_PORT)"
 tags:
   - name: ingest
-    description: SPEC section 1 to 4.
+    description: |
+      Events in (docs/PROTOCOL.md: the batch, the event types, time, the log). The log keeps
+      every stored event's client for the invalid-traffic rules: the request's `User-Agent`
+      (cut to 512 characters; the empty one when absent) and its peer address
+      (`X-Forwarded-For` only from `TRACKER_TRUSTED_PROXIES`), or the event's own `userAgent`
+      and `ip` from a server key. With `TRACKER_IP_STORAGE=truncated` an address is stored as
+      its /24 (IPv4) or /48 (IPv6).
   - name: beacons
     description: |
       Web beacons for ads a browser renders, where no key can be sent: a pixel (`<img>`) and a
@@ -39,7 +52,8 @@ tags:
       `Cache-Control: no-store, no-cache, must-revalidate, private`, `Pragma: no-cache`,
       `Expires: 0`, `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`, and
       no cookie. Without `TRACKER_BEACON_SECRET` these endpoints answer
-      `503 beacons_not_configured`. See docs/CLIENT.md, "Web beacons".
+      `503 beacons_not_configured`. A beacon's event records the browser that fetched it (its
+      `User-Agent` and address) as its client. See docs/CLIENT.md, "Web beacons".
   - name: reports
     description: |
       The report semantics of docs/PROTOCOL.md. `from`/`to` are inclusive local days in `tz`
@@ -49,8 +63,12 @@ tags:
       JSON by default; `Accept: text/csv` (or `format=csv`, which wins over `Accept`) gives
       CSV with the same columns. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
       projections to hold every event committed before it was asked, and says in the
-      `X-Projection-Lag-*` headers how far behind the log it still is. A report name other
-      than the four is a `400 unknown_report`.
+      `X-Projection-Lag-*` headers how far behind the log it still is. Every measure counts
+      valid traffic only: an event labelled general invalid traffic takes no part in the
+      rules. Every report names the invalid-traffic rule set it was computed with: `ivtRules`
+      in the JSON (after `from`, `to` and, when present, `tz` and `granularity`) and the
+      `X-IVT-Rules` header (JSON and CSV alike). A report name other than `summary`,
+      `assets`, `sources`, `adchoices` and `ivt` is a `400 unknown_report`.
   - name: operations
     description: Health, readiness, metrics, this document, and an ad's audit trail.
   - name: dashboard
@@ -76,9 +94,17 @@ paths:
         The request schema below describes a *valid* event. An event that breaks a rule of it
         does not fail the batch: it is answered in `rejected`. Other rules checked per event:
         `occurredAt` at most 1 s after `sentAt`, or, without `sentAt`, at most 24 h after the
-        server's time; the corrected time (SPEC 3) not before 1970-01-01; `assetKey` required
-        for `click`; `attributes` at most 2 KiB as compact JSON, numbers within the range of a
-        double, no U+0000.
+        server's time; the corrected time (docs/PROTOCOL.md, "Time") not before 1970-01-01;
+        `assetKey` required for `click`; `attributes` at most 2 KiB as compact JSON, numbers
+        within the range of a double, no U+0000; `userAgent` and `ip` only with a server key
+        (`tracker keys create --scope ingest --server`): from any other key an event that sets
+        either (not `null`) is rejected with a message naming the field (`userAgent may be set
+        only with a server key …`), and the rest of the batch is stored.
+
+        Every stored event records its client: its own `userAgent` and `ip` when a server key
+        set them, otherwise the request's `User-Agent` header (the empty user agent when there
+        is none) and the request's address (the peer, or the client named in
+        `X-Forwarded-For` when the peer is one of `TRACKER_TRUSTED_PROXIES`).
 
         Limits that refuse the whole batch with `413`: more than 500 events, a body over
         512 KiB after decompression, one event over 16 KiB as written in the body.
@@ -117,6 +143,18 @@ paths:
                       reservation: true
                       test: false
                       attributes: {appVersion: "4.2.0"}
+              fromAServer:
+                summary: A server key's event, naming the device it came from
+                value:
+                  events:
+                    - id: 0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b12
+                      type: impression
+                      requestId: req-8a21
+                      adUnit: /1234/example/native
+                      formatId: native
+                      occurredAt: "2026-11-20T10:00:02.000Z"
+                      userAgent: "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36"
+                      ip: "2001:db8::1"
       responses:
         "200":
           description: The batch was parsed; the accepted events are durably stored.
@@ -358,7 +396,7 @@ paths:
     get:
       tags: [reports]
       operationId: summaryReport
-      summary: Impressions, clicks, attribution, duplicates, AdChoices and video per day, ad unit and format
+      summary: Impressions, clicks, attribution, duplicates, AdChoices, video and invalid traffic per day, ad unit and format
       security:
         - reportKey: []
       parameters: &reportParameters
@@ -373,9 +411,10 @@ paths:
       responses:
         "200":
           description: One row per day (and hour), ad unit and format with any non-zero count, sorted by those.
-          headers: &lagHeaders
+          headers: &reportHeaders
             X-Projection-Lag-Events: {$ref: "#/components/headers/ProjectionLagEvents"}
             X-Projection-Lag-Seconds: {$ref: "#/components/headers/ProjectionLagSeconds"}
+            X-IVT-Rules: {$ref: "#/components/headers/IVTRules"}
           content:
             application/json:
               schema:
@@ -387,7 +426,7 @@ paths:
                   RFC 4180 with a header row, lines ended by LF, the columns of the JSON rows in
                   the same order (`hour` after `day` by hour): day,adUnit,formatId,impressions,duplicateImpressions,
                   staleImpressions,clicks,duplicateClicks,attributedClicks,unattributedClicks,ctr,
-                  adchoicesImpressions,adchoicesClicks,videoPlays,videoEnds
+                  adchoicesImpressions,adchoicesClicks,videoPlays,videoEnds,givtImpressions,givtClicks
         "400": &reportBadRequest {$ref: "#/components/responses/InvalidParameter"}
         "401": &reportUnauthorized {$ref: "#/components/responses/Unauthorized"}
         "403": &reportForbidden {$ref: "#/components/responses/Forbidden"}
@@ -407,7 +446,7 @@ paths:
       responses:
         "200":
           description: One row per day (and hour), ad unit, format and asset key with any non-zero count, sorted by those.
-          headers: *lagHeaders
+          headers: *reportHeaders
           content:
             application/json:
               schema:
@@ -435,7 +474,7 @@ paths:
       responses:
         "200":
           description: One row per day (and hour), ad unit and adapter with any non-zero count, sorted by those.
-          headers: *lagHeaders
+          headers: *reportHeaders
           content:
             application/json:
               schema:
@@ -463,7 +502,7 @@ paths:
       responses:
         "200":
           description: One row per day (and hour), ad unit and format with any non-zero count, sorted by those.
-          headers: *lagHeaders
+          headers: *reportHeaders
           content:
             application/json:
               schema:
@@ -480,18 +519,56 @@ paths:
         "500": *reportInternal
         "503": *reportUnavailable
 
+  /v1/reports/ivt:
+    get:
+      tags: [reports]
+      operationId: ivtReport
+      summary: General invalid traffic (GIVT) by label per day, ad unit and format
+      description: |
+        The events the rule set in force labelled, which every other report leaves out: per
+        label, the labelled impression and click events and the labelled events of every type,
+        each under its own day (or hour), ad unit and format. Labels, the first that applies:
+        `declared_bot` (the user agent matches a pattern), `datacenter` (the address is inside
+        a range), `high_rate` (more than `maxEventsPerClientMinute` stored events of one
+        address and user agent in one UTC minute of receipt), `excessive_clicks` (an ad's
+        counted clicks beyond the first `maxClicksPerAd`). Test traffic is left out unless
+        `includeTest`, as in every report. Under rule set 0 (the empty one) it has no rows.
+      security:
+        - reportKey: []
+      parameters: *reportParameters
+      responses:
+        "200":
+          description: One row per day (and hour), ad unit, format and label with any non-zero count, sorted by those.
+          headers: *reportHeaders
+          content:
+            application/json:
+              schema:
+                $ref: "#/components/schemas/IVTReport"
+            text/csv:
+              schema:
+                type: string
+                description: "Header row (`hour` after `day` by hour): day,adUnit,formatId,label,impressions,clicks,events"
+        "400": *reportBadRequest
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "408": *reportTimeout
+        "409": *reportRebuildRequired
+        "500": *reportInternal
+        "503": *reportUnavailable
+
   /v1/ads/{requestId}:
     get:
       tags: [reports]
       operationId: explainAd
-      summary: An ad's audit trail - every stored event and what it became under SPEC 5
+      summary: An ad's audit trail - every stored event and what it became under the report rules
       description: |
-        Every stored event of one ad (one `requestId`) in the order SPEC 5 takes them
+        Every stored event of one ad (one `requestId`) in the order the report rules take them
         (corrected time, then `id`), each with what it became: the counted impression (and
         whether it is stale), a duplicate impression and of which, a counted click attributed
         to which impression or unattributed with its reason, a duplicate click and of which
-        click, AdChoices, video. Summing the explanations of every ad gives the report rows.
-        `tracker explain REQUEST_ID` prints the same.
+        click, AdChoices, video, or general invalid traffic with its label (judged under the
+        rule set the projections use). Summing the explanations of every ad gives the report
+        rows. `tracker explain REQUEST_ID` prints the same.
       security:
         - reportKey: []
       parameters:
@@ -503,8 +580,10 @@ paths:
         - $ref: "#/components/parameters/IncludeTest"
       responses:
         "200":
-          description: The ad's events in SPEC 5 order.
-          headers: *lagHeaders
+          description: The ad's events in the order the report rules take them.
+          headers:
+            X-Projection-Lag-Events: {$ref: "#/components/headers/ProjectionLagEvents"}
+            X-Projection-Lag-Seconds: {$ref: "#/components/headers/ProjectionLagSeconds"}
           content:
             application/json:
               schema:
@@ -547,7 +626,7 @@ paths:
     get:
       tags: [operations]
       operationId: readiness
-      summary: The database is reachable and the schema current (readiness), with the projection lag
+      summary: The database is reachable and the schema current (readiness), with the projection lag and rule sets
       security: []
       responses:
         "200":
@@ -576,6 +655,19 @@ paths:
                       go on, reports no longer advance. Not a 503, so the balancer keeps the node.
                     const: stopped
                   projectorError: {type: string, description: Why the projector stopped and what to do.}
+                  ivtRules:
+                    description: |
+                      The invalid-traffic rule sets: `projections`, the version the projections
+                      (and so every report) were computed with; `newest`, the newest activated
+                      (`tracker ivt activate`). When `newest` is greater it waits for
+                      `tracker rebuild`, and `warnings` says so. Read on the same connection as
+                      `projectionLag`, and absent when it is.
+                    type: object
+                    additionalProperties: false
+                    required: [projections, newest]
+                    properties:
+                      projections: {type: integer, minimum: 0}
+                      newest: {type: integer, minimum: 0}
                   warnings:
                     description: |
                       Present when a database connection of this node is stronger than its work
@@ -583,6 +675,9 @@ paths:
                       whatever its protections say) or lacks a grant its work needs. Each names
                       the setting (DATABASE_URL, PROJECTOR_DATABASE_URL, REPORT_DATABASE_URL) and
                       the role to connect as instead (docs/OPERATIONS.md, "Database roles").
+                      Also present while a newer invalid-traffic rule set waits:
+                      `invalid-traffic rule set N waits: the projections use M until 'tracker
+                      rebuild' applies the newest to the whole log` (the node stays ready).
                     type: array
                     minItems: 1
                     items: {type: string}
@@ -762,7 +857,10 @@ components:
     ingestKey:
       type: http
       scheme: bearer
-      description: A key of the `ingest` scope (`tracker keys create --scope ingest`). For `POST /v1/events` and `POST /v1/beacons`.
+      description: |
+        A key of the `ingest` scope (`tracker keys create --scope ingest`). For `POST /v1/events`
+        and `POST /v1/beacons`. A server key (`tracker keys create --scope ingest --server`) may
+        also set events' `userAgent` and `ip`.
     reportKey:
       type: http
       scheme: bearer
@@ -854,6 +952,12 @@ components:
       description: Seconds since the oldest of those events was received; 0 when caught up.
       required: true
       schema: {type: number, minimum: 0}
+    IVTRules:
+      description: |
+        The version of the invalid-traffic rule set the report was computed with (0: the empty
+        rule set, which labels nothing); the same number as `ivtRules` in the JSON.
+      required: true
+      schema: {type: integer, minimum: 0}
     NoCache:
       description: "`no-cache`: a browser revalidates (with `If-None-Match` where an `ETag` is sent) before reuse."
       required: true
@@ -906,7 +1010,10 @@ components:
               - properties:
                   error: {const: forbidden}
     InvalidParameter:
-      description: A parameter breaks its rule; the message names it and the rule.
+      description: |
+        A parameter breaks its rule; the message names it and the rule. An unknown report name
+        is `unknown_report`, whose message lists the reports (`unknown report 'clicks'; reports
+        are summary, assets, sources, adchoices, ivt and reconciliation`).
       content:
         application/json:
           schema:
@@ -999,8 +1106,8 @@ components:
     Event:
       type: object
       description: |
-        One event (SPEC section 1). Unknown members are ignored; `null` for an optional member
-        means absent. A repeated member keeps its last value, as `JSON.parse`.
+        One event (docs/PROTOCOL.md, "Ingest"). Unknown members are ignored; `null` for an
+        optional member means absent. A repeated member keeps its last value, as `JSON.parse`.
       required: [id, type, requestId, adUnit, formatId, occurredAt]
       if:
         properties: {type: {const: click}}
@@ -1073,10 +1180,36 @@ components:
                   - type: number
                   - type: boolean
             - type: "null"
+        userAgent:
+          description: |
+            The device's user agent, when a server sends events on the device's behalf: 1 to 512
+            characters (Unicode scalars), no control characters. Only a server key may set it;
+            from any other key the event is rejected with a message naming `userAgent`. Stored
+            instead of the request's `User-Agent` for the invalid-traffic rules.
+          oneOf:
+            - type: string
+              minLength: 1
+              maxLength: 512
+              pattern: "^[^\\x00-\\x1F\\x7F-\\x9F]+$"
+            - type: "null"
+        ip:
+          description: |
+            The device's IP address, IPv4 (`203.0.113.7`, four decimal parts without leading
+            zeros) or IPv6 in any RFC 4291 text form (`2001:db8::1`, `::ffff:192.0.2.1`, which
+            is the IPv4 address); no port, brackets, zone or prefix. Same rule as `userAgent`:
+            server keys only, otherwise the event is rejected naming `ip`. Stored instead of
+            the request's address (truncated with `TRACKER_IP_STORAGE=truncated`).
+          oneOf:
+            - type: string
+              anyOf:
+                - format: ipv4
+                - format: ipv6
+              maxLength: 45
+            - type: "null"
 
     EventType:
       type: string
-      description: SPEC section 2.
+      description: The event types of docs/PROTOCOL.md, "Event types".
       enum: [ad_loaded, impression, click, adchoices_impression, adchoices_click,
              video_play, video_pause, video_end, video_mute, video_unmute]
 
@@ -1200,6 +1333,12 @@ components:
         attributes: {$ref: "#/components/schemas/Event/properties/attributes"}
         occurredAt: false
         sentAt: false
+        userAgent:
+          description: "Refused (`400`): a beacon records the browser that fetches it."
+          not: {}
+        ip:
+          description: "Refused (`400`): a beacon records the browser that fetches it."
+          not: {}
 
     MintedBeacons:
       type: object
@@ -1252,6 +1391,27 @@ components:
       type: integer
       minimum: 0
 
+    IVTRules:
+      type: integer
+      minimum: 0
+      description: |
+        The version of the invalid-traffic rule set the numbers were computed with (the
+        `X-IVT-Rules` header too): 0 is the empty rule set, which labels nothing; 1, 2, … are
+        the rule sets `tracker ivt activate` stored. A newer one applies only after
+        `tracker rebuild`.
+
+    IVTLabel:
+      type: string
+      enum: [declared_bot, datacenter, high_rate, excessive_clicks]
+      description: |
+        Why an event is general invalid traffic; at most one label per event, the first that
+        applies in this order: `declared_bot` (its user agent matches a pattern of the rule
+        set), `datacenter` (its address is inside a range), `high_rate` (more than
+        `maxEventsPerClientMinute` stored events, of any type and label, share its address,
+        user agent and UTC minute of receipt: all of them are labelled), `excessive_clicks`
+        (a counted click of its ad beyond the first `maxClicksPerAd`, by corrected time then
+        id, after the duplicate-click rule).
+
     ProjectionLag:
       type: object
       additionalProperties: false
@@ -1263,12 +1423,13 @@ components:
     SummaryReport:
       type: object
       additionalProperties: false
-      required: [from, to, rows]
+      required: [from, to, ivtRules, rows]
       properties:
         from: {$ref: "#/components/schemas/Day"}
         to: {$ref: "#/components/schemas/Day"}
         tz: {$ref: "#/components/schemas/ReportTimeZone"}
         granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
         rows:
           type: array
           items: {$ref: "#/components/schemas/SummaryRow"}
@@ -1278,7 +1439,7 @@ components:
       additionalProperties: false
       required: [day, adUnit, formatId, impressions, duplicateImpressions, staleImpressions, clicks,
                  duplicateClicks, attributedClicks, unattributedClicks, ctr, adchoicesImpressions,
-                 adchoicesClicks, videoPlays, videoEnds]
+                 adchoicesClicks, videoPlays, videoEnds, givtImpressions, givtClicks]
       properties:
         day: {$ref: "#/components/schemas/Day"}
         hour: {$ref: "#/components/schemas/Hour"}
@@ -1321,16 +1482,23 @@ components:
         videoEnds:
           $ref: "#/components/schemas/Count"
           description: Ads with at least one video_end, under the earliest.
+        givtImpressions:
+          $ref: "#/components/schemas/Count"
+          description: Impression events labelled general invalid traffic (any label), under each event's own day, ad unit and format; never in impressions or duplicateImpressions.
+        givtClicks:
+          $ref: "#/components/schemas/Count"
+          description: Click events labelled general invalid traffic (any label, excessive_clicks included), under each event's own day, ad unit and format; never in clicks or duplicateClicks.
 
     AssetsReport:
       type: object
       additionalProperties: false
-      required: [from, to, rows]
+      required: [from, to, ivtRules, rows]
       properties:
         from: {$ref: "#/components/schemas/Day"}
         to: {$ref: "#/components/schemas/Day"}
         tz: {$ref: "#/components/schemas/ReportTimeZone"}
         granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
         rows:
           type: array
           items: {$ref: "#/components/schemas/AssetsRow"}
@@ -1362,12 +1530,13 @@ components:
     SourcesReport:
       type: object
       additionalProperties: false
-      required: [from, to, rows]
+      required: [from, to, ivtRules, rows]
       properties:
         from: {$ref: "#/components/schemas/Day"}
         to: {$ref: "#/components/schemas/Day"}
         tz: {$ref: "#/components/schemas/ReportTimeZone"}
         granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
         rows:
           type: array
           items: {$ref: "#/components/schemas/SourcesRow"}
@@ -1403,12 +1572,13 @@ components:
     AdChoicesReport:
       type: object
       additionalProperties: false
-      required: [from, to, rows]
+      required: [from, to, ivtRules, rows]
       properties:
         from: {$ref: "#/components/schemas/Day"}
         to: {$ref: "#/components/schemas/Day"}
         tz: {$ref: "#/components/schemas/ReportTimeZone"}
         granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
         rows:
           type: array
           items: {$ref: "#/components/schemas/AdChoicesRow"}
@@ -1434,6 +1604,40 @@ components:
           maximum: 1
           description: withAdChoices / eeaReservationImpressions; 0 when there are none. Below 1 means ads without the icon the DSA requires.
         adchoicesClicks: {$ref: "#/components/schemas/Count"}
+
+    IVTReport:
+      type: object
+      additionalProperties: false
+      required: [from, to, ivtRules, rows]
+      properties:
+        from: {$ref: "#/components/schemas/Day"}
+        to: {$ref: "#/components/schemas/Day"}
+        tz: {$ref: "#/components/schemas/ReportTimeZone"}
+        granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
+        rows:
+          type: array
+          items: {$ref: "#/components/schemas/IVTRow"}
+
+    IVTRow:
+      type: object
+      additionalProperties: false
+      required: [day, adUnit, formatId, label, impressions, clicks, events]
+      properties:
+        day: {$ref: "#/components/schemas/Day"}
+        hour: {$ref: "#/components/schemas/Hour"}
+        adUnit: {type: string}
+        formatId: {type: string}
+        label: {$ref: "#/components/schemas/IVTLabel"}
+        impressions:
+          $ref: "#/components/schemas/Count"
+          description: Impression events with this label, under each event's own day, ad unit and format.
+        clicks:
+          $ref: "#/components/schemas/Count"
+          description: Click events with this label.
+        events:
+          $ref: "#/components/schemas/Count"
+          description: Events of every type with this label (ad_loaded, AdChoices and video events too).
 
     AdExplanation:
       type: object
@@ -1467,7 +1671,7 @@ components:
       type: object
       additionalProperties: false
       required: [id, type, source, adapter, assetKey, adUnit, formatId, eea, reservation, test,
-                 occurredAt, sentAt, receivedAt, correctedAt, day, outcome]
+                 occurredAt, sentAt, receivedAt, correctedAt, day, label, outcome]
       properties:
         id: {type: string, format: uuid}
         type: {$ref: "#/components/schemas/EventType"}
@@ -1495,17 +1699,25 @@ components:
         correctedAt:
           type: string
           format: date-time
-          description: The corrected time (SPEC 3) every rule and report uses.
+          description: The corrected time (docs/PROTOCOL.md, "Time") every rule and report uses.
         day:
           $ref: "#/components/schemas/Day"
           description: The UTC day of correctedAt, under which the event's own counts fall.
+        label:
+          description: |
+            The event's invalid-traffic label under the rule set the projections use (the same
+            as `outcome.label`), or null when the event is valid traffic. A test event left
+            out (`test_traffic`) shows null.
+          oneOf:
+            - $ref: "#/components/schemas/IVTLabel"
+            - type: "null"
         outcome: {$ref: "#/components/schemas/Outcome"}
 
     Outcome:
       type: object
       description: |
-        What the event became under SPEC 5. `kind` says which; the other members appear only
-        with the kinds named in their descriptions.
+        What the event became under the report rules. `kind` says which; the other members
+        appear only with the kinds named in their descriptions.
       additionalProperties: false
       required: [kind]
       properties:
@@ -1522,6 +1734,7 @@ components:
             - adchoices_click
             - video                           # countedAs: which video measure it counts the ad in, if any
             - test_traffic                    # a test event, left out because includeTest is false
+            - invalid_traffic                 # label: general invalid traffic, left out of every measure
         earliest:
           type: boolean
           description: "ad_loaded: the ad's earliest ad_loaded, from which staleness is measured."
@@ -1544,6 +1757,9 @@ components:
           type: [string, "null"]
           enum: [videoPlays, videoEnds, null]
           description: "video: the measure this event counts the ad in (the ad's earliest video_play or video_end), else null."
+        label:
+          $ref: "#/components/schemas/IVTLabel"
+          description: "invalid_traffic: why the event is general invalid traffic; it took no part in the rules and counts only in givtImpressions / givtClicks and the ivt report."
 
 """#)
 
