@@ -49,7 +49,11 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     router.add(middleware: ErrorBodyMiddleware())
     HealthRoutes(pool: deps.pool, migrator: deps.migrator, lagPool: deps.lagPool, roleWarnings: deps.roleWarnings,
                  projectorStatus: deps.projectorStatus).register(on: router)
-    ReportRoutes(keys: deps.keys, reports: deps.reports).register(on: router)
+    let reconciliation = ReconciliationRoutes(keys: deps.keys,
+                                              reconciliations: Reconciliations(pool: deps.pool, readPool: deps.reportPool),
+                                              reports: deps.reports)
+    ReportRoutes(keys: deps.keys, reports: deps.reports, reconciliation: reconciliation).register(on: router)
+    reconciliation.register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
                 admission: deps.admission ?? Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),

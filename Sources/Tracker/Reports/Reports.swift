@@ -79,6 +79,16 @@ public struct Reports: Sendable {
     }
 }
 
+extension Reports {
+    /// The tz database's spelling of zone `name`.
+    ///
+    /// - Throws: `ReportQueryError.unknownTimeZone` when the database does not know it.
+    public func timeZone(_ name: String) async throws -> String {
+        guard ReportQuery.isZoneName(name) else { throw ReportQueryError.unknownTimeZone(name) }
+        return try await TimeZoneCatalog.shared.canonicalName(name, pool: pool)
+    }
+}
+
 /// Why the projections cannot answer a report that is well asked.
 public enum ReportError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The projections were made before the tracker kept quarter hours, so only UTC days can

@@ -4,7 +4,7 @@ import Tracker
 struct ReportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Print a report (summary, assets, sources or adchoices) as a table, CSV or JSON.",
+        abstract: "Print a report (summary, assets, sources, adchoices, ivt or reconciliation) as a table, CSV or JSON.",
         discussion: """
             Reads the projections, from REPORT_DATABASE_URL when it is set and --database-url is not. \
             Waits up to TRACKER_REPORT_WAIT seconds (5) for the projections to include every event \
@@ -15,14 +15,20 @@ struct ReportCommand: AsyncParsableCommand {
         case table, csv, json
     }
 
-    @Argument(help: "summary, assets, sources or adchoices.")
+    @Argument(help: "summary, assets, sources, adchoices, ivt or reconciliation.")
     var report: String
 
-    @Option(help: "First local day (in --tz), YYYY-MM-DD (inclusive).")
-    var from: String
+    @Option(help: "First local day (in --tz), YYYY-MM-DD (inclusive); for reconciliation, default the import's first day.")
+    var from: String?
 
-    @Option(help: "Last local day (in --tz), YYYY-MM-DD (inclusive).")
-    var to: String
+    @Option(help: "Last local day (in --tz), YYYY-MM-DD (inclusive); for reconciliation, default the import's last day.")
+    var to: String?
+
+    @Option(name: .customLong("import"), help: "reconciliation: the import's id (tracker reconcile list); default the newest.")
+    var importId: String?
+
+    @Option(help: "reconciliation: the largest discrepancy within tolerance, a fraction of Ad Manager's count (0.10).")
+    var threshold: String?
 
     @Option(help: "IANA time zone whose local days (and hours) the rows are, e.g. America/New_York.")
     var tz: String = ReportQuery.defaultTimeZone
@@ -47,6 +53,8 @@ struct ReportCommand: AsyncParsableCommand {
     func run() async throws {
         let pool = try database.reportPool()
         defer { pool.close() }
+        if report == "reconciliation" { return try await reconciliation(pool) }
+        guard from != nil, to != nil else { throw ValidationError("--from and --to are required") }
         let query: ReportQuery
         do {
             query = try ReportQuery.parse(report: report, parameter: { name in
@@ -77,6 +85,43 @@ struct ReportCommand: AsyncParsableCommand {
         }
         switch output {
         case .table: print(result.table, terminator: "")
+        case .csv: print(result.csv, terminator: "")
+        case .json: print(result.json)
+        }
+    }
+}
+
+extension ReportCommand {
+    /// `tracker report reconciliation`: an import beside the tracker's numbers.
+    func reconciliation(_ pool: ConnectionPool) async throws {
+        let query: ReconciliationQuery
+        do {
+            query = try ReconciliationQuery.parse(parameter: { name in
+                switch name {
+                case "import": importId
+                case "from": from
+                case "to": to
+                case "threshold": threshold
+                case "includeTest": includeTest ? "true" : "false"
+                default: nil
+                }
+            })
+        } catch {
+            throw ValidationError(error.description)
+        }
+        let result: ReconciliationResult
+        do {
+            result = try await Reconciliations(pool: pool).report(query, reports: Reports(pool: pool, maxWait: try reportWait()))
+        } catch let error as ReconciliationError {
+            throw CommandFailure(error.description)
+        }
+        if result.lag.events > 0 {
+            writeToStandardError("note: the projections trail the log by \(result.lag.events) event(s), \(result.lag.seconds) s; these counts leave them out\n")
+        }
+        switch output {
+        case .table:
+            print("import \(result.imported.id) (\(result.imported.tz)), \(result.from) to \(result.to), tolerance \(String(oneDecimal: result.threshold * 100)) %, rule set \(result.ivtRules)")
+            print(result.table, terminator: "")
         case .csv: print(result.csv, terminator: "")
         case .json: print(result.json)
         }

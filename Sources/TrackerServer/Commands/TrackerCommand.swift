@@ -12,7 +12,7 @@ public struct TrackerCommand: AsyncParsableCommand {
             Configuration comes from flags, then the environment (DATABASE_URL, TRACKER_HOST, \
             TRACKER_PORT, …), then defaults. Run 'tracker help <command>' for one command.
             """,
-        subcommands: [ServeCommand.self, MigrateCommand.self, RolesCommand.self, KeysCommand.self, BeaconCommand.self, ProjectCommand.self, RebuildCommand.self, ReportCommand.self, ExplainCommand.self, IVTCommand.self, RetentionCommand.self])
+        subcommands: [ServeCommand.self, MigrateCommand.self, RolesCommand.self, KeysCommand.self, BeaconCommand.self, ProjectCommand.self, RebuildCommand.self, ReportCommand.self, ExplainCommand.self, IVTCommand.self, ReconcileCommand.self, RetentionCommand.self])
 
     public init() {}
 

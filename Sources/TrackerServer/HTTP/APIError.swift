@@ -14,6 +14,7 @@ package enum ErrorCode: String, Sendable {
     case invalidParameter = "invalid_parameter"
     case unknownReport = "unknown_report"
     case rebuildRequired = "rebuild_required"
+    case invalidImport = "invalid_import"
     case invalidBeacon = "invalid_beacon"
     case invalidBeaconRequest = "invalid_beacon_request"
     case unauthorized
@@ -35,7 +36,8 @@ package enum ErrorCode: String, Sendable {
 
     var status: HTTPResponse.Status {
         switch self {
-        case .badRequest, .invalidJSON, .invalidGzip, .invalidBody, .invalidParameter, .unknownReport, .invalidBeacon, .invalidBeaconRequest: .badRequest
+        case .badRequest, .invalidJSON, .invalidGzip, .invalidBody, .invalidParameter, .unknownReport, .invalidBeacon, .invalidBeaconRequest,
+             .invalidImport: .badRequest
         case .rebuildRequired: .conflict
         case .unauthorized: .unauthorized
         case .forbidden: .forbidden
@@ -118,6 +120,14 @@ extension APIError {
     static func from(_ error: ReportError) -> APIError {
         switch error {
         case .quarterHoursMissing: APIError(.rebuildRequired, error.description)
+        }
+    }
+
+    static func from(_ error: ReconciliationError) -> APIError {
+        switch error {
+        case .unreadable: APIError(.invalidImport, error.description)
+        case .noSuchImport: APIError(.notFound, error.description)
+        case .invalidParameter: APIError(.invalidParameter, error.description)
         }
     }
 

@@ -8,6 +8,8 @@ import Tracker
 struct ReportRoutes: Sendable {
     let keys: APIKeys
     let reports: Reports
+    /// `GET /v1/reports/reconciliation`, which reads an import beside the projections.
+    let reconciliation: ReconciliationRoutes
 
     func register(on router: Router<some RequestContext>) {
         router.get("/v1/reports/:report") { request, context in
@@ -20,18 +22,19 @@ struct ReportRoutes: Sendable {
         let name = context.parameters.get("report") ?? ""
         if let problem = ReportQuery.unreadableParameter(rawQuery: request.uri.query ?? "") { throw APIError.from(problem) }
         let params = request.uri.queryParameters
-        let query: ReportQuery
-        do {
-            query = try ReportQuery.parse(report: name, parameter: { params.get($0) })
-        } catch {
-            throw APIError.from(error)
-        }
         let csv: Bool
         switch params.get("format")?.lowercased() {
         case nil, "": csv = (request.headers[.accept] ?? "").lowercased().contains("text/csv")
         case "csv": csv = true
         case "json": csv = false
         case let other?: throw APIError(.invalidParameter, "format must be json or csv, got '\(other)'")
+        }
+        if name == "reconciliation" { return try await reconciliation.report(request, csv: csv) }
+        let query: ReportQuery
+        do {
+            query = try ReportQuery.parse(report: name, parameter: { params.get($0) })
+        } catch {
+            throw APIError.from(error)
         }
         let result: ReportResult
         do {

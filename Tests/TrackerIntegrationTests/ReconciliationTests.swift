@@ -1,0 +1,214 @@
+import Foundation
+import Testing
+import Tracker
+
+/// Ad Manager exports imported over HTTP and the command line, in both header styles, with a
+/// unit map, unmatched units, split rows and zero counts, and refused whole when malformed; the
+/// report against a plain computation from the same events and the same file.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
+struct ReconciliationTests {
+    static let top = "/6499/sports/top", home = "/1234/home/native", feed = "/1234/feed/native"
+    static let zone = "America/New_York"
+    /// 2026-11-10 and 11 are local days in New York: 05:00Z to 05:00Z.
+    static func ny(day: Int, _ hour: Int, _ minute: Int = 0) -> Timestamp {
+        Day(year: 2026, month: 11, day: 10 + day)!.start + .seconds((hour + 5) * 3600 + minute * 60)
+    }
+
+    /// Impressions, duplicates and clicks on three ad units over two New York days, with some
+    /// just before local midnight (which UTC would put on the next day).
+    static func events() -> [TrackingEvent] {
+        var out: [TrackingEvent] = []
+        for i in 0..<12 {
+            out.append(Events.make(.impression, ad: "t\(i)", at: ny(day: 0, 10, i), adUnit: top))
+            if i % 3 == 0 { out.append(Events.make(.click, ad: "t\(i)", at: ny(day: 0, 10, i) + .seconds(5), adUnit: top)) }
+        }
+        out.append(Events.make(.impression, ad: "t0", at: ny(day: 0, 10, 0) + .seconds(2), adUnit: top, source: .sdk))
+        for i in 0..<4 { out.append(Events.make(.impression, ad: "h\(i)", at: ny(day: 0, 23, 30 + i), adUnit: home)) }
+        out.append(Events.make(.click, ad: "h0", at: ny(day: 0, 23, 31), adUnit: home))
+        for i in 0..<3 { out.append(Events.make(.impression, ad: "f\(i)", at: ny(day: 1, 9, i), adUnit: feed)) }
+        out.append(Events.make(.impression, ad: "x", at: ny(day: 1, 9), adUnit: "/6499/example/native"))  // test traffic
+        return out
+    }
+
+    static let uiExport = """
+        Date,Ad unit,Ad server impressions,Ad server clicks,Ad server CTR\r
+        2026-11-10,top,"1,000",10,1.00%\r
+        2026-11-10,top,5,0,0.00%\r
+        2026-11-10,native,7,1,14.29%\r
+        2026-11-10,/1234/home/native,4,1,25.00%\r
+        2026-11-11,/6499/sports/top,0,0,0.00%\r
+        2026-11-11,ghost,4,0,0.00%\r
+        Total,,1020,12,1.18%\r
+
+        """
+
+    /// The report's rows computed the plain way: the reference summary in New York days summed
+    /// over formats, next to the file's matched rows summed by day and unit.
+    static func expectedRows(_ events: [TrackingEvent], file: [[String]: (Int64, Int64)], threshold: Double) -> [[String: String]] {
+        let summary = ReferenceReports.compute(events, includeTest: false, windowMicros: 3_600_000_000,
+                                               clock: .init(zone, hourly: false))[.summary] ?? [:]
+        var tracker: [[String]: [String: Int64]] = [:]
+        for (key, row) in summary {
+            for (name, value) in row { tracker[[key[0], key[1]], default: [:]][name, default: 0] += value }
+        }
+        let measures = ["impressions", "clicks", "duplicateImpressions", "givtImpressions", "staleImpressions", "givtClicks", "duplicateClicks"]
+        tracker = tracker.filter { _, row in measures.contains { (row[$0] ?? 0) != 0 } }
+        return Set(tracker.keys).union(file.keys).sorted { $0.lexicographicallyPrecedes($1) }.map { key in
+            let t = tracker[key] ?? [:]
+            let (ami, amc) = file[key] ?? (0, 0)
+            func d(_ ours: Int64, _ theirs: Int64) -> Double? { theirs == 0 ? nil : Double(ours - theirs) / Double(theirs) }
+            let di = d(t["impressions"] ?? 0, ami), dc = d(t["clicks"] ?? 0, amc)
+            func within(_ x: Double?, _ ours: Int64) -> Bool { x.map { abs($0) <= threshold } ?? (ours == 0) }
+            var row = ["day": key[0], "adUnit": key[1], "adManagerImpressions": String(ami), "adManagerClicks": String(amc),
+                       "impressionDiscrepancy": di.map { String($0) } ?? "null", "clickDiscrepancy": dc.map { String($0) } ?? "null",
+                       "withinTolerance": String(within(di, t["impressions"] ?? 0) && within(dc, t["clicks"] ?? 0))]
+            for m in measures { row[m] = String(t[m] ?? 0) }
+            return row
+        }
+    }
+
+    static func rows(_ json: [String: Any]) -> [[String: String]] {
+        ((json["rows"] as? [[String: Any]]) ?? []).map { row in
+            row.mapValues { value -> String in
+                if value is NSNull { return "null" }
+                if String(describing: type(of: value)).contains("Boolean") { return (value as? Bool) == true ? "true" : "false" }
+                if let d = value as? Double, d.rounded() != d { return String(d) }
+                return "\(value)"
+            }
+        }
+    }
+
+    func post(_ tracker: TrackerProcess, _ body: String, key: String, tz: String? = zone, contentType: String = "text/csv") throws -> HTTPClient.Response {
+        try tracker.client.request("POST", "/v1/reconciliations" + (tz.map { "?tz=\($0)" } ?? ""),
+                                   headers: ["Authorization": "Bearer \(key)", "Content-Type": contentType], body: Data(body.utf8))
+    }
+
+    @Test func anImportInTheUIsHeadersIsComparedWithTheTrackerPerLocalDayAndAdUnit() async throws {
+        try await withTestDatabase { db in
+            let events = Self.events()
+            try await db.append(events)
+            try await db.projector().catchUp()
+            let key = try await db.createKey("ops", scope: .report)
+            try await withTracker(db) { tracker in
+                let imported = try post(tracker, Self.uiExport, key: key)
+                #expect(imported.status == 200, "\(imported.text)")
+                let answer = imported.json
+                #expect(answer["tz"] as? String == Self.zone)
+                #expect(answer["rows"] as? Int == 6, "the Total row is not a row")
+                #expect(answer["matched"] as? Int == 4)
+                #expect(answer["existing"] as? Bool == false)
+                let unmatched = (answer["unmatched"] as? [[String: Any]])?.map { "\($0["row"]!):\($0["adUnit"]!)" }
+                #expect(unmatched == ["4:native", "7:ghost"], "native is the last segment of two known units; ghost of none")
+                let id = try #require(answer["id"] as? String)
+
+                let again = try post(tracker, Self.uiExport, key: key)
+                #expect(again.json["id"] as? String == id)
+                #expect(again.json["existing"] as? Bool == true)
+                #expect(try await db.scalar("SELECT count(*) FROM reconciliation_imports") == "1")
+
+                for threshold in [0.10, 0.5] {
+                    let r = try tracker.client.request("GET", "/v1/reports/reconciliation?threshold=\(threshold)",
+                                                       headers: ["Authorization": "Bearer \(key)"])
+                    #expect(r.status == 200, "\(r.text)")
+                    let json = r.json
+                    #expect(json["import"] as? String == id)
+                    #expect(json["from"] as? String == "2026-11-10" && json["to"] as? String == "2026-11-11")
+                    #expect(json["tz"] as? String == Self.zone && json["threshold"] as? Double == threshold && json["ivtRules"] as? Int == 0)
+                    let file: [[String]: (Int64, Int64)] = [["2026-11-10", Self.top]: (1005, 10), ["2026-11-10", Self.home]: (4, 1),
+                                                             ["2026-11-11", Self.top]: (0, 0)]
+                    #expect(Self.rows(json) == Self.expectedRows(events, file: file, threshold: threshold), "\(r.text)")
+                }
+                let csv = try tracker.client.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
+                                                     headers: ["Authorization": "Bearer \(key)"]).text
+                #expect(csv.hasPrefix("day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,givtClicks,duplicateClicks\n"))
+                #expect(csv.contains("2026-11-11,/6499/sports/top,0,0,,0,0,,true,"), "zero on both sides is within tolerance: \(csv)")
+                #expect(csv.contains("2026-11-11,/1234/feed/native,0,3,,0,0,,false,"), "counts Ad Manager does not have are outside it: \(csv)")
+
+                let list = try tracker.client.request("GET", "/v1/reconciliations", headers: ["Authorization": "Bearer \(key)"]).json
+                #expect(((list["imports"] as? [[String: Any]])?.first?["id"] as? String) == id)
+                let one = try tracker.client.request("GET", "/v1/reconciliations/\(id)", headers: ["Authorization": "Bearer \(key)"])
+                #expect(one.json["matched"] as? Int == 4)
+                #expect(try tracker.client.request("GET", "/v1/reconciliations/abc123", headers: ["Authorization": "Bearer \(key)"]).status == 404)
+            }
+        }
+    }
+
+    /// The command line imports the API's headers with a unit map and prints the same report as HTTP.
+    @Test func theCommandLineImportsWithAUnitMapAndReportsLikeHTTP() async throws {
+        try await withTestDatabase { db in
+            let events = Self.events()
+            try await db.append(events)
+            try await db.projector().catchUp()
+            let key = try await db.createKey("ops", scope: .report)
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rec-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let export = """
+                Dimension.DATE,Dimension.AD_UNIT_NAME,Column.AD_SERVER_IMPRESSIONS,Column.AD_SERVER_CLICKS
+                2026-11-10,Sports Top,13,4
+                2026-11-11,Feed,3,0
+                2026-11-11,native,1,0
+
+                """
+            try Data(export.utf8).write(to: dir.appendingPathComponent("export.csv"))
+            try Data("adManager,adUnit\nSports Top,\(Self.top)\nFeed,\(Self.feed)\n".utf8).write(to: dir.appendingPathComponent("units.csv"))
+            let (status, output) = try await runTrackerToEnd(["reconcile", "import", dir.appendingPathComponent("export.csv").path,
+                                                              "--tz", Self.zone, "--unit-map", dir.appendingPathComponent("units.csv").path,
+                                                              "--output", "json", "--database-url", db.url])
+            #expect(status == 0, "\(output)")
+            let answer = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any])
+            #expect(answer["matched"] as? Int == 2)
+            let id = try #require(answer["id"] as? String)
+            let (_, list) = try await runTrackerToEnd(["reconcile", "list", "--database-url", db.url])
+            #expect(list.contains(id) && list.contains(Self.zone), "\(list)")
+            try await withTracker(db) { tracker in
+                let http = try tracker.client.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
+                                                      headers: ["Authorization": "Bearer \(key)"]).text
+                let (_, cli) = try await runTrackerToEnd(["report", "reconciliation", "--import", id, "--output", "csv", "--database-url", db.url])
+                #expect(cli == http)
+                #expect(http.contains("2026-11-10,/6499/sports/top,13,12,-0.07692307692307693,4,4,0.0,true,1,0,0,0,0"), "\(http)")
+                let (_, table) = try await runTrackerToEnd(["report", "reconciliation", "--database-url", db.url])
+                #expect(table.contains("-7.7 %") && table.contains("import \(id)"), "\(table)")
+            }
+        }
+    }
+
+    @Test(arguments: [
+        ("Date,Ad unit,Ad server impressions\n2026-11-10,top,1\n", "row 1: the header has no column Column.AD_SERVER_CLICKS"),
+        ("Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-10,top,1,0\n2026-11-31,top,1,0\n", "row 3, column Date: '2026-11-31'"),
+        ("Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-10,top,1,0\n2026-11-10,top,\"1,2\",0\n", "row 3, column Ad server impressions"),
+        ("Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-10,\"top,1,0\n", "row 2: a quoted field is never closed"),
+    ])
+    func aMalformedFileIs400NamingTheRowAndColumnAndNothingIsStored(_ body: String, _ message: String) async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("ops", scope: .report)
+            try await withTracker(db) { tracker in
+                let r = try post(tracker, body, key: key)
+                #expect(r.status == 400)
+                #expect(r.json["error"] as? String == "invalid_import")
+                #expect((r.json["message"] as? String)?.contains(message) == true, "\(r.text)")
+                #expect(try await db.scalar("SELECT count(*) FROM reconciliation_rows") == "0")
+            }
+        }
+    }
+
+    @Test func theImportNeedsAZoneCSVAndAReportKeyAndRefusesAHugeBodyBySize() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("ops", scope: .report)
+            let ingest = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db) { tracker in
+                #expect(try post(tracker, Self.uiExport, key: key, tz: nil).json["message"] as? String ?? "" == "tz is required: the IANA time zone of the report's dates (Ad Manager's network time zone), e.g. America/New_York")
+                #expect(try post(tracker, Self.uiExport, key: key, tz: "Mars/Base").status == 400)
+                #expect(try post(tracker, Self.uiExport, key: key, contentType: "application/json").status == 415)
+                #expect(try post(tracker, Self.uiExport, key: ingest).status == 403)
+                let claimed = try tracker.client.request("POST", "/v1/reconciliations?tz=UTC", headers: [
+                    "Authorization": "Bearer \(key)", "Content-Type": "text/csv", "Content-Length": String(100 * 1024 * 1024),
+                ], body: Data("Date".utf8))
+                #expect(claimed.status == 413, "a 100 MiB body is refused by its declared size, before it is read")
+                let none = try tracker.client.request("GET", "/v1/reports/reconciliation", headers: ["Authorization": "Bearer \(key)"])
+                #expect(none.status == 404)
+                #expect((none.json["message"] as? String)?.contains("no Ad Manager report has been imported yet") == true)
+            }
+        }
+    }
+}
