@@ -25,6 +25,8 @@ from openapi_contract import DOCUMENT_PATH, Contract
 # checks them like every other endpoint.
 NOT_SERVED_YET = set()
 
+REPORTS = ("summary", "assets", "sources", "adchoices", "ivt")
+
 STATUSES_TO_PROVOKE = {200, 304, 400, 401, 403, 404, 413, 415, 429, 503}
 
 
@@ -134,17 +136,23 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     assert walk.check("/v1/events", "post", ingest.post_events(batch, content_type="text/plain"), 415).json()["error"] == "unsupported_media_type"
     walk.check("/v1/events", "post", ingest.post_events(batch, extra_headers={"Content-Encoding": "br"}), 415)
 
-    # Reports: JSON and CSV of all four, every parameter error, the keys.
+    # Reports: JSON and CSV of all five, in UTC days and New York hours, every parameter error, the keys.
     days = {"from": (day - datetime.timedelta(days=1)).date().isoformat(), "to": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
-    for name in ("summary", "assets", "sources", "adchoices"):
+    for name in REPORTS:
         path = f"/v1/reports/{name}"
         as_json = walk.check(path, "get", reporter.report(name, adUnit=ad_unit, **days), 200)
         rows = as_json.json()["rows"]
-        assert rows, f"{name}: the batch above shows up"
+        assert as_json.json()["ivtRules"] == 0 and as_json.headers["X-IVT-Rules"] == "0", "a fresh database labels with the empty rule set"
+        if name != "ivt":  # the empty rule set labels nothing
+            assert rows, f"{name}: the batch above shows up"
         as_csv = walk.check(path, "get", reporter.report(name, accept="text/csv", adUnit=ad_unit, **days), 200)
         header, *lines = as_csv.text.splitlines()
-        assert header.split(",") == list(rows[0].keys()), f"{name}: CSV has the JSON columns in order"
+        if rows:
+            assert header.split(",") == list(rows[0].keys()), f"{name}: CSV has the JSON columns in order"
         assert len(lines) == len(rows)
+        hourly = walk.check(path, "get", reporter.report(name, adUnit=ad_unit, tz="America/New_York", granularity="hour", **days), 200)
+        assert all(row["hour"].endswith(("-04:00", "-05:00")) for row in hourly.json()["rows"])
+        walk.check(path, "get", reporter.report(name, tz="Mars/Olympus_Mons", **days), 400)
         walk.check(path, "get", reporter.report(name, format="csv", adUnit=ad_unit, **days), 200)
         walk.check(path, "get", reporter.report(name, **{"from": days["from"]}), 400)
         walk.check(path, "get", reporter.report(name, key=""), 401)
@@ -157,6 +165,41 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
         bad = walk.check("/v1/reports/summary", "get", reporter.report("summary", **params), 400)
         assert bad.json()["error"] == "invalid_parameter"
     contract.check_error_body(reporter.report("clicks", **days), "unknown_report")
+
+    # Reconciliation: nothing imported yet, an import (again: the same one), its refusals, the report.
+    def post_import(body, tz="UTC", key=None, content_type="text/csv", headers=None):
+        extra = dict(headers or {}, **({"Content-Type": content_type} if content_type else {}))
+        return requests.post(tracker.base + "/v1/reconciliations", params={"tz": tz} if tz else {}, data=body,
+                             headers=reporter.headers(extra, key), timeout=30)
+    walk.check("/v1/reports/reconciliation", "get", reporter.report("reconciliation"), 404)
+    export = ("Date,Ad unit,Ad server impressions,Ad server clicks\r\n"
+              f"{days['to']},{ad_unit},\"1,000\",10\r\n{days['to']},nowhere,1,0\r\nTotal,,1001,10\r\n").encode()
+    imported = walk.check("/v1/reconciliations", "post", post_import(export), 200).json()
+    assert (imported["rows"], imported["matched"], imported["existing"]) == (2, 1, False)
+    assert imported["unmatched"] == [{"row": 3, "adUnit": "nowhere"}]
+    assert walk.check("/v1/reconciliations", "post", post_import(export), 200).json()["existing"] is True
+    bad = walk.check("/v1/reconciliations", "post", post_import(b"Date,Ad unit\n"), 400)
+    assert bad.json()["error"] == "invalid_import" and "row 1" in bad.json()["message"]
+    assert walk.check("/v1/reconciliations", "post", post_import(export, tz=None), 400).json()["error"] == "invalid_parameter"
+    walk.check("/v1/reconciliations", "post", post_import(export, key=""), 401)
+    walk.check("/v1/reconciliations", "post", post_import(export, key=database.ingest_key), 403)
+    walk.check("/v1/reconciliations", "post", post_import(export, content_type="application/json"), 415)
+    walk.check("/v1/reconciliations", "post", post_import(b" " * (32 * 1024 * 1024 + 1)), 413)
+    listed = walk.check("/v1/reconciliations", "get", reporter.get("/v1/reconciliations"), 200).json()["imports"]
+    assert [i["id"] for i in listed] == [imported["id"]]
+    walk.check("/v1/reconciliations", "get", reporter.get("/v1/reconciliations", key=""), 401)
+    walk.check("/v1/reconciliations", "get", reporter.get("/v1/reconciliations", key=database.ingest_key), 403)
+    walk.check("/v1/reconciliations/{id}", "get", reporter.get("/v1/reconciliations/" + imported["id"]), 200)
+    walk.check("/v1/reconciliations/{id}", "get", reporter.get("/v1/reconciliations/0badc0de"), 404)
+    walk.check("/v1/reconciliations/{id}", "get", reporter.get("/v1/reconciliations/" + imported["id"], key=""), 401)
+    walk.check("/v1/reconciliations/{id}", "get", reporter.get("/v1/reconciliations/" + imported["id"], key=database.ingest_key), 403)
+    compared = walk.check("/v1/reports/reconciliation", "get", reporter.report("reconciliation", threshold="0.1"), 200).json()
+    row = next(r for r in compared["rows"] if r["adUnit"] == ad_unit)
+    assert row["adManagerImpressions"] == 1000 and row["withinTolerance"] is False
+    walk.check("/v1/reports/reconciliation", "get", reporter.report("reconciliation", format="csv"), 200)
+    walk.check("/v1/reports/reconciliation", "get", reporter.report("reconciliation", threshold="lots"), 400)
+    walk.check("/v1/reports/reconciliation", "get", reporter.report("reconciliation", key=""), 401)
+    walk.check("/v1/reports/reconciliation", "get", reporter.report("reconciliation", key=database.ingest_key), 403)
 
     # An ad's audit trail: every event of c-1 with its outcome; its errors.
     trail = walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1"), 200).json()
@@ -238,8 +281,13 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     walk.check("/healthz", "get", degraded_api.get("/healthz", key=""), 200)
     walk.check("/readyz", "get", degraded_api.get("/readyz", key=""), 503)
     walk.check("/v1/events", "post", degraded_api.post_events(batch, key=database.ingest_key), 503)
-    for name in ("summary", "assets", "sources", "adchoices"):
+    for name in REPORTS:
         walk.check(f"/v1/reports/{name}", "get", degraded_api.report(name, **days), 503)
+    walk.check("/v1/reports/reconciliation", "get", degraded_api.report("reconciliation"), 503)
+    walk.check("/v1/reconciliations", "get", degraded_api.get("/v1/reconciliations"), 503)
+    walk.check("/v1/reconciliations/{id}", "get", degraded_api.get("/v1/reconciliations/" + imported["id"]), 503)
+    walk.check("/v1/reconciliations", "post", requests.post(degraded.base + "/v1/reconciliations", params={"tz": "UTC"}, data=export,
+                                                             headers=degraded_api.headers({"Content-Type": "text/csv"}), timeout=30), 503)
     walk.check("/v1/ads/{requestId}", "get", degraded_api.get("/v1/ads/c-1"), 503)
     down = walk.check("/v1/pixel.gif", "get", requests.get(degraded.base + pixel_path, allow_redirects=False, timeout=30), 503)
     assert down.json()["error"] == "database_unavailable" and int(down.headers["Retry-After"]) >= 1
@@ -311,7 +359,7 @@ def fake_response(status, body, content_type="application/json", headers=None):
 
 def test_the_checker_refuses_answers_the_document_does_not_allow(contract):
     """The walk above can fail: each of these breaks the document in one way."""
-    lag = {"X-Projection-Lag-Events": "0", "X-Projection-Lag-Seconds": "0.0"}
+    lag = {"X-Projection-Lag-Events": "0", "X-Projection-Lag-Seconds": "0.0", "X-IVT-Rules": "0"}
     contract.check("/v1/events", "post", fake_response(200, '{"accepted":1,"duplicates":0,"rejected":[]}'))
     breaking = [
         ("/v1/events", fake_response(200, '{"accepted":1,"rejected":[]}'), "duplicates"),
@@ -321,9 +369,10 @@ def test_the_checker_refuses_answers_the_document_does_not_allow(contract):
         ("/v1/events", fake_response(401, '{"error":"unauthorized"}'), "message"),
         ("/v1/events", fake_response(503, '{"error":"overloaded","message":"x"}'), "Retry-After"),
         ("/v1/events", fake_response(200, "accepted=1", content_type="text/plain"), "Content-Type"),
-        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[]}'), "X-Projection-Lag-Events"),
-        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[{"day":"2026-01-01"}]}', headers=lag), "adUnit"),
-        ("/v1/reports/adchoices", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[{"day":"2026-01-01","adUnit":"/1/a","formatId":"1",'
+        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","ivtRules":0,"rows":[]}'), "X-Projection-Lag-Events"),
+        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","rows":[]}', headers=lag), "ivtRules"),
+        ("/v1/reports/summary", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","ivtRules":0,"rows":[{"day":"2026-01-01"}]}', headers=lag), "adUnit"),
+        ("/v1/reports/adchoices", fake_response(200, '{"from":"2026-01-01","to":"2026-01-01","ivtRules":0,"rows":[{"day":"2026-01-01","adUnit":"/1/a","formatId":"1",'
                                                      '"eeaReservationImpressions":1,"withAdChoices":2,"share":2.0,"adchoicesClicks":0}]}', headers=lag), "maximum"),
     ]
     for path, response, hint in breaking:

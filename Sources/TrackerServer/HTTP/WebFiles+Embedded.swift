@@ -69,6 +69,10 @@ tags:
       in the JSON (after `from`, `to` and, when present, `tz` and `granularity`) and the
       `X-IVT-Rules` header (JSON and CSV alike). A report name other than `summary`,
       `assets`, `sources`, `adchoices` and `ivt` is a `400 unknown_report`.
+  - name: reconciliation
+    description: |
+      Ad Manager's own report imported and set beside the tracker's numbers, with what the
+      tracker knows of the difference (docs/RECONCILIATION.md).
   - name: operations
     description: Health, readiness, metrics, this document, and an ad's audit trail.
   - name: dashboard
@@ -553,6 +557,194 @@ paths:
         "403": *reportForbidden
         "408": *reportTimeout
         "409": *reportRebuildRequired
+        "500": *reportInternal
+        "503": *reportUnavailable
+
+  /v1/reports/reconciliation:
+    get:
+      tags: [reconciliation]
+      operationId: reconciliationReport
+      summary: Ad Manager's counts of an import next to the tracker's, per local day and ad unit
+      description: |
+        Per local day (in the import's zone) and ad unit, Ad Manager's impressions and clicks
+        (file rows of the same day and ad unit summed), the tracker's (the summary report's,
+        summed over formats), the discrepancy `(tracker - adManager) / adManager` (`null` when
+        Ad Manager has 0), whether each is within `threshold` in absolute value (a `null` one
+        only when the tracker's count is 0 too), and what the tracker knows of the difference:
+        duplicates, GIVT and stale impressions. Rows exist for every day and ad unit either
+        side has within `from`..`to`. docs/RECONCILIATION.md says how to read it.
+      security:
+        - reportKey: []
+      parameters:
+        - name: import
+          in: query
+          required: false
+          description: The import's id; default the newest import.
+          schema: {type: string, pattern: "^[0-9a-f]{1,64}$"}
+        - name: threshold
+          in: query
+          required: false
+          description: The largest discrepancy within tolerance, a fraction of Ad Manager's count (0.10 is 10 %).
+          schema: {type: number, minimum: 0, maximum: 100, default: 0.1}
+        - name: from
+          in: query
+          required: false
+          description: First local day in the import's zone; default the import's first day.
+          schema: {$ref: "#/components/schemas/Day"}
+        - name: to
+          in: query
+          required: false
+          description: Last local day in the import's zone; default the import's last day.
+          schema: {$ref: "#/components/schemas/Day"}
+        - $ref: "#/components/parameters/IncludeTest"
+        - $ref: "#/components/parameters/Format"
+      responses:
+        "200":
+          description: One row per local day and ad unit of either side, sorted by day and ad unit.
+          headers: *reportHeaders
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/ReconciliationReport"}
+            text/csv:
+              schema:
+                type: string
+                description: |
+                  Header row: day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,
+                  clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,
+                  givtClicks,duplicateClicks (a `null` discrepancy is an empty field).
+        "400": *reportBadRequest
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "404": &noSuchImport
+          description: No import has this id, or nothing was imported yet (`not_found`).
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: not_found}
+        "408": *reportTimeout
+        "409": *reportRebuildRequired
+        "500": *reportInternal
+        "503": *reportUnavailable
+
+  /v1/reconciliations:
+    post:
+      tags: [reconciliation]
+      operationId: importAdManagerReport
+      summary: Import an Ad Manager report export (CSV)
+      description: |
+        Stores the file whole or not at all. Columns are found by header name,
+        case-insensitively, in the API's spelling (`Dimension.DATE`, `Dimension.AD_UNIT_NAME`
+        or `Dimension.AD_UNIT_ID`, `Column.AD_SERVER_IMPRESSIONS`, `Column.AD_SERVER_CLICKS`)
+        or the UI's (`Date`, `Ad unit`, `Ad server impressions`, `Ad server clicks`); other
+        columns are ignored, a `Total` row is skipped, numbers may carry thousands separators.
+        An ad unit becomes a path as it is when it is one, else by the one known path whose
+        last segment it is; rows that match none (or several) are listed as `unmatched`. The
+        same bytes with the same zone answer the existing import (`"existing": true`). A unit
+        map is given only with `tracker reconcile import --unit-map`.
+      security:
+        - reportKey: []
+      parameters:
+        - name: tz
+          in: query
+          required: true
+          description: The IANA time zone of the file's dates (the Ad Manager network's).
+          schema: {type: string, maxLength: 64, examples: [America/New_York]}
+      requestBody:
+        required: true
+        content:
+          text/csv:
+            schema: {type: string, maxLength: 33554432}
+      responses:
+        "200":
+          description: The stored import (or the existing one).
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/ReconciliationImport"}
+        "400":
+          description: |
+            The file is not RFC 4180 CSV, lacks a column, or has a malformed date or number
+            (`invalid_import`, naming the row, the header being row 1, and the column; nothing
+            of it is stored), or `tz` is missing or unknown (`invalid_parameter`).
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {enum: [invalid_import, invalid_parameter]}
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "408": *reportTimeout
+        "413":
+          description: The file is over 32 MiB (refused by its declared length before it is read).
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: payload_too_large}
+        "415":
+          description: "`Content-Type` is not `text/csv` (or `application/csv`, `text/plain`, `application/vnd.ms-excel`)."
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: unsupported_media_type}
+        "500": *reportInternal
+        "503": *reportUnavailable
+    get:
+      tags: [reconciliation]
+      operationId: listReconciliations
+      summary: The imports, newest first
+      security:
+        - reportKey: []
+      responses:
+        "200":
+          description: Every import.
+          content:
+            application/json:
+              schema:
+                type: object
+                additionalProperties: false
+                required: [imports]
+                properties:
+                  imports:
+                    type: array
+                    items: {$ref: "#/components/schemas/ReconciliationImport"}
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "408": *reportTimeout
+        "500": *reportInternal
+        "503": *reportUnavailable
+
+  /v1/reconciliations/{id}:
+    get:
+      tags: [reconciliation]
+      operationId: getReconciliation
+      summary: One import
+      security:
+        - reportKey: []
+      parameters:
+        - name: id
+          in: path
+          required: true
+          schema: {type: string}
+      responses:
+        "200":
+          description: The import.
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/ReconciliationImport"}
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "404": *noSuchImport
+        "408": *reportTimeout
         "500": *reportInternal
         "503": *reportUnavailable
 
@@ -1363,6 +1555,67 @@ components:
                 description: "`/v1/pixel.gif?t=<token>` or `/v1/click?t=<token>`."
                 pattern: "^/v1/(pixel\\.gif|click)\\?t=[A-Za-z0-9_.-]+$"
               expiresAt: {$ref: "#/components/schemas/RFC3339Time"}
+
+    ReconciliationImport:
+      type: object
+      additionalProperties: false
+      required: [id, tz, rows, matched, unmatched, existing, from, to, importedAt, importedBy]
+      properties:
+        id: {type: string, pattern: "^[0-9a-f]+$", description: "Derived from the file's bytes, the zone and the unit map."}
+        tz: {type: string}
+        rows: {type: integer, minimum: 0, description: Data rows (no header, no Total row).}
+        matched: {type: integer, minimum: 0, description: Rows whose ad unit became a path.}
+        unmatched:
+          type: array
+          description: Rows whose ad unit matched no path, or several; left out of the report, never dropped.
+          items:
+            type: object
+            additionalProperties: false
+            required: [row, adUnit]
+            properties:
+              row: {type: integer, minimum: 2, description: The row's number in the file (the header is row 1).}
+              adUnit: {type: string}
+        existing: {type: boolean, description: The same file (zone, unit map) was imported before; this is that import.}
+        from: {oneOf: [{$ref: "#/components/schemas/Day"}, {type: "null"}]}
+        to: {oneOf: [{$ref: "#/components/schemas/Day"}, {type: "null"}]}
+        importedAt: {$ref: "#/components/schemas/RFC3339Time"}
+        importedBy: {type: string, description: "The report key's name, or `cli`."}
+
+    ReconciliationReport:
+      type: object
+      additionalProperties: false
+      required: [from, to, import, tz, threshold, ivtRules, rows]
+      properties:
+        from: {$ref: "#/components/schemas/Day"}
+        to: {$ref: "#/components/schemas/Day"}
+        import: {type: string}
+        tz: {type: string}
+        threshold: {type: number, minimum: 0}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
+        rows:
+          type: array
+          items: {$ref: "#/components/schemas/ReconciliationRow"}
+
+    ReconciliationRow:
+      type: object
+      additionalProperties: false
+      required: [day, adUnit, adManagerImpressions, impressions, impressionDiscrepancy, adManagerClicks, clicks, clickDiscrepancy,
+                 withinTolerance, duplicateImpressions, givtImpressions, staleImpressions, givtClicks, duplicateClicks]
+      properties:
+        day: {$ref: "#/components/schemas/Day"}
+        adUnit: {type: string}
+        adManagerImpressions: {$ref: "#/components/schemas/Count"}
+        impressions: {$ref: "#/components/schemas/Count"}
+        impressionDiscrepancy: {type: [number, "null"], description: "(impressions - adManagerImpressions) / adManagerImpressions; null when Ad Manager has 0."}
+        adManagerClicks: {$ref: "#/components/schemas/Count"}
+        clicks: {$ref: "#/components/schemas/Count"}
+        clickDiscrepancy: {type: [number, "null"]}
+        withinTolerance: {type: boolean}
+        duplicateImpressions: {$ref: "#/components/schemas/Count"}
+        givtImpressions: {$ref: "#/components/schemas/Count"}
+        staleImpressions: {$ref: "#/components/schemas/Count"}
+        givtClicks: {$ref: "#/components/schemas/Count"}
+        duplicateClicks: {$ref: "#/components/schemas/Count"}
 
     Day:
       type: string
