@@ -8,19 +8,25 @@ one-event batch on a new connection every second: it must get its 200 within 5 s
 Parts: slowloris (connections sending a header byte every 3 s), stalled uploads (bodies of
 ~508 KiB stopped 100 bytes before the end, with a valid key), idle keep-alive connections,
 a connection flood past the descriptor limit with ingest traffic flowing, oversized request
-lines and headers, and HTTP/1.0 without keep-alive.
+lines and headers, HTTP/1.0 without keep-alive, and a user-agent flood (every request a new
+512-character user agent crafted against backtracking matchers, under a rule set of 2 000
+patterns and 10 000 ranges): the requests/s of another client during the flood against the
+same client alone, and the projector keeping up.
 
 short: 200 slowloris connections for 16 s and the other parts for 10-15 s each (about 90 s);
 long: 600 slowloris connections for 60 s, and every part held longer. SUITE_SCALE overrides.
 """
 
 import errno
+import json
 import os
+import random
 import resource
 import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -330,6 +336,95 @@ def limits(checks, binary, url, key):
     part.finish()
 
 
+def rule_set(path, patterns=2000, ranges=10000):
+    """A rule set the size of a real one: crawler-like names, classes, anchors and alternations,
+    and the textbook patterns that make a backtracking matcher take exponential time."""
+    rng = random.Random(20261125)
+    words = ["bot", "spider", "crawler", "fetch", "scan", "probe", "index", "check", "monitor", "feed"]
+    out = [{"pattern": p} for p in ("(a+)+$", "(a|aa)+b", "^(\\w+\\s?)*$", "(x+x+)+y", "(.*a){12}")]
+    while len(out) < patterns:
+        name = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 9)))
+        shape = rng.randrange(5)
+        out.append({"pattern": [f"{name}{rng.choice(words)}", f"[{name[0].upper()}{name[0]}]{name[1:]}",
+                                f"^{name}/\\d+\\.\\d+", f"({name}|{name[::-1]}){rng.choice(words)}",
+                                f"{name}[-_ ]?{rng.choice(words)}/[0-9.]+"][shape]})
+    cidrs = [f"{rng.randrange(1, 224)}.{rng.randrange(256)}.{rng.randrange(256)}.0/24" for _ in range(ranges // 2)]
+    cidrs += [f"2001:db8:{rng.randrange(65536):x}:{rng.randrange(65536):x}::/64" for _ in range(ranges - len(cidrs))]
+    with open(path, "w") as f:
+        json.dump({"name": "hostile suite", "userAgents": out, "ipRanges": cidrs}, f)
+
+
+def client_rate(port, key, seconds, agent):
+    """A well-behaved client: one-event batches on a keep-alive connection for `seconds`; its requests/s."""
+    c = s.Connection(port, timeout=10)
+    done, end = 0, time.time() + seconds
+    try:
+        while time.time() < end:
+            r = s.post_batch(port, key, s.batch_body([s.event()]), connection=c, extra={"User-Agent": agent})
+            if r.status == 200:
+                done += 1
+    finally:
+        c.close()
+    return done / seconds
+
+
+def user_agent_flood(checks, binary, url, key, seconds):
+    """Every request of the flood carries a user agent the tracker has never seen: each must be
+    numbered at ingest and matched once by the projector, against 2 000 patterns."""
+    path = os.path.join(tempfile.mkdtemp(prefix="tracker-ivt-"), "rules.json")
+    rule_set(path)
+    s.run_tracker_command(binary, ["ivt", "activate", path], url)
+    part = Part(checks, binary, url, key, "agents")
+    alone = client_rate(part.port, key, seconds, "Mozilla/5.0 (iPhone) well-behaved")
+    stop = threading.Event()
+    sent = [0]
+
+    def flooder(n):
+        rng = random.Random(n)
+        c = s.Connection(part.port, timeout=10)
+        while not stop.is_set():
+            # "aaaa…!" defeats (a+)+$ in a backtracking engine; the tail makes every agent new.
+            agent = "a" * 480 + "!" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(31))
+            try:
+                s.post_batch(part.port, key, s.batch_body([s.event()]), connection=c, extra={"User-Agent": agent})
+                sent[0] += 1
+            except OSError:
+                pass
+        c.close()
+
+    flooders = [threading.Thread(target=flooder, args=(n,), daemon=True) for n in range(2)]
+    for t in flooders:
+        t.start()
+    during = client_rate(part.port, key, seconds, "Mozilla/5.0 (iPhone) well-behaved")
+    stop.set()
+    for t in flooders:
+        t.join()
+    drained, lag = None, None
+    started = time.time()
+    while time.time() - started < 60:
+        r = s.request(part.port, "GET", "/readyz")
+        lag = json.loads(r.body).get("projectionLag", {}) if r.status == 200 else None
+        if lag and lag.get("events") == 0:
+            drained = time.time() - started
+            break
+        time.sleep(0.5)
+    distinct = s.as_postgres(["psql", url, "-qAtc", "SELECT count(*) FROM user_agents"], capture_output=True, text=True).stdout.strip()
+    ratio = during / alone if alone else 0
+    checks.figure("agents_client_requests_per_second_alone", round(alone, 1))
+    checks.figure("agents_client_requests_per_second_during_flood", round(during, 1))
+    checks.figure("agents_client_ratio", round(ratio, 2))
+    checks.figure("agents_flood_requests", sent[0])
+    checks.figure("agents_distinct_user_agents_stored", distinct)
+    checks.figure("agents_projector_drained_seconds", None if drained is None else round(drained, 1))
+    # Two flooders and the client share two cores: a fair share is about a third of the rate alone.
+    checks.check("agents.another-client-keeps-being-served", ratio >= 0.25,
+                 f"{during:.0f} requests/s during the flood against {alone:.0f} alone ({ratio:.2f}; at least 0.25)")
+    checks.check("agents.the-projector-keeps-up", drained is not None and drained <= 30,
+                 f"the projector's lag after {sent[0]} requests with new user agents drained in "
+                 f"{'more than 60' if drained is None else f'{drained:.1f}'} s (at most 30; last lag {lag})")
+    part.finish()
+
+
 def main():
     checks = s.Checks("clients")
     binary = s.tracker_binary()
@@ -341,7 +436,7 @@ def main():
     try:
         url = s.new_database(cluster, binary)
         key = s.create_key(binary, url, "hostile-app", "ingest")
-        parts = os.environ.get("SUITE_PARTS", "limits,slowloris,stalled,idle,flood").split(",")
+        parts = os.environ.get("SUITE_PARTS", "limits,slowloris,stalled,idle,flood,agents").split(",")
         if "limits" in parts:
             limits(checks, binary, url, key)
         if "slowloris" in parts:
@@ -352,6 +447,8 @@ def main():
             idle_keep_alive(checks, binary, url, key, int((600 if long else 300) * scale), 20 if long else IDLE_TIMEOUT + 5)
         if "flood" in parts:
             connection_flood(checks, binary, url, key, 200, 30 if long else 14)
+        if "agents" in parts:
+            user_agent_flood(checks, binary, url, key, 30 if long else 8)
     finally:
         cluster.remove()
     return checks.finish()
