@@ -5,7 +5,7 @@
 #  (2) `tracker rebuild` over them: the projector's catch-up throughput (events/s);
 #  (3) each report over HTTP for a 7-day and a 30-day range: p50 of REPORT_CALLS (21) calls;
 #  (4) the same reports by full-scan SQL over the raw log in PostgreSQL (scripts/bench/exact/,
-#      every SPEC 5 rule; FULLSCAN_RUNS, 1, runs each), their rows checked against the tracker's;
+#      every rule of docs/PROTOCOL.md section 5; FULLSCAN_RUNS, 1, runs each), their rows checked against the tracker's;
 #  (5) the same SQL in DuckDB (PyPI, venv .local/bench-venv) over the log exported to Parquet,
 #      DUCKDB_RUNS (5) runs each: p50 vs the report's, rows checked against the tracker's;
 #  (6) the projector's lag (/readyz) while pgbench ingests INGEST_EVENTS_PER_SECOND (20 000)
@@ -102,7 +102,7 @@ imp30=$(grep -o '"impressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -
 dup30=$(grep -o '"duplicateImpressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
 say "    summary 30 days totals: impressions $imp30, duplicateImpressions $dup30"
 
-# (4) The same rows by full scans of the log in PostgreSQL: SPEC 5's rules as SQL
+# (4) The same rows by full scans of the log in PostgreSQL: the report rules as SQL (docs/PROTOCOL.md 5)
 # (scripts/bench/exact/, duplicate-click rule included), FULLSCAN_RUNS runs each; their rows
 # must equal the tracker's. Nested loops off: the planner's estimates for the CTEs are far
 # too low and a nested loop over them is quadratic; work_mem as an analyst would set it.

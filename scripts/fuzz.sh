@@ -5,7 +5,7 @@
 # TRACKER_FUZZ is set, and it is built apart (.build-fuzz, debug: under the sanitizers as fast
 # as release, and built in a minute) so normal builds never see it. The committed corpus (Fuzz/corpus/<name>/) and dictionary
 # (Fuzz/<name>.dict) seed a copy in a temporary folder: new inputs are not written back.
-# short: 30 s per target, 5 s for the small parsers of SPEC 8 (RuleSetFuzz, ForwardedForFuzz;
+# short: 30 s per target, 5 s for the small parsers of invalid traffic (docs/PROTOCOL.md 8: RuleSetFuzz, ForwardedForFuzz;
 # FUZZ_SECONDS sets all); this is what the test command runs. long: 10 million executions per
 # target (at most 2 hours; FUZZ_RUNS). A crash leaves its input in suite-results/fuzz/ and
 # fails the run.
