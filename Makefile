@@ -1,8 +1,11 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
+.PHONY: run stop test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
+
+stop:           ## stop the PostgreSQL cluster `make run` started (in .local/pg)
+	scripts/stop.sh
 
 test:           ## the whole test suite against a PostgreSQL it starts itself
 	scripts/test.sh

@@ -19,9 +19,9 @@ struct TextTableTests {
         let result = ReportResult(query: query, columns: ["adUnit", "impressions", "ctr"],
                                   rows: [[.text("/1/a"), .count(12), .ratio(0.5)], [.text("/1/bb"), .count(3), .ratio(0.25)]], lag: lag, ivtRules: 0)
         #expect(result.table == """
-            adUnit  impressions   ctr
-            /1/a             12   0.5
-            /1/bb             3  0.25
+            adUnit  impressions     ctr
+            /1/a             12  50.0 %
+            /1/bb             3  25.0 %
 
             """)
         let empty = ReportResult(query: query, columns: ["adUnit", "impressions"], rows: [], lag: lag, ivtRules: 0)

@@ -8,12 +8,20 @@ extension ReportValue {
         }
     }
 
-    /// The value as it reads in CSV and in a terminal table.
+    /// The value as it reads in CSV (and JSON): ratios as numbers.
     var plain: String {
         switch self {
         case .text(let s): s
         case .count(let n): String(n)
         case .ratio(let r): r.isFinite ? String(r) : "0"
+        }
+    }
+
+    /// The value as a person reads it in a terminal: ratios as percentages with one decimal.
+    var shown: String {
+        switch self {
+        case .ratio(let r): String(oneDecimal: r.isFinite ? r * 100 : 0) + " %"
+        default: plain
         }
     }
 }
@@ -69,7 +77,7 @@ extension ReportResult {
             if case .text = first[i] { return false }
             return true
         }
-        var out = TextTable.render([columns] + rows.map { $0.map(\.plain) }, rightAligned: Set(numeric))
+        var out = TextTable.render([columns] + rows.map { $0.map(\.shown) }, rightAligned: Set(numeric))
         if rows.isEmpty { out += "(no rows)\n" }
         return out
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Logging
 import Tracker
 
 struct MigrateCommand: AsyncParsableCommand {
@@ -13,7 +14,11 @@ struct MigrateCommand: AsyncParsableCommand {
         let logger = makeLogger()
         let pool = try database.pool(logger: logger)
         defer { pool.close() }
-        let applied = try await Migrator(logger: logger).migrate(pool)
+        // The command prints each applied migration itself; the migrator's own lines would say
+        // it a second time (as a log line).
+        var quiet = logger
+        quiet.logLevel = max(logger.logLevel, .warning)
+        let applied = try await Migrator(logger: quiet).migrate(pool)
         if applied.isEmpty {
             print("schema is current (\(Migration.all.count) migrations)")
         } else {

@@ -63,35 +63,74 @@ struct ServeCommand: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Run the HTTP server: ingestion, reports, ad audit trails, /healthz, /readyz, /metrics, /openapi.yaml and the dashboard at /.",
         discussion: """
-            Environment: DATABASE_URL (required unless --database-url), TRACKER_HOST (127.0.0.1), \
-            TRACKER_PORT (8080), TRACKER_DB_POOL_SIZE (8), TRACKER_WRITERS (3 group-commit writers), \
-            TRACKER_RATE_LIMIT (events/s per key; unset = no limit), TRACKER_ATTRIBUTION_WINDOW (seconds, \
-            3600), TRACKER_PROJECTOR (on; 'off' when 'tracker project' runs elsewhere), \
-            TRACKER_PROJECTOR_BATCH_SIZE (log events per projector transaction, 20000), \
-            PROJECTOR_DATABASE_URL (the projector's and retention's connection, as tracker_projector; \
-            unset: DATABASE_URL), REPORT_DATABASE_URL (reports' connection, as tracker_report, or a read \
-            replica; unset: DATABASE_URL). DATABASE_URL connects as tracker_ingest in production: a \
-            superuser or the owner of the log is warned of at start and in /readyz. TRACKER_RETENTION_DAYS (unset: keep the \
-            whole log; N: hourly 'tracker retention --keep-days N'), TRACKER_MAX_CONCURRENT_BATCHES (256 ingest \
-            requests in progress at once; more get 503), TRACKER_REPORT_WAIT (5 s a report waits for the \
-            projections to include what was committed before it; 0: answer at once), TRACKER_IDLE_TIMEOUT \
-            (15 s: an idle keep-alive connection, or one whose request header is still arriving, is closed), \
-            TRACKER_REQUEST_TIMEOUT (30 s for a request to arrive whole after its header; then 408 and close), \
-            TRACKER_MAX_CONNECTIONS (10000, and at most the descriptor limit minus a reserve; more get 503), \
-            TRACKER_BODY_BUFFER_MIB (256 MiB of request bodies being read at once; more get 503), \
-            TRACKER_APPEND_TIMEOUT (8 s for a batch to be committed; then 503 with Retry-After, nothing of what \
-            was still queued stored; PostgreSQL's statement_timeout and lock_timeout on the log's connections \
-            are 3/4 and 1/2 of it), \
-            TRACKER_CHARTJS_PATH (the dashboard's Chart.js, /usr/share/javascript/chart.js/chart.min.js from libjs-chart.js), \
-            TRACKER_BEACON_SECRET (32+ bytes that sign web beacons, e.g. 'openssl rand -base64 32'; unset: \
-            /v1/pixel.gif, /v1/click and /v1/beacons answer 503), TRACKER_BEACON_PREVIOUS_SECRET (the secret \
-            before a rotation, still accepted), TRACKER_LOG_LEVEL (info; trace, debug, info, notice, warning, error, critical), TRACKER_LOG_FORMAT \
-            (json or text; default text on a terminal, JSON lines otherwise; logs go to standard output), \
-            TRACKER_METRICS (on: GET /metrics in Prometheus format; 'off' serves no /metrics and records nothing), \
-            TRACKER_TRUSTED_PROXIES (comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For \
-            names the client; unset: the peer is the client), TRACKER_IP_STORAGE (full; 'truncated' stores the \
-            /24 of an IPv4 and the /48 of an IPv6 address). \
-            SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
+            Settings come from the environment (a flag wins where there is one); each with its default.
+
+            Database
+              DATABASE_URL [required unless --database-url]
+                  the log's connection, as tracker_ingest
+              PROJECTOR_DATABASE_URL [DATABASE_URL]
+                  the projector's and retention's, as tracker_projector
+              REPORT_DATABASE_URL [DATABASE_URL]
+                  the reports', as tracker_report, or a read replica
+              TRACKER_DB_POOL_SIZE [8]
+                  connections per pool
+
+            HTTP
+              TRACKER_HOST, TRACKER_PORT [127.0.0.1, 8080]
+                  where to listen
+              TRACKER_MAX_CONNECTIONS [10000]
+                  open connections (at most the descriptor limit minus a reserve); more: 503
+              TRACKER_IDLE_TIMEOUT [15]
+                  seconds an idle connection, or a header still arriving, is kept
+              TRACKER_REQUEST_TIMEOUT [30]
+                  seconds for a request to arrive whole after its header; then 408
+              TRACKER_BODY_BUFFER_MIB [256]
+                  MiB of request bodies being read at once; more get 503
+
+            Ingestion
+              TRACKER_WRITERS [3]
+                  group-commit writers
+              TRACKER_MAX_CONCURRENT_BATCHES [256]
+                  batches decoded or written at once; more get 503
+              TRACKER_APPEND_TIMEOUT [8]
+                  seconds for a batch to be committed, then 503
+                  (statement_timeout and lock_timeout are 3/4 and 1/2 of it)
+              TRACKER_RATE_LIMIT [no limit]
+                  events per second per key
+              TRACKER_TRUSTED_PROXIES [none]
+                  addresses or CIDR ranges whose X-Forwarded-For names the client
+              TRACKER_IP_STORAGE [full]
+                  full, or truncated: the /24 of an IPv4 and the /48 of an IPv6 address
+
+            Projector and reports
+              TRACKER_PROJECTOR [on]
+                  off when 'tracker project' runs elsewhere
+              TRACKER_PROJECTOR_BATCH_SIZE [20000]
+                  log events per projector transaction
+              TRACKER_ATTRIBUTION_WINDOW [3600]
+                  seconds after its impression a click is attributed
+              TRACKER_REPORT_WAIT [5]
+                  seconds a report waits for what was committed before it; 0: no wait
+              TRACKER_RETENTION_DAYS [keep all]
+                  days of log kept, older partitions dropped hourly
+
+            Web beacons
+              TRACKER_BEACON_SECRET [unset: beacons answer 503]
+                  32+ bytes that sign beacons, e.g. 'openssl rand -base64 32'
+              TRACKER_BEACON_PREVIOUS_SECRET [unset]
+                  the secret before a rotation, still accepted
+
+            Logs, metrics, dashboard
+              TRACKER_LOG_LEVEL [info]
+                  trace, debug, info, notice, warning, error or critical
+              TRACKER_LOG_FORMAT [text on a terminal, else json]
+                  json or text, on standard output
+              TRACKER_METRICS [on]
+                  GET /metrics in Prometheus format; off: no /metrics
+              TRACKER_CHARTJS_PATH [/usr/share/javascript/chart.js/chart.min.js]
+                  the dashboard's Chart.js
+
+            DATABASE_URL as a superuser or as the log's owner is warned of at start and in /readyz. SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
     @Option(help: "Address to listen on (default: $TRACKER_HOST or 127.0.0.1).")

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ArgumentParser
+import Foundation
 
 /// `tracker` and its subcommands; the `TrackerMain` executable runs `main()`.
 public struct TrackerCommand: AsyncParsableCommand {
@@ -18,8 +19,13 @@ public struct TrackerCommand: AsyncParsableCommand {
 
     public static func main() async {
         limitMallocArenas()
+        var command: any ParsableCommand
         do {
-            var command = try parseAsRoot()
+            command = try parseAsRoot()
+        } catch {
+            exit(withError: error)
+        }
+        do {
             try bootstrapLogging(for: command)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
@@ -27,7 +33,13 @@ public struct TrackerCommand: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
-            exit(withError: error)
+            // A usage error found while running shows the usage of the command that ran, not
+            // the whole tool's.
+            guard error is ValidationError else { exit(withError: error) }
+            let name = usageString(for: type(of: command)).split(separator: " ").dropFirst().prefix(while: { !$0.hasPrefix("<") && !$0.hasPrefix("[") })
+            writeToStandardError("Error: \(message(for: error))\nUsage: \(usageString(for: type(of: command)))\n"
+                                 + "  See 'tracker help \(name.joined(separator: " "))' for more information.\n")
+            Foundation.exit(exitCode(for: error).rawValue)
         }
     }
 }
