@@ -1,11 +1,14 @@
 """The dashboard in a real headless Chromium (Debian's `chromium`, driven by Playwright):
 known events go in through the API, the page is loaded and given the key, and every number
 it shows must equal what the JSON reports API answers for the same filters (time zone and
-granularity included).
+granularity included). Invalid traffic is labelled by a small rule set activated before any
+event arrives, and Ad Manager exports are imported through the API for the reconciliation view.
 """
 
 import contextlib
 import datetime
+import decimal
+import json
 import math
 import os
 import re
@@ -16,14 +19,32 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
-from conftest import RESULTS, Database, required_env
+from conftest import RESULTS, Database, required_env, run
 from events import API, click, event
 
 HOME = "/5555/home/native"
 NEWS = "/5555/news/native"
 WORLD = "/5555/world/native"
 STORAGE_KEY = "tracker.reportKey"
-REPORTS = ("summary", "assets", "sources", "adchoices")
+REPORTS = ("summary", "assets", "sources", "adchoices", "ivt")
+# The invalid-traffic labels in the order the rules decide them (docs/REPORTS.md).
+LABELS = ("declared_bot", "datacenter", "high_rate", "excessive_clicks")
+# Two ad units of their own for invalid traffic and the reconciliation, so the other tests'
+# numbers stay what they were; their last segments are unique (Ad Manager names them so).
+SPORT = "/5555/rec/sport_top"
+WEATHER = "/5555/rec/weather_box"
+CRAWLER = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+PHONE_UA = "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) NewsApp/4.2"
+# The rule set of this file: the crawler by its user agent, a cloud range, at most 2 counted
+# clicks per ad, and at most 40 events a minute per client (the known events are 30 from one
+# client, 127.0.0.1 with requests' user agent, so none of them is labelled).
+RULE_SET = {
+    "name": "dashboard test",
+    "userAgents": [{"pattern": "Googlebot", "name": "Googlebot"}],
+    "ipRanges": ["34.64.0.0/10"],
+    "maxClicksPerAd": 2,
+    "maxEventsPerClientMinute": 40,
+}
 UTC = datetime.timezone.utc
 NEW_YORK = "America/New_York"
 DESKTOP = {"width": 1280, "height": 900}
@@ -125,25 +146,117 @@ def new_york_events():
     ]
 
 
-class Site:
-    """One tracker with the known events, shared by the tests of this file."""
+def ny(day, hour, minute=0, second=0.0):
+    """A New York wall-clock time of a day (summer or winter) as a UTC datetime."""
+    local = datetime.datetime.combine(day, datetime.time(hour, minute), tzinfo=ZoneInfo(NEW_YORK))
+    return local.astimezone(UTC) + datetime.timedelta(seconds=second)
 
-    def __init__(self, tracker, db):
+
+def device(n):
+    """The user agent and address of the n-th person's phone (a server key may send both)."""
+    return {"userAgent": PHONE_UA, "ip": f"192.0.2.{n}"}
+
+
+def invalid_traffic(a, b):
+    """Two New York days of SPORT and WEATHER with people and every kind of invalid traffic, as
+    batches (key, User-Agent header, events). People come through a server key, each ad from its
+    own phone; the crawler sends its own User-Agent header through the ordinary key.
+
+    Expected (New York days a and b): SPORT a: 15 impressions (2 duplicates, 1 stale), 5 clicks
+    (1 duplicate), crawler 3 impressions and 1 click; WEATHER a: 10 impressions, 1 click,
+    crawler 1 impression; SPORT b: 9 impressions, 3 clicks (2 more of one ad are
+    excessive_clicks), a data-center client 2 impressions and 1 click; WEATHER b: 6
+    impressions, and a burst of 41 events of one client in a minute (high_rate: 20
+    impressions, 1 click)."""
+    people, crawler, cloud, burst = [], [], [], []
+    n = 0
+
+    def person(*events):
+        nonlocal n
+        n += 1
+        for e in events:
+            e.update(device(n))
+            people.append(e)
+
+    for i in range(1, 16):
+        t = ny(a, 10, i)
+        events = [event("impression", f"s{i}", SPORT, at=t)]
+        if i <= 2:
+            events.append(event("impression", f"s{i}", SPORT, at=t + datetime.timedelta(seconds=5)))
+        if i == 3:
+            events.append(event("ad_loaded", f"s{i}", SPORT, at=ny(a, 8, 30)))
+        if i <= 5:
+            events.append(click(f"s{i}", SPORT, at=t + datetime.timedelta(seconds=30)))
+        if i == 5:
+            events.append(click(f"s{i}", SPORT, at=t + datetime.timedelta(seconds=30.5)))
+        person(*events)
+    for i in range(1, 11):
+        events = [event("impression", f"wa{i}", WEATHER, at=ny(a, 12, i))]
+        if i == 1:
+            events.append(click(f"wa{i}", WEATHER, at=ny(a, 12, i, 20)))
+        person(*events)
+    for i in range(1, 9):
+        events = [event("impression", f"sb{i}", SPORT, at=ny(b, 9, i))]
+        if i == 1:
+            events.append(click(f"sb{i}", SPORT, at=ny(b, 9, i, 15)))
+        person(*events)
+    person(event("impression", "x1", SPORT, at=ny(b, 9, 30)),
+           *[click("x1", SPORT, asset, at=ny(b, 9, 30, 10 * k)) for k, asset in enumerate(["MainImage", "Headline", "CallToAction", "Body"], 1)])
+    for i in range(1, 7):
+        person(event("impression", f"wb{i}", WEATHER, at=ny(b, 12, i)))
+
+    crawler += [event("impression", f"b{i}", SPORT, at=ny(a, 11, i)) for i in range(1, 4)]
+    crawler += [click("b1", SPORT, at=ny(a, 11, 1, 40)), event("impression", "bw1", WEATHER, at=ny(a, 11, 30))]
+    cloud_client = {"userAgent": "Mozilla/5.0 (X11; Linux x86_64)", "ip": "34.64.1.2"}
+    cloud += [dict(event("impression", f"d{i}", SPORT, at=ny(b, 10, i)), **cloud_client) for i in range(1, 3)]
+    cloud.append(dict(click("d1", SPORT, at=ny(b, 10, 1, 20)), **cloud_client))
+    burst_client = {"userAgent": "BurstClient/1.0", "ip": "198.51.100.7"}
+    for i in range(1, 21):
+        burst += [dict(event("ad_loaded", f"hr{i}", WEATHER, at=ny(b, 14, i)), **burst_client),
+                  dict(event("impression", f"hr{i}", WEATHER, at=ny(b, 14, i, 1)), **burst_client)]
+    burst.append(dict(click("hr1", WEATHER, at=ny(b, 14, 1, 5)), **burst_client))
+    assert len(burst) == RULE_SET["maxEventsPerClientMinute"] + 1
+    return [("server", None, people), ("ingest", CRAWLER, crawler), ("server", None, cloud), ("server", None, burst)]
+
+
+class Site:
+    """One tracker with the known events and the invalid traffic, shared by the tests of this file."""
+
+    def __init__(self, tracker, db, binary):
         self.tracker = tracker
         self.base = tracker.base
         self.db = db
+        self.binary = binary
         self.api = API(tracker.base, db.report_key)
         self.today = datetime.datetime.now(UTC).date()
         self.d1, self.d2, self.d3 = (self.today - datetime.timedelta(days=n) for n in (3, 2, 1))
+        # The invalid traffic's two days: before every range the older tests look at by number.
+        self.givt_a, self.givt_b = (self.today - datetime.timedelta(days=n) for n in (12, 11))
+
+
+def activate(binary, db, rule_set, directory):
+    path = directory / f"rules-{len(list(directory.iterdir()))}.json"
+    path.write_text(json.dumps(rule_set))
+    return run([binary, "ivt", "activate", str(path), "--database-url", db.url])
 
 
 @pytest.fixture(scope="module")
-def site(dashboard_database, start_tracker):
+def site(dashboard_database, start_tracker, binary, tmp_path_factory):
     db = dashboard_database
+    # Before the tracker starts and before any event: empty projections take the newest rule
+    # set at once, so every event is labelled under it with no rebuild.
+    out = activate(binary, db, RULE_SET, tmp_path_factory.mktemp("ivt"))
+    assert "activated rule set 1" in out, out
     tracker = start_tracker(db.url, "dashboard")
-    s = Site(tracker, db)
+    s = Site(tracker, db, binary)
     receipt = API(tracker.base, db.ingest_key).post_events(known_events(s.d1, s.d2, s.d3) + new_york_events())
     assert receipt.status_code == 200 and receipt.json()["rejected"] == [], receipt.text
+    server_key = run([binary, "keys", "create", "--database-url", db.url, "--name", "py-server", "--scope", "ingest",
+                      "--server"]).strip().splitlines()[-1]
+    keys = {"ingest": db.ingest_key, "server": server_key}
+    for key, user_agent, events in invalid_traffic(s.givt_a, s.givt_b):
+        receipt = API(tracker.base, keys[key]).post_events(events, extra_headers={"User-Agent": user_agent} if user_agent else None)
+        assert receipt.status_code == 200 and receipt.json()["rejected"] == [], receipt.text
     return s
 
 
@@ -151,8 +264,14 @@ def number(text):
     return int(text.replace(",", ""))
 
 
+def to_fixed_1(x):
+    """JavaScript's x.toFixed(1): the exact binary value rounded, a tie away from zero (6.25 is
+    6.3, where Python's format gives 6.2)."""
+    return str(decimal.Decimal(x).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP))
+
+
 def percent(ratio):
-    return f"{ratio * 100:.1f} %"
+    return f"{to_fixed_1(ratio * 100)} %"
 
 
 def ctr_text(attributed, impressions):
@@ -202,7 +321,9 @@ class Reports:
         self.first = datetime.date.fromisoformat(params["from"])
         self.last = datetime.date.fromisoformat(params["to"])
         self.hourly = (self.last - self.first).days + 1 <= 7
-        self.rows = {name: self.ask(api, name, **params)["rows"] for name in REPORTS}
+        self.json = {name: self.ask(api, name, **params) for name in REPORTS}
+        self.rows = {name: body["rows"] for name, body in self.json.items()}
+        self.ivt_rules = self.json["summary"]["ivtRules"]
         self.hours = self.ask(api, "summary", granularity="hour", **params)["rows"] if self.hourly else None
 
     @staticmethod
@@ -372,6 +493,26 @@ def assert_page_shows(page, reports):
         for field in duplicate_fields:
             assert number(shown_units[key][field]) == expected[field], f"{key} {field}"
 
+    # GIVT beside the net numbers: shares of counted + labelled, the labels, the rule set.
+    for what, counted in (("impressions", impressions), ("clicks", reports.total("summary", "clicks"))):
+        labelled = reports.total("summary", "givt" + what.capitalize())
+        assert page.inner_text(f"#givt-{what}-share") == ctr_text(labelled, counted + labelled), what
+        assert page.inner_text(f"#givt-{what}-detail") == f"{labelled:,} labelled, {counted:,} counted", what
+    assert page.inner_text("#ivt-rules") == str(reports.ivt_rules)
+    assert {body["ivtRules"] for body in reports.json.values()} == {reports.ivt_rules}
+    per_label = reports.grouped("ivt", ["label"], ["impressions", "clicks", "events"])
+    shown_labels = table(page, "ivt-table")
+    assert [r["cells"]["label"] for r in shown_labels] == [label for label in LABELS if (label,) in per_label]
+    assert page.is_visible("#ivt-table") == bool(per_label) and page.is_visible("#ivt-none") == (not per_label)
+    all_impressions = impressions + reports.total("summary", "givtImpressions")
+    all_clicks = reports.total("summary", "clicks") + reports.total("summary", "givtClicks")
+    for row in shown_labels:
+        expected = per_label[(row["cells"]["label"],)]
+        for field in ("impressions", "clicks", "events"):
+            assert number(row["cells"][field]) == expected[field], f"{row['cells']['label']} {field}"
+        assert row["cells"]["impressionShare"] == ctr_text(expected["impressions"], all_impressions)
+        assert row["cells"]["clickShare"] == ctr_text(expected["clicks"], all_clicks)
+
     shown_adchoices = table(page, "adchoices-table")
     assert len(shown_adchoices) == len(reports.rows["adchoices"])
     for shown, row in zip(shown_adchoices, reports.rows["adchoices"]):
@@ -526,7 +667,7 @@ def test_a_short_range_is_charted_by_hour_with_both_hours_of_a_fall_back_night(b
         assert None in chart(page)["data"][2], "days without impressions leave gaps in the CTR line"
 
 
-def test_at_phone_width_nothing_scrolls_sideways(browser, site):
+def test_at_phone_width_nothing_scrolls_sideways(browser, site, imports):
     def fits(page, view):
         sizes = page.evaluate("({scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth})")
         assert sizes["scroll"] <= sizes["client"], f"{view}: the page scrolls sideways at 390 px ({sizes})"
@@ -571,6 +712,31 @@ def test_at_phone_width_nothing_scrolls_sideways(browser, site):
         fits(page, "no such ad")
         assert len(page.problems) == 1 and "404" in page.problems[0], page.problems  # Chromium logs the 404
         page.problems.clear()
+
+        # Invalid traffic: its tiles wrap like the others, its table scrolls in its box.
+        page.click("#ad-back")
+        wait_ready(page)
+        apply(page, site.givt_a, site.givt_b, tz=NEW_YORK)
+        fits(page, "the GIVT panel")
+        assert len(table(page, "ivt-table")) == 4
+        givt_tiles = page.eval_on_selector_all("#givt-panel .tile", "ts => ts.map(t => t.getBoundingClientRect().right)")
+        assert max(givt_tiles) <= PHONE["width"], givt_tiles
+
+        # The reconciliation: the chooser's long lines, the table and the breakdowns stay within the screen.
+        page.click("#views [data-view=reconciliation]")
+        wait_reconciliation(page)
+        fits(page, "the reconciliation")
+        box = page.locator("#rec-import").bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+        assert page.eval_on_selector("#rec-table", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth"), \
+            "the reconciliation table is wider than a phone and scrolls in its box"
+        articles = page.eval_on_selector_all("#rec-explain article", "as => as.map(a => a.getBoundingClientRect().right)")
+        assert len(articles) == 2 and max(articles) <= PHONE["width"], articles
+        page.screenshot(path=str(RESULTS / "dashboard-phone-reconciliation.png"), full_page=True)
+        page.select_option("#rec-import", imports[0]["id"])
+        page.wait_for_function(f"() => location.hash.includes('import={imports[0]['id']}')")
+        wait_reconciliation(page)
+        fits(page, "the other import")
 
 
 def test_presets_pick_today_and_the_last_7_and_30_days_of_the_chosen_zone(browser, site):
@@ -680,7 +846,7 @@ def test_the_previous_period_is_compared_as_the_api_counts_it(browser, site):
         assert colour["attributed"] == "change worse" and colour["duplicate-impressions"] == "change"
         assert f"Compared with {previous_first.isoformat()} to {previous_last.isoformat()}." in page.inner_text("#status")
         RESULTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(RESULTS / "dashboard.png"), full_page=True)
+        page.screenshot(path=str(RESULTS / "dashboard-compare.png"), full_page=True)
 
 
 def test_clicking_a_value_in_a_table_filters_by_it(browser, site):
@@ -846,3 +1012,339 @@ def test_dashboard_without_chart_js_says_so_and_still_shows_the_numbers(browser,
     assert not problems, problems
     context.close()
     requests.get(tracker.base + "/healthz", timeout=5).raise_for_status()
+
+
+def ratio_change(was, now):
+    """The comparison's change of a ratio, as the page writes it (percentage points)."""
+    if was is None or now is None:
+        return "–"
+    delta = js_round((now - was) * 1000) / 10
+    return ("+" if delta > 0 else "-" if delta < 0 else "±") + f"{abs(delta):.1f} pp"
+
+
+def test_givt_is_shown_beside_the_net_numbers_by_label_with_its_rule_set(browser, site, tmp_path):
+    a, b = site.givt_a, site.givt_b
+    params = {"from": a.isoformat(), "to": b.isoformat(), "tz": NEW_YORK}
+    reports = Reports(site.api, **params)
+    # The traffic was labelled as it was sent (else the comparisons below prove little).
+    assert reports.ivt_rules == 1
+    assert [reports.total("summary", f) for f in ("impressions", "givtImpressions", "clicks", "givtClicks")] == [40, 26, 9, 5]
+    assert reports.grouped("ivt", ["label"], ["impressions", "clicks", "events"]) == {
+        ("declared_bot",): {"impressions": 4, "clicks": 1, "events": 5},
+        ("datacenter",): {"impressions": 2, "clicks": 1, "events": 3},
+        ("high_rate",): {"impressions": 20, "clicks": 1, "events": 41},
+        ("excessive_clicks",): {"impressions": 0, "clicks": 2, "events": 2},
+    }
+    header = site.api.report("summary", **params)
+    assert header.headers["X-IVT-Rules"] == "1"
+
+    with dashboard(browser, site, timezone_id=NEW_YORK) as page:
+        apply(page, a, b)
+        assert_page_shows(page, reports)
+        # The net tiles are the net numbers; GIVT is beside them, as shares of the whole.
+        assert page.inner_text("#total-impressions") == "40" and page.inner_text("#total-clicks") == "9"
+        assert page.inner_text("#givt-impressions-share") == "39.4 %"  # 26 / (40 + 26)
+        assert page.inner_text("#givt-clicks-share") == "35.7 %"  # 5 / (9 + 5)
+        assert [r["cells"]["label"] for r in table(page, "ivt-table")] == list(LABELS)
+        assert page.inner_text("#ivt-rules") == "1" and page.inner_text("#ivt-rules-detail") == "the newest"
+        assert not page.is_visible("#ivt-waiting")
+
+        # One ad unit: the shares and labels follow the filter.
+        weather = Reports(site.api, adUnit=WEATHER, **params)
+        apply(page, a, b, ad_unit=WEATHER)
+        assert_page_shows(page, weather)
+        assert [r["cells"]["label"] for r in table(page, "ivt-table")] == ["declared_bot", "high_rate"]
+
+        # Compared with the previous period (day a before day b), a rise of GIVT is worse.
+        current = Reports(site.api, tz=NEW_YORK, **{"from": b.isoformat(), "to": b.isoformat()})
+        previous = Reports(site.api, tz=NEW_YORK, **{"from": a.isoformat(), "to": a.isoformat()})
+        apply(page, b, b, compare=True)
+        assert_page_shows(page, current)
+        for tile, what in (("givt-impressions-share", "Impressions"), ("givt-clicks-share", "Clicks")):
+            def share(r):
+                labelled, counted = r.total("summary", "givt" + what), r.total("summary", what.lower())
+                return labelled / (labelled + counted) if labelled + counted else None
+            was, now = share(previous), share(current)
+            assert page.inner_text(f"#change-{tile}") == f"previous {percent(was)}, {ratio_change(was, now)}"
+            assert page.get_attribute(f"#change-{tile}", "class") == ("change worse" if now > was else "change better")
+
+        # The ivt report's CSV, as the API gives it for the filters shown.
+        expected = site.api.report("ivt", format="csv", includeTest="false", **{"from": b.isoformat(), "to": b.isoformat(), "tz": NEW_YORK})
+        assert expected.status_code == 200 and "high_rate" in expected.text
+        with page.expect_download() as download:
+            page.click("[data-csv=ivt]")
+        with open(download.value.path(), encoding="utf-8") as f:
+            assert f.read() == expected.text
+        assert download.value.suggested_filename == f"tracker-ivt-{b.isoformat()}-{b.isoformat()}-America_New_York.csv"
+
+        # The crawler's ad in the audit trail: its events are invalid traffic, with the label.
+        trail = site.api.get("/v1/ads/b1").json()
+        assert [e["label"] for e in trail["events"]] == ["declared_bot", "declared_bot"]
+        page.fill("#ad-lookup", "b1")
+        page.click("#ad-form button[type=submit]")
+        page.wait_for_selector("#ad-view[data-state=ready]")
+        rows = table(page, "ad-events")
+        assert [r["data"]["label"] for r in rows] == [e["label"] for e in trail["events"]]
+        assert [r["data"]["kind"] for r in rows] == ["invalid_traffic", "invalid_traffic"]
+        assert all(r["cells"]["outcome"] == "invalid traffic (declared bot), left out of every measure" for r in rows)
+        page.click("#ad-back")
+        wait_ready(page)
+
+        # The desktop picture of docs/OPERATIONS.md: two weeks with every kind of traffic.
+        apply(page, site.today - datetime.timedelta(days=13), site.today, tz="UTC", compare=False)
+        RESULTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(RESULTS / "dashboard.png"), full_page=True)
+
+        # A newer rule set activated while the projections hold events waits for a rebuild:
+        # the numbers keep rule set 1, and the page says that 2 waits.
+        out = activate(site.binary, site.db, {"name": "second", "userAgents": [{"pattern": "BurstClient"}]}, tmp_path)
+        assert "activated rule set 2" in out, out
+        ready = requests.get(site.base + "/readyz", timeout=5).json()
+        assert ready["ivtRules"] == {"projections": 1, "newest": 2}
+        apply(page, a, b, tz=NEW_YORK)
+        assert_page_shows(page, reports)
+        assert page.inner_text("#ivt-rules") == "1"
+        assert page.inner_text("#ivt-rules-detail") == "rule set 2 waits for tracker rebuild"
+        waiting = page.inner_text("#ivt-waiting")
+        assert page.is_visible("#ivt-waiting") and "rule set 2" in waiting and "rule set 1" in waiting and "tracker rebuild" in waiting
+
+
+def post_import(site, text, tz):
+    response = requests.post(site.base + "/v1/reconciliations", params={"tz": tz}, data=text.encode(), timeout=30,
+                             headers={"Authorization": f"Bearer {site.db.report_key}", "Content-Type": "text/csv"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.fixture(scope="module")
+def imports(site):
+    """Two Ad Manager exports: the API's headers in UTC (one day), then the UI's in New York
+    with a row outside tolerance each day, an extra column, unmatched units (one unknown, one
+    that is the code of several paths) and the Total row. The second is the newest."""
+    a, b = site.givt_a.isoformat(), site.givt_b.isoformat()
+    # The import matches ad unit codes against the units the projections hold: let them hold the traffic.
+    Reports.ask(site.api, "summary", **{"from": a, "to": b})
+    api_style = f"Dimension.DATE,Dimension.AD_UNIT_NAME,Column.AD_SERVER_IMPRESSIONS,Column.AD_SERVER_CLICKS\n{b},sport_top,10,3\n"
+    ui_style = (
+        "Date,Ad unit,Ad server impressions,Ad server clicks,Ad server CTR\r\n"
+        f"{a},sport_top,20,6,30.00%\r\n"
+        f"{a},{WEATHER},11,1,9.09%\r\n"
+        f"{a},ghost_unit,5,0,0.00%\r\n"
+        f"{b},sport_top,9,3,33.33%\r\n"
+        f"{b},{WEATHER},30,0,0.00%\r\n"
+        f'{b},native,"1,200",4,0.33%\r\n'
+        'Total,,"1,275",14,1.10%\r\n'
+    )
+    first = post_import(site, api_style, "UTC")
+    second = post_import(site, ui_style, NEW_YORK)
+    assert (first["rows"], first["matched"], second["rows"], second["matched"]) == (1, 1, 6, 4)
+    assert second["unmatched"] == [{"row": 4, "adUnit": "ghost_unit"}, {"row": 7, "adUnit": "native"}]
+    return first, second
+
+
+def reconciliation(site, import_id, threshold, **params):
+    response = site.api.get("/v1/reports/reconciliation?" + urllib.parse.urlencode(dict(params, threshold=threshold, **{"import": import_id})))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def signed_percent(d):
+    if d is None:
+        return "–"
+    return ("+" if d > 0 else "-" if d < 0 else "") + f"{to_fixed_1(abs(d * 100))} %"
+
+
+REC_READY = "#rec-view:is([data-state=ready], [data-state=empty], [data-state=error], [data-state=missing])"
+
+
+def wait_reconciliation(page, state="ready"):
+    page.wait_for_selector(REC_READY, state="attached")
+    assert page.get_attribute("#rec-view", "data-state") == state, page.inner_text("#rec-status")
+
+
+def assert_reconciliation_shows(page, report):
+    """The table is the API's report row for row, rows outside tolerance highlighted with an
+    icon and a word, and each has its breakdown with the API's numbers."""
+    rows = table(page, "rec-table")
+    assert [(r["data"]["day"], r["data"]["adUnit"]) for r in rows] == [(r["day"], r["adUnit"]) for r in report["rows"]]
+    for shown, row in zip(rows, report["rows"]):
+        cells = shown["cells"]
+        assert (cells["day"], cells["adUnit"]) == (row["day"], row["adUnit"])
+        for field in ("adManagerImpressions", "impressions", "adManagerClicks", "clicks", "duplicateImpressions",
+                      "givtImpressions", "staleImpressions", "givtClicks", "duplicateClicks"):
+            assert number(cells[field]) == row[field], f"{row['day']} {row['adUnit']} {field}"
+        assert cells["impressionDiscrepancy"] == signed_percent(row["impressionDiscrepancy"])
+        assert cells["clickDiscrepancy"] == signed_percent(row["clickDiscrepancy"])
+        assert shown["data"]["within"] == str(row["withinTolerance"]).lower()
+        assert ("outside" in shown["cls"]) == (not row["withinTolerance"])
+        assert cells["withinTolerance"] == ("✓ within" if row["withinTolerance"] else "⚠ outside")
+
+    outside = [r for r in report["rows"] if not r["withinTolerance"]]
+    articles = page.eval_on_selector_all(
+        "#rec-explain article",
+        "as => as.map(a => ({day: a.dataset.day, adUnit: a.dataset.adUnit, heading: a.querySelector('h3').textContent, "
+        "measures: Object.fromEntries([...a.querySelectorAll('p[data-measure]')].map(p => [p.dataset.measure, "
+        "{within: p.dataset.within, text: p.textContent, fields: Object.fromEntries([...p.querySelectorAll('[data-field]')].map(s => [s.dataset.field, s.textContent]))}]))}))")
+    assert [(x["day"], x["adUnit"]) for x in articles] == [(r["day"], r["adUnit"]) for r in outside]
+    assert page.is_visible("#rec-explain-panel") == bool(outside)
+    for article, row in zip(articles, outside):
+        assert article["heading"] == f"⚠ {row['day']} · {row['adUnit']}: outside ±{percent(report['threshold'])}"
+        for measure, tracker, admanager, d, duplicates, givt, stale in (
+                ("impressions", row["impressions"], row["adManagerImpressions"], row["impressionDiscrepancy"],
+                 row["duplicateImpressions"], row["givtImpressions"], row["staleImpressions"]),
+                ("clicks", row["clicks"], row["adManagerClicks"], row["clickDiscrepancy"], row["duplicateClicks"], row["givtClicks"], None)):
+            shown = article["measures"][measure]
+            within = (tracker == 0) if d is None else abs(d) <= report["threshold"] + 1e-12
+            assert shown["within"] == str(within).lower(), (row, measure)
+            fields = {k: v if k in ("discrepancy", "explainedShare") else number(v) for k, v in shown["fields"].items()}
+            gap = admanager - tracker
+            if admanager == 0 and tracker == 0:
+                assert fields == {}
+                continue
+            expected = {"duplicates": duplicates, "givt": givt, "tracker": tracker}
+            if stale is not None:
+                expected["stale"] = stale
+            if admanager and gap:
+                expected.update({"adManager": admanager, "discrepancy": signed_percent(d)})
+            if admanager and gap > 0:
+                # What the tracker knows of a shortfall: the duplicates and GIVT it left out.
+                left = duplicates + givt
+                expected.update({"gap": gap, "explained": left})
+                if 0 < left < gap:
+                    expected.update({"explainedShare": f"{js_round(100 * left / gap)} %", "unexplained": gap - left})
+                assert f"the gap is {gap:,} {measure if gap != 1 else measure[:-1]} (" in shown["text"]
+            elif admanager and gap < 0:
+                expected["surplus"] = -gap
+            assert fields == expected, (row, measure)
+
+
+def test_reconciliation_without_an_import_says_how_to_make_one(browser, binary, start_tracker):
+    db = Database(required_env("TRACKER_TEST_DATABASE_URL"), binary)
+    try:
+        tracker = start_tracker(db.url, "dashboard-no-import")
+        empty = Site(tracker, db, binary)
+        assert empty.api.get("/v1/reconciliations").json() == {"imports": []}
+        asked = []
+        with dashboard(browser, empty, viewport=PHONE, timezone_id=NEW_YORK, is_mobile=True, has_touch=True) as page:
+            page.on("request", lambda request: asked.append(request.url))
+            page.click("#views [data-view=reconciliation]")
+            wait_reconciliation(page, "empty")
+            assert fragment(page)["view"] == "reconciliation"
+            assert page.is_visible("#rec-empty") and not page.is_visible("#rec-details") and not page.is_visible("#rec-form")
+            curl = page.inner_text("#rec-curl")
+            assert f'curl -X POST "{tracker.base}/v1/reconciliations?tz=America/New_York"' in curl
+            assert "Authorization: Bearer $TRACKER_REPORT_KEY" in curl and "Content-Type: text/csv" in curl and "--data-binary @" in curl
+            assert db.report_key not in page.inner_text("body")
+            assert page.inner_text("#rec-cli") == "tracker reconcile import admanager.csv --tz America/New_York [--unit-map units.csv]"
+            assert "Ad server impressions" in page.inner_text("#rec-empty")
+            # Nothing to report on, so the report (a 404) is never asked for.
+            assert not [u for u in asked if "/v1/reports/reconciliation" in u]
+            sizes = page.evaluate("({scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth})")
+            assert sizes["scroll"] <= sizes["client"], sizes
+            RESULTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(RESULTS / "dashboard-phone-no-import.png"), full_page=True)
+    finally:
+        db.drop()
+
+
+def test_reconciliation_view_shows_the_apis_report_and_explains_rows_outside_tolerance(browser, site, imports):
+    first, second = imports
+    listed = site.api.get("/v1/reconciliations").json()["imports"]
+    assert [i["id"] for i in listed] == [second["id"], first["id"]], "newest first"
+    report = reconciliation(site, second["id"], "0.1")
+    # The import was made so that rows fall on both sides of 10 %, 5 % and 30 %.
+    assert [r["withinTolerance"] for r in report["rows"]] == [False, True, True, False]
+    assert report["rows"][0]["impressionDiscrepancy"] == -0.25 and report["rows"][3]["clickDiscrepancy"] is None
+    assert report["ivtRules"] >= 1 and report["rows"][3]["givtImpressions"] == 20
+
+    with dashboard(browser, site, timezone_id=NEW_YORK) as page:
+        page.click("#views [data-view=reconciliation]")
+        wait_reconciliation(page)
+        assert page.get_attribute("#views [data-view=reconciliation]", "aria-current") == "page"
+        assert not page.is_visible("#dashboard") and page.is_visible("#rec-view")
+        # The newest import by default, named in the URL.
+        assert {k: fragment(page).get(k) for k in ("view", "import", "threshold")} == \
+            {"view": "reconciliation", "import": second["id"], "threshold": "10"}
+        options = page.eval_on_selector_all("#rec-import option", "os => os.map(o => ({value: o.value, text: o.textContent, selected: o.selected}))")
+        assert [o["value"] for o in options] == [i["id"] for i in listed]
+        assert [o["selected"] for o in options] == [True, False]
+        assert options[0]["text"] == f"{second['from']} to {second['to']} · America/New_York · 4 of 6 rows matched · " \
+            f"{second['importedAt'][:16].replace('T', ' ')} UTC"
+        facts = {k: page.inner_text(f"[data-fact={k}]") for k in ("tz", "days", "matched", "imported", "ivtRules", "id")}
+        assert facts == {"tz": NEW_YORK, "days": f"{second['from']} to {second['to']}", "matched": "4 of 6",
+                         "imported": f"{second['importedAt']} by {second['importedBy']}", "ivtRules": str(report["ivtRules"]),
+                         "id": second["id"]}
+        unmatched = page.eval_on_selector_all("#rec-unmatched-list li", "ls => ls.map(l => [Number(l.dataset.row), l.dataset.adUnit, l.textContent])")
+        assert unmatched == [[u["row"], u["adUnit"], f"row {u['row']}: {u['adUnit']}"] for u in second["unmatched"]]
+        assert "--unit-map" in page.inner_text("#rec-unmatched-text")
+        assert_reconciliation_shows(page, report)
+        totals = {k: page.inner_text(f"#rec-totals [data-field={k}]") for k in ("adManagerImpressions", "impressions", "outside", "rows")}
+        assert totals == {"adManagerImpressions": str(sum(r["adManagerImpressions"] for r in report["rows"])),
+                          "impressions": str(sum(r["impressions"] for r in report["rows"])), "outside": "2", "rows": "4"}
+        # The brief's sentence for the first row: a gap of 5 impressions; duplicates 2, GIVT 3, stale 1.
+        first_row = page.inner_text("#rec-explain article >> nth=0 >> p[data-measure=impressions]")
+        assert "the gap is 5 impressions" in first_row and "duplicates 2, GIVT 3, stale 1" in first_row and "all of it" in first_row
+        RESULTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(RESULTS / "dashboard-reconciliation.png"), full_page=True)
+        # "⚠ outside" leads to the row's breakdown.
+        page.click("#rec-table tbody tr >> nth=3 >> button[data-explain]")
+        assert page.evaluate("document.activeElement.dataset.day") == report["rows"][3]["day"]
+
+        # The tolerance decides which rows are highlighted, as the API decides it.
+        for typed, fraction, outside in (("5", "0.05", 3), ("30", "0.3", 1)):
+            page.fill("#rec-threshold", typed)
+            page.click("#rec-form button[type=submit]")
+            page.wait_for_function(f"() => location.hash.includes('threshold={typed}')")
+            wait_reconciliation(page)
+            expected = reconciliation(site, second["id"], fraction)
+            assert sum(not r["withinTolerance"] for r in expected["rows"]) == outside
+            assert_reconciliation_shows(page, expected)
+            assert f"outside ±{percent(float(fraction))}" in page.inner_text("#rec-status")
+
+        # A tolerance that is no number is refused at the field, and nothing is asked.
+        asked = []
+        page.on("request", lambda request: asked.append(request.url))
+        page.fill("#rec-threshold", "ten")
+        page.click("#rec-form button[type=submit]")
+        assert page.eval_on_selector("#rec-threshold", "e => !e.validity.valid && e.validationMessage.includes('%')")
+        assert asked == [] and fragment(page)["threshold"] == "30"
+
+        # The chooser shows the other import (the API's headers, in UTC), and the URL names it.
+        page.fill("#rec-threshold", "30")
+        page.select_option("#rec-import", first["id"])
+        page.wait_for_function(f"() => location.hash.includes('import={first['id']}')")
+        wait_reconciliation(page)
+        assert page.inner_text("[data-fact=tz]") == "UTC" and not page.is_visible("#rec-unmatched")
+        assert_reconciliation_shows(page, reconciliation(site, first["id"], "0.3"))
+
+        # Its CSV is the API's for the import and tolerance shown.
+        expected_csv = site.api.get(f"/v1/reports/reconciliation?import={first['id']}&threshold=0.3&includeTest=false&format=csv")
+        with page.expect_download() as download:
+            page.click("#rec-csv")
+        with open(download.value.path(), encoding="utf-8") as f:
+            assert f.read() == expected_csv.text
+        assert download.value.suggested_filename == f"tracker-reconciliation-{first['from']}-{first['to']}-UTC.csv"
+
+        # Reload and Back keep the choice; a day opens that day and ad unit by hour in the import's zone.
+        page.reload()
+        wait_reconciliation(page)
+        assert page.input_value("#rec-import") == first["id"] and page.input_value("#rec-threshold") == "30"
+        page.go_back()
+        page.wait_for_function(f"() => location.hash.includes('import={second['id']}')")
+        wait_reconciliation(page)
+        row = report["rows"][3]
+        page.click(f"#rec-table tbody tr >> nth=3 >> button[data-open-day='{row['day']}']")
+        wait_ready(page)
+        assert page.is_visible("#dashboard") and not page.is_visible("#rec-view")
+        assert (page.input_value("#from"), page.input_value("#to"), page.input_value("#tz"), page.input_value("#ad-unit")) == \
+            (row["day"], row["day"], NEW_YORK, row["adUnit"])
+        assert_page_shows(page, Reports(site.api, tz=NEW_YORK, adUnit=row["adUnit"], **{"from": row["day"], "to": row["day"]}))
+        page.go_back()
+        wait_reconciliation(page)
+        assert page.input_value("#rec-import") == second["id"]
+
+        # A link to an import that does not exist says so, and offers the list.
+        page.goto(site.base + "/#view=reconciliation&threshold=10&import=" + "0" * 24)
+        page.wait_for_selector("#rec-view[data-state=missing]")
+        assert "No import has the id" in page.inner_text("#rec-status") and not page.is_visible("#rec-details")
+        assert page.eval_on_selector_all("#rec-import option:not([disabled])", "os => os.length") == 2

@@ -1,14 +1,25 @@
-// The tracker's dashboard: reads the JSON reports API and an ad's audit trail with a report
-// key kept in the tab's sessionStorage (sent only in the Authorization header) and draws
-// what they answer. The filters live in the URL's fragment (shareable, kept over a reload,
-// never sent to the server); the key never does.
+// The tracker's dashboard: reads the JSON reports API, an ad's audit trail and the
+// reconciliations with Ad Manager with a report key kept in the tab's sessionStorage (sent
+// only in the Authorization header) and draws what they answer. The filters live in the
+// URL's fragment (shareable, kept over a reload, never sent to the server); the key never does.
 // Every value from the server is put into the page as text (textContent), never as HTML:
 // ad units and asset keys come from apps and may hold anything.
 'use strict';
 
 (() => {
   const storageKey = 'tracker.reportKey';
-  const reports = ['summary', 'assets', 'sources', 'adchoices'];
+  const reports = ['summary', 'assets', 'sources', 'adchoices', 'ivt'];
+  // The invalid-traffic labels in the order the rules decide them (docs/REPORTS.md).
+  const ivtLabels = [
+    ['declared_bot', 'declared crawler or bot: the user agent matches a pattern'],
+    ['datacenter', 'data-center traffic: the address is inside a range'],
+    ['high_rate', 'more events from one address and user agent in a minute than the limit'],
+    ['excessive_clicks', "an ad's counted clicks beyond maxClicksPerAd"],
+  ];
+  // The IAB's convention between a third-party count and the publisher's ad server, in %.
+  const defaultThreshold = '10';
+  // A tolerance in % as typed: 0 to 10 000 (the API takes 0 to 100 as a fraction).
+  const thresholdPattern = /^\d{1,5}(\.\d{1,4})?$/;
   const colors = {
     impressions: '#2f6fb0', clicks: '#e07b00', ctr: '#2a9d5c',
     attributed: '#2a9d5c', noImpression: '#c0392b', beforeImpression: '#8e44ad', outsideWindow: '#7f8c8d',
@@ -26,12 +37,16 @@
   const seen = { adUnits: new Set(), formatIds: new Set() };
   let reportsGeneration = 0;
   let adGeneration = 0;
+  let recGeneration = 0;
   // What the page shows (or is loading), as fragment text, so that going back from an ad
   // or a repeated hashchange does not ask the server again.
   let reportsShown = null;
   let adShown = null;
+  let recShown = null;
   // The filters of the reports on the page, for the CSV downloads.
   let shownState = null;
+  // The reconciliation report on the page (import, tolerance, its days and zone), for its CSV.
+  let recShownQuery = null;
 
   /** A key the server refused (401/403): the user has to enter another. */
   class KeyRefused extends Error {}
@@ -39,6 +54,8 @@
   const integer = (n) => n.toLocaleString('en-US');
   const percent = (ratio) => (ratio * 100).toFixed(1) + ' %';
   const ctrText = (ratio) => (ratio === null ? '–' : percent(ratio));
+  /** A discrepancy with its sign ("-25.0 %", "+4.2 %"); none without Ad Manager's count. */
+  const signedPercent = (d) => (d === null ? '–' : (d > 0 ? '+' : d < 0 ? '-' : '') + Math.abs(d * 100).toFixed(1) + ' %');
   const pad = (n) => String(n).padStart(2, '0');
   const isoDay = (date) => date.toISOString().slice(0, 10);
 
@@ -153,10 +170,23 @@
 
   // ---- The filters and the URL ------------------------------------------------------------
 
+  /** Whether `text` is a tolerance in % the API can take (0 to 10 000, up to 4 decimals). */
+  function validThreshold(text) {
+    return thresholdPattern.test(text) && Number(text) <= 10000;
+  }
+
+  /** A tolerance in % as the API's fraction: 10 is 0.1. */
+  function thresholdFraction(text) {
+    return String(Number(text) / 100);
+  }
+
   function defaults() {
     const tz = browserZone();
     const to = today(tz);
-    return { from: addDays(to, -6), to, tz, adUnit: '', formatId: '', includeTest: false, compare: false, ad: '' };
+    return {
+      from: addDays(to, -6), to, tz, adUnit: '', formatId: '', includeTest: false, compare: false, ad: '',
+      view: '', import: '', threshold: defaultThreshold,
+    };
   }
 
   /** The state the URL's fragment names; what it leaves out (or gets wrong) is the default. */
@@ -178,6 +208,9 @@
     state.includeTest = hash.get('includeTest') === 'true';
     state.compare = hash.get('compare') === 'true';
     state.ad = hash.get('ad') || '';
+    state.view = hash.get('view') === 'reconciliation' ? 'reconciliation' : '';
+    state.import = hash.get('import') || '';
+    if (validThreshold(hash.get('threshold') || '')) state.threshold = hash.get('threshold');
     return state;
   }
 
@@ -191,6 +224,12 @@
     if (state.includeTest) params.set('includeTest', 'true');
     if (state.compare) params.set('compare', 'true');
     if (state.ad) params.set('ad', state.ad);
+    // The reconciliation's choices are in the URL only in its view: the reports' links stay as they were.
+    if (state.view) params.set('view', state.view);
+    if (state.view === 'reconciliation') {
+      if (state.import) params.set('import', state.import);
+      params.set('threshold', state.threshold);
+    }
     return '#' + params.toString();
   }
 
@@ -216,6 +255,7 @@
       from: $('from').value.trim(), to: $('to').value.trim(), tz: $('tz').value.trim(),
       adUnit: $('ad-unit').value.trim(), formatId: $('format-id').value.trim(),
       includeTest: $('include-test').checked, compare: $('compare').checked, ad: '',
+      view: '', import: '', threshold: defaultThreshold,
     };
   }
 
@@ -253,6 +293,8 @@
     $('key-panel').hidden = false;
     $('dashboard').hidden = true;
     $('ad-view').hidden = true;
+    $('rec-view').hidden = true;
+    $('views').hidden = true;
     $('ad-form').hidden = true;
     $('forget').hidden = true;
     $('lag').hidden = true;
@@ -260,6 +302,7 @@
     document.body.dataset.view = 'key';
     reportsShown = null;
     adShown = null;
+    recShown = null;
     const error = $('key-error');
     error.hidden = !message;
     error.textContent = message || '';
@@ -270,13 +313,20 @@
     $('key-panel').hidden = true;
     $('forget').hidden = false;
     $('ad-form').hidden = false;
+    $('views').hidden = false;
     $('dashboard').hidden = view !== 'reports';
     $('ad-view').hidden = view !== 'ad';
+    $('rec-view').hidden = view !== 'reconciliation';
+    // An ad's trail is reached from the reports, so "Reports" stays the current tab there.
+    for (const button of document.querySelectorAll('#views [data-view]')) {
+      if (button.dataset.view === (view === 'reconciliation' ? 'reconciliation' : 'reports')) button.setAttribute('aria-current', 'page');
+      else button.removeAttribute('aria-current');
+    }
     document.body.dataset.view = view;
     if (document.body.dataset.state === 'locked') document.body.dataset.state = 'idle';
   }
 
-  /** Shows what the URL names: the reports for its filters, or one ad's audit trail. */
+  /** Shows what the URL names: the reports for its filters, one ad's audit trail, or a reconciliation. */
   function route() {
     const key = sessionStorage.getItem(storageKey);
     if (!key) { showKeyPanel(); return; }
@@ -285,8 +335,13 @@
     writeHash(state, true); // the URL always names what is shown, defaults included
     if (state.ad) {
       showView('ad');
+      $('ad-back').textContent = state.view === 'reconciliation' ? '← Back to the reconciliation' : '← Back to the reports';
       const shown = hashOf(state);
       if (shown !== adShown) loadAd(state, key);
+    } else if (state.view === 'reconciliation') {
+      showView('reconciliation');
+      const shown = hashOf(state);
+      if (shown !== recShown) loadReconciliation(state, key);
     } else {
       showView('reports');
       const shown = hashOf(state);
@@ -324,12 +379,30 @@
     const response = await fetchAPI('/v1/reports/' + name + '?' + params, key);
     if (!response.ok) throw await errorOf(name + ' report', response);
     const body = await response.json();
+    return Object.assign({ rows: body.rows, tz: body.tz || 'UTC', ivtRules: body.ivtRules }, lagOf(response));
+  }
+
+  function lagOf(response) {
     return {
-      rows: body.rows,
-      tz: body.tz || 'UTC',
       lagEvents: Number(response.headers.get('X-Projection-Lag-Events') || 0),
       lagSeconds: Number(response.headers.get('X-Projection-Lag-Seconds') || 0),
     };
+  }
+
+  /**
+   * The rule sets of /readyz ({projections, newest}), or null when it does not say (not
+   * ready, or no connection of the node may read them): only the "a newer rule set waits"
+   * notice depends on it, never a number.
+   */
+  async function readiness() {
+    try {
+      const response = await fetch('/readyz', { cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' });
+      if (!response.ok) return null;
+      const body = await response.json();
+      return body && body.ivtRules ? body.ivtRules : null;
+    } catch (_) {
+      return null;
+    }
   }
 
   /** The report parameters of a state (and another range, for the previous period). */
@@ -365,15 +438,18 @@
     const previous = previousRange(state);
     const previousParams = reportParams(state, previous);
     try {
+      const rules = readiness();
       const asked = [
         fetchReport('summary', summaryParams, key),
         ...reports.slice(1).map((name) => fetchReport(name, params, key)),
       ];
       if (state.compare) asked.push(fetchReport('summary', previousParams, key), fetchReport('adchoices', previousParams, key));
       const results = await Promise.all(asked);
+      const ready = await rules;
       if (mine !== reportsGeneration) return;
-      const [summary, assets, sources, adchoices, previousSummary, previousAdchoices] = results;
+      const [summary, assets, sources, adchoices, ivt, previousSummary, previousAdchoices] = results;
       render(state, summary, assets, sources, adchoices);
+      renderInvalidTraffic(summary, ivt, ready);
       showLag(results);
       showComparison(state.compare ? totals(previousSummary.rows, previousAdchoices.rows) : null,
         totals(summary.rows, adchoices.rows));
@@ -475,10 +551,17 @@
   /** The tiles' numbers of a range; a ratio without a denominator is null (no CTR, no share). */
   function totals(summaryRows, adchoicesRows) {
     const impressions = total(summaryRows, 'impressions');
+    const clicks = total(summaryRows, 'clicks');
     const attributed = total(summaryRows, 'attributedClicks');
     const eea = total(adchoicesRows, 'eeaReservationImpressions');
+    const givtImpressions = total(summaryRows, 'givtImpressions');
+    const givtClicks = total(summaryRows, 'givtClicks');
     return {
-      impressions, clicks: total(summaryRows, 'clicks'), attributed,
+      impressions, clicks, attributed,
+      // Labelled events are never in impressions or clicks, so the whole is counted + labelled.
+      givtImpressions, givtClicks,
+      givtImpressionShare: impressions + givtImpressions ? givtImpressions / (impressions + givtImpressions) : null,
+      givtClickShare: clicks + givtClicks ? givtClicks / (clicks + givtClicks) : null,
       ctr: impressions ? attributed / impressions : null,
       duplicateImpressions: total(summaryRows, 'duplicateImpressions'),
       duplicateClicks: total(summaryRows, 'duplicateClicks'),
@@ -494,6 +577,7 @@
     ['attributed', 'attributed', 'count', false], ['ctr', 'ctr', 'ratio', false],
     ['duplicate-impressions', 'duplicateImpressions', 'count', true], ['duplicate-clicks', 'duplicateClicks', 'count', true],
     ['stale', 'stale', 'count', true], ['adchoices-share', 'share', 'ratio', false],
+    ['givt-impressions-share', 'givtImpressionShare', 'ratio', true], ['givt-clicks-share', 'givtClickShare', 'ratio', true],
   ];
 
   /**
@@ -606,6 +690,56 @@
   }
 
   /**
+   * GIVT beside the net numbers: the share of impression and click events labelled invalid,
+   * the labels (the ivt report for the same filters, summed over days, units and formats), and
+   * the rule set the numbers were computed with; /readyz says when a newer one waits.
+   */
+  function renderInvalidTraffic(summary, ivt, ready) {
+    const t = totals(summary.rows, []);
+    const shares = [
+      ['impressions', t.givtImpressionShare, t.givtImpressions, t.impressions],
+      ['clicks', t.givtClickShare, t.givtClicks, t.clicks],
+    ];
+    for (const [what, share, labelled, counted] of shares) {
+      $('givt-' + what + '-share').textContent = share === null ? '–' : percent(share);
+      $('givt-' + what + '-detail').textContent = integer(labelled) + ' labelled, ' + integer(counted) + ' counted';
+    }
+
+    const rules = summary.ivtRules;
+    $('ivt-rules').textContent = rules === undefined ? '–' : String(rules);
+    const detail = $('ivt-rules-detail');
+    const waiting = $('ivt-waiting');
+    const waits = ready && rules !== undefined && ready.newest > rules;
+    detail.className = waits ? 'detail warn' : 'detail';
+    if (waits) detail.textContent = 'rule set ' + ready.newest + ' waits for tracker rebuild';
+    else if (rules === 0) detail.textContent = 'the empty rule set: nothing is labelled';
+    else detail.textContent = ready && ready.newest === rules ? 'the newest' : 'tracker ivt show prints it';
+    waiting.hidden = !waits;
+    waiting.textContent = waits
+      ? 'Invalid-traffic rule set ' + ready.newest + ' was activated but waits: these numbers use rule set ' + rules +
+        " until 'tracker rebuild' applies rule set " + ready.newest + ' to the whole log.'
+      : '';
+
+    const perLabel = sumBy(ivt.rows, (r) => r.label, ['impressions', 'clicks', 'events']);
+    const known = new Map(ivtLabels);
+    const order = [...ivtLabels.map(([label]) => label), ...[...perLabel.keys()].filter((l) => !known.has(l)).sort()];
+    const rows = order.filter((label) => perLabel.has(label)).map((label) => {
+      const g = perLabel.get(label);
+      return {
+        label, meaning: known.get(label) || '', impressions: g.impressions, clicks: g.clicks, events: g.events,
+        impressionShare: t.impressions + t.givtImpressions ? g.impressions / (t.impressions + t.givtImpressions) : null,
+        clickShare: t.clicks + t.givtClicks ? g.clicks / (t.clicks + t.givtClicks) : null,
+      };
+    });
+    fillTable('ivt-table', rows, [['label'], ['meaning'], ['impressions', integer], ['impressionShare', ctrText],
+      ['clicks', integer], ['clickShare', ctrText], ['events', integer]],
+      (tr, row) => { tr.dataset.label = row.label; });
+    // Nothing labelled: a sentence, not a wide table around "no rows".
+    $('ivt-labels').hidden = rows.length === 0;
+    $('ivt-none').hidden = rows.length > 0;
+  }
+
+  /**
    * The chart and table over time: by hour for a short range, else by day, in the zone's
    * local time as the API labels it. The chart has every hour or day of the range (no
    * impressions: 0); a period without impressions has no CTR, so the line has a gap there
@@ -665,6 +799,17 @@
 
   // ---- CSV downloads ----------------------------------------------------------------------
 
+  /** Hands the browser a file (the key stays in the header of the request that fetched it). */
+  function saveFile(blob, name) {
+    const link = document.createElement('a');
+    link.href = URL.createObjectURL(blob);
+    link.download = name;
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+  }
+
   /** The API's CSV of a report for the filters shown, offered as a file. */
   async function downloadCSV(name) {
     const key = sessionStorage.getItem(storageKey);
@@ -677,15 +822,339 @@
     try {
       const response = await fetchAPI('/v1/reports/' + name + '?' + params, key, 'text/csv');
       if (!response.ok) throw await errorOf(name + ' CSV', response);
-      const blob = await response.blob();
-      const link = document.createElement('a');
-      link.href = URL.createObjectURL(blob);
-      link.download = ['tracker', name, state.from, state.to, state.tz.replace(/[^A-Za-z0-9_+-]+/g, '_')].join('-') +
-        (params.get('granularity') === 'hour' ? '-hourly' : '') + '.csv';
-      document.body.appendChild(link);
-      link.click();
-      link.remove();
-      setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+      saveFile(await response.blob(), ['tracker', name, state.from, state.to, state.tz.replace(/[^A-Za-z0-9_+-]+/g, '_')].join('-') +
+        (params.get('granularity') === 'hour' ? '-hourly' : '') + '.csv');
+    } catch (error) {
+      if (error instanceof KeyRefused) { keyRefused(error); return; }
+      status.className = 'error';
+      status.textContent = error.message;
+    }
+  }
+
+  // ---- Reconciliation with Ad Manager -----------------------------------------------------
+
+  /** An import as one line of the chooser: its days, zone, matched rows and when it came. */
+  function importText(imported) {
+    const days = imported.from ? (imported.from === imported.to ? imported.from : imported.from + ' to ' + imported.to) : 'no days';
+    return days + ' · ' + imported.tz + ' · ' + imported.matched + ' of ' + imported.rows + ' rows matched · ' +
+      imported.importedAt.slice(0, 16).replace('T', ' ') + ' UTC';
+  }
+
+  function fillImports(imports, chosen) {
+    const select = $('rec-import');
+    const options = imports.map((imported) => {
+      const option = document.createElement('option');
+      option.value = imported.id;
+      option.textContent = importText(imported);
+      option.selected = imported.id === chosen;
+      return option;
+    });
+    if (imports.length && !imports.some((i) => i.id === chosen)) {
+      const none = document.createElement('option');
+      none.value = '';
+      none.textContent = 'Choose an import';
+      none.disabled = true;
+      none.selected = true;
+      options.unshift(none);
+    }
+    select.replaceChildren(...options);
+    select.disabled = imports.length === 0;
+  }
+
+  /** The page has no import to show: how to make one, with this server's address and zone. */
+  function showNoImport(state) {
+    const zone = state.tz || browserZone();
+    $('rec-curl').textContent = 'curl -X POST "' + location.origin + '/v1/reconciliations?tz=' + encodeURIComponent(zone).replace(/%2F/g, '/') + '" \\\n' +
+      '  -H "Authorization: Bearer $TRACKER_REPORT_KEY" -H \'Content-Type: text/csv\' \\\n' +
+      '  --data-binary @admanager.csv';
+    $('rec-cli').textContent = 'tracker reconcile import admanager.csv --tz ' + zone + ' [--unit-map units.csv]';
+    $('rec-empty').hidden = false;
+    $('rec-details').hidden = true;
+  }
+
+  async function loadReconciliation(state, key) {
+    const mine = ++recGeneration;
+    recShown = hashOf(state);
+    const view = $('rec-view');
+    const status = $('rec-status');
+    view.dataset.state = 'loading';
+    status.className = '';
+    status.textContent = 'Loading…';
+    $('rec-threshold').value = state.threshold;
+    $('rec-threshold').setCustomValidity('');
+    $('rec-include-test').checked = state.includeTest;
+    try {
+      const listed = await fetchAPI('/v1/reconciliations', key);
+      if (!listed.ok) throw await errorOf('imports', listed);
+      const imports = (await listed.json()).imports;
+      if (mine !== recGeneration) return;
+      // Without a choice in the URL, the newest import (the list is newest first).
+      const chosen = state.import ? imports.find((i) => i.id === state.import) : imports[0];
+      fillImports(imports, chosen ? chosen.id : '');
+      // Nothing to choose or tune before a first import: the form would only be in the way.
+      $('rec-form').hidden = imports.length === 0;
+      if (imports.length === 0) {
+        showNoImport(state);
+        status.textContent = 'Nothing has been imported from Ad Manager yet.';
+        view.dataset.state = 'empty';
+        return;
+      }
+      $('rec-empty').hidden = true;
+      if (!chosen) {
+        $('rec-details').hidden = true;
+        status.className = 'error';
+        status.textContent = 'No import has the id ' + state.import + ': choose one of the list.';
+        view.dataset.state = 'missing';
+        return;
+      }
+      if (!state.import) {
+        // The URL names the import shown, so a shared link keeps showing it after newer imports.
+        state.import = chosen.id;
+        recShown = hashOf(state);
+        writeHash(state, true);
+      }
+      const params = new URLSearchParams();
+      params.set('import', chosen.id);
+      params.set('threshold', thresholdFraction(state.threshold));
+      params.set('includeTest', state.includeTest ? 'true' : 'false');
+      const response = await fetchAPI('/v1/reports/reconciliation?' + params, key);
+      if (!response.ok) throw await errorOf('reconciliation report', response);
+      const report = await response.json();
+      if (mine !== recGeneration) return;
+      renderReconciliation(chosen, report, state);
+      showLag([lagOf(response)]);
+      recShownQuery = { params, from: report.from, to: report.to, tz: report.tz };
+      const outside = report.rows.filter((r) => !r.withinTolerance).length;
+      status.textContent = report.rows.length + (report.rows.length === 1 ? ' row' : ' rows') + ', ' + outside +
+        ' outside ±' + percent(report.threshold) + ', local days in ' + report.tz +
+        (state.includeTest ? ', test traffic included.' : '.');
+      view.dataset.state = 'ready';
+    } catch (error) {
+      if (mine !== recGeneration) return;
+      recShown = null;
+      if (error instanceof KeyRefused) { keyRefused(error); return; }
+      $('rec-details').hidden = true;
+      status.className = 'error';
+      status.textContent = error.message;
+      view.dataset.state = 'error';
+    }
+  }
+
+  function renderReconciliation(imported, report, state) {
+    const facts = [
+      ['tz', 'Time zone of its days', imported.tz],
+      ['days', 'Days', imported.from ? (imported.from === imported.to ? imported.from : imported.from + ' to ' + imported.to) : 'none'],
+      ['matched', 'Rows matched to an ad unit', imported.matched + ' of ' + imported.rows],
+      ['imported', 'Imported', imported.importedAt + ' by ' + imported.importedBy],
+      ['ivtRules', 'GIVT counted under rule set', String(report.ivtRules)],
+      ['id', 'Id', imported.id],
+    ];
+    $('rec-facts').replaceChildren(...facts.flatMap(([name, label, value]) => {
+      const dt = document.createElement('dt');
+      dt.textContent = label;
+      const dd = document.createElement('dd');
+      dd.textContent = value;
+      dd.dataset.fact = name;
+      return [dt, dd];
+    }));
+    const unmatched = imported.unmatched;
+    $('rec-unmatched').hidden = unmatched.length === 0;
+    $('rec-unmatched-text').textContent = unmatched.length + (unmatched.length === 1 ? ' row' : ' rows') +
+      " of the file matched no ad unit path, or several, and are left out of the report. Map each name to its path with " +
+      "'tracker reconcile import FILE --tz " + imported.tz + " --unit-map units.csv' (a new import):";
+    $('rec-unmatched-list').replaceChildren(...unmatched.map((u) => {
+      const li = document.createElement('li');
+      li.dataset.row = String(u.row);
+      li.dataset.adUnit = u.adUnit;
+      li.textContent = 'row ' + u.row + ': ' + u.adUnit;
+      return li;
+    }));
+
+    const sum = (field) => total(report.rows, field);
+    const discrepancy = (tracker, adManager) => (adManager ? (tracker - adManager) / adManager : null);
+    const outside = report.rows.filter((r) => !r.withinTolerance).length;
+    const totals = $('rec-totals');
+    totals.replaceChildren();
+    appendParts(totals, [
+      'Over ' + (report.from === report.to ? report.from : report.from + ' to ' + report.to) + ': Ad Manager ',
+      ['adManagerImpressions', integer(sum('adManagerImpressions'))], ' impressions, the tracker ',
+      ['impressions', integer(sum('impressions'))], ' (', ['impressionDiscrepancy', signedPercent(discrepancy(sum('impressions'), sum('adManagerImpressions')))],
+      '); clicks ', ['adManagerClicks', integer(sum('adManagerClicks'))], ' and ', ['clicks', integer(sum('clicks'))],
+      ' (', ['clickDiscrepancy', signedPercent(discrepancy(sum('clicks'), sum('adManagerClicks')))], '). ',
+      ['outside', String(outside)], ' of ', ['rows', String(report.rows.length)], ' rows outside ±' + percent(report.threshold) + '.',
+    ]);
+
+    const body = $('rec-table').tBodies[0];
+    body.replaceChildren(...report.rows.map((row, i) => {
+      const tr = document.createElement('tr');
+      tr.dataset.day = row.day;
+      tr.dataset.adUnit = row.adUnit;
+      tr.dataset.within = String(row.withinTolerance);
+      if (!row.withinTolerance) tr.className = 'outside';
+      const day = cell(tr, '', 'day', false);
+      day.appendChild(openButton(row.day, row.adUnit, report.tz, row.day));
+      cell(tr, row.adUnit, 'adUnit', false);
+      // The verdict next to the row's name, where a phone shows it without scrolling the table.
+      const verdict = cell(tr, '', 'withinTolerance', false);
+      if (row.withinTolerance) {
+        verdict.append(icon('✓'), 'within');
+      } else {
+        // Not by colour alone: an icon and a word, and a way to the explanation.
+        const button = document.createElement('button');
+        button.type = 'button';
+        button.className = 'link';
+        button.dataset.explain = String(i);
+        button.title = 'What the tracker knows of this difference';
+        button.append(icon('⚠'), 'outside');
+        verdict.appendChild(button);
+      }
+      // Grouped by measure: Ad Manager's count, the tracker's, the discrepancy, then what the tracker left out.
+      cell(tr, integer(row.adManagerImpressions), 'adManagerImpressions', true).classList.add('first');
+      cell(tr, integer(row.impressions), 'impressions', true);
+      cell(tr, signedPercent(row.impressionDiscrepancy), 'impressionDiscrepancy', true);
+      for (const field of ['duplicateImpressions', 'givtImpressions', 'staleImpressions']) cell(tr, integer(row[field]), field, true);
+      cell(tr, integer(row.adManagerClicks), 'adManagerClicks', true).classList.add('first');
+      cell(tr, integer(row.clicks), 'clicks', true);
+      cell(tr, signedPercent(row.clickDiscrepancy), 'clickDiscrepancy', true);
+      for (const field of ['duplicateClicks', 'givtClicks']) cell(tr, integer(row[field]), field, true);
+      return tr;
+    }));
+    if (report.rows.length === 0) {
+      const tr = document.createElement('tr');
+      const td = cell(tr, 'Neither side has impressions or clicks on these days.', null, false);
+      td.colSpan = 14;
+      td.className = 'empty';
+      body.appendChild(tr);
+    }
+
+    const explained = report.rows.map((row, i) => [row, i]).filter(([row]) => !row.withinTolerance);
+    $('rec-explain').replaceChildren(...explained.map(([row, i]) => explanation(row, i, report)));
+    $('rec-explain-panel').hidden = explained.length === 0;
+    $('rec-details').hidden = false;
+  }
+
+  function icon(symbol) {
+    const span = document.createElement('span');
+    span.className = 'icon';
+    span.setAttribute('aria-hidden', 'true');
+    span.textContent = symbol + ' ';
+    return span;
+  }
+
+  /** Text and numbers into an element; each number in a span named by data-field, for the reader's eye and the tests. */
+  function appendParts(element, parts) {
+    for (const part of parts) {
+      if (typeof part === 'string') { element.append(part); continue; }
+      const span = document.createElement('span');
+      span.dataset.field = part[0];
+      span.className = 'figure';
+      span.textContent = part[1];
+      element.appendChild(span);
+    }
+  }
+
+  /** A button that shows a day of an ad unit by hour in the reports, in the import's zone. */
+  function openButton(day, adUnit, zone, text) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'link';
+    button.textContent = text;
+    button.dataset.openDay = day;
+    button.dataset.openAdUnit = adUnit;
+    button.dataset.openTz = zone;
+    button.title = 'Show ' + day + ' of ' + adUnit + ' by hour in the reports (' + zone + ')';
+    return button;
+  }
+
+  /**
+   * What the tracker knows of a row's difference, per measure: the gap (Ad Manager − the
+   * tracker), the duplicates and GIVT the tracker received and left out (they can explain the
+   * tracker being below, never above), and stale impressions, which it counted.
+   */
+  function explanation(row, index, report) {
+    const article = document.createElement('article');
+    article.className = 'explain';
+    article.id = 'rec-explain-' + index;
+    article.tabIndex = -1;
+    article.dataset.day = row.day;
+    article.dataset.adUnit = row.adUnit;
+    const heading = document.createElement('h3');
+    heading.append(icon('⚠'), row.day + ' · ' + row.adUnit + ': outside ±' + percent(report.threshold));
+    article.appendChild(heading);
+    const measures = [
+      ['impressions', 'Impressions', row.impressions, row.adManagerImpressions, row.impressionDiscrepancy,
+        row.duplicateImpressions, row.givtImpressions, row.staleImpressions],
+      ['clicks', 'Clicks', row.clicks, row.adManagerClicks, row.clickDiscrepancy, row.duplicateClicks, row.givtClicks, null],
+    ];
+    for (const [measure, name, tracker, adManager, discrepancy, duplicates, givt, stale] of measures) {
+      const p = document.createElement('p');
+      p.dataset.measure = measure;
+      const outside = discrepancy === null ? tracker !== 0 : Math.abs(discrepancy) > report.threshold + 1e-12;
+      p.dataset.within = String(!outside);
+      p.append(icon(outside ? '⚠' : '✓'));
+      const noun = (n) => (n === 1 ? name.toLowerCase().replace(/s$/, '') : name.toLowerCase());
+      const known = [['duplicates', integer(duplicates)], ', GIVT ', ['givt', integer(givt)]];
+      if (stale !== null) known.push(', stale ', ['stale', integer(stale)]);
+      const gap = adManager - tracker;
+      const left = duplicates + givt;
+      if (adManager === 0 && tracker === 0) {
+        appendParts(p, [name + ': none on either side.']);
+      } else if (adManager === 0) {
+        appendParts(p, [name + ': Ad Manager has none for this day and ad unit, the tracker counted ', ['tracker', integer(tracker)],
+          '; duplicates ', ...known, '. Check the import\'s days and its unmatched rows.']);
+      } else if (gap > 0) {
+        let share;
+        if (left === 0) share = ['none of it'];
+        else if (left >= gap) share = ['all of it' + (left > gap ? ', and ' + integer(left - gap) + ' more' : '')];
+        else share = [['explainedShare', Math.round(100 * left / gap) + ' %'], ' of it; ', ['unexplained', integer(gap - left)], ' remain'];
+        appendParts(p, [name + ': the gap is ', ['gap', integer(gap)], ' ' + noun(gap) + ' (Ad Manager ', ['adManager', integer(adManager)],
+          ', the tracker ', ['tracker', integer(tracker)], ', ', ['discrepancy', signedPercent(discrepancy)], '); duplicates ', ...known,
+          '. Duplicates and GIVT, which the tracker left out, come to ', ['explained', integer(left)], ': ', ...share, '.']);
+      } else if (gap < 0) {
+        appendParts(p, [name + ': the tracker counted ', ['surplus', integer(-gap)], ' more than Ad Manager (the tracker ',
+          ['tracker', integer(tracker)], ', Ad Manager ', ['adManager', integer(adManager)], ', ', ['discrepancy', signedPercent(discrepancy)],
+          '); duplicates ', ...known, '. Duplicates and GIVT are already left out of its count, so they do not explain a surplus: ' +
+          'look at test traffic and the import\'s time zone.']);
+      } else {
+        appendParts(p, [name + ': the same on both sides, ', ['tracker', integer(tracker)], '; duplicates ', ...known, '.']);
+      }
+      article.appendChild(p);
+    }
+    const open = openButton(row.day, row.adUnit, report.tz, 'Show ' + row.day + ' of this ad unit by hour (' + report.tz + ')');
+    open.className = 'secondary';
+    article.appendChild(open);
+    return article;
+  }
+
+  /** Shows the reconciliation with the choices of its form, as a new history entry. */
+  function applyReconciliation() {
+    const threshold = $('rec-threshold');
+    const text = threshold.value.trim();
+    threshold.setCustomValidity(validThreshold(text) ? '' : 'A tolerance in % from 0 to 10000, e.g. 10 or 12.5.');
+    if (!$('rec-form').reportValidity()) return;
+    const state = readHash();
+    state.view = 'reconciliation';
+    state.ad = '';
+    state.import = $('rec-import').value;
+    state.threshold = text;
+    state.includeTest = $('rec-include-test').checked;
+    writeHash(state, false);
+    recShown = null;
+    route();
+  }
+
+  async function downloadReconciliationCSV() {
+    const key = sessionStorage.getItem(storageKey);
+    const query = recShownQuery;
+    if (!key || !query) return;
+    const params = new URLSearchParams(query.params);
+    params.set('format', 'csv');
+    const status = $('rec-status');
+    try {
+      const response = await fetchAPI('/v1/reports/reconciliation?' + params, key, 'text/csv');
+      if (!response.ok) throw await errorOf('reconciliation CSV', response);
+      saveFile(await response.blob(), ['tracker', 'reconciliation', query.from, query.to,
+        query.tz.replace(/[^A-Za-z0-9_+-]+/g, '_')].join('-') + '.csv');
     } catch (error) {
       if (error instanceof KeyRefused) { keyRefused(error); return; }
       status.className = 'error';
@@ -711,6 +1180,7 @@
       case 'adchoices_click': return 'AdChoices click';
       case 'video': return outcome.countedAs ? 'video, counted in ' + outcome.countedAs : "video, not counted (the ad's earlier event counts)";
       case 'test_traffic': return 'test traffic, left out (include test traffic to judge it)';
+      case 'invalid_traffic': return 'invalid traffic (' + String(outcome.label).replace(/_/g, ' ') + '), left out of every measure';
       default: return outcome.kind;
     }
   }
@@ -776,6 +1246,10 @@
       tr.dataset.id = e.id;
       tr.dataset.kind = e.outcome.kind;
       if (e.outcome.kind === 'test_traffic') tr.className = 'test';
+      if (e.label) {
+        tr.dataset.label = e.label;
+        tr.className = 'invalid';
+      }
       cell(tr, String(i + 1), 'number', true).title = e.id;
       const time = cell(tr, localTime(e.correctedAt, state.tz), 'time', false);
       time.title = 'corrected ' + e.correctedAt + '\noccurred ' + (e.occurredAt || '– (dropped by retention)') +
@@ -866,7 +1340,54 @@
       sessionStorage.removeItem(storageKey);
       reportsGeneration++;
       adGeneration++;
+      recGeneration++;
       showKeyPanel();
+    });
+    // The tabs: each asks its view again when clicked, even when it is the one shown.
+    for (const button of document.querySelectorAll('#views [data-view]')) {
+      button.addEventListener('click', () => {
+        const state = readHash();
+        state.ad = '';
+        if (button.dataset.view === 'reconciliation') {
+          if (state.view !== 'reconciliation') { state.import = ''; state.threshold = defaultThreshold; }
+          state.view = 'reconciliation';
+          recShown = null;
+        } else {
+          state.view = '';
+          reportsShown = null;
+        }
+        writeHash(state, false);
+        route();
+      });
+    }
+    $('rec-form').addEventListener('submit', (event) => {
+      event.preventDefault();
+      applyReconciliation();
+    });
+    $('rec-import').addEventListener('change', applyReconciliation);
+    $('rec-include-test').addEventListener('change', applyReconciliation);
+    $('rec-threshold').addEventListener('input', () => $('rec-threshold').setCustomValidity(''));
+    $('rec-csv').addEventListener('click', downloadReconciliationCSV);
+    $('rec-view').addEventListener('click', (event) => {
+      const explain = event.target.closest('button[data-explain]');
+      if (explain) {
+        const article = $('rec-explain-' + explain.dataset.explain);
+        article.scrollIntoView({ block: 'nearest' });
+        article.focus({ preventScroll: true });
+        return;
+      }
+      // A day of an ad unit by hour in the reports, in the import's zone: where a zone or a
+      // late hour shows first.
+      const open = event.target.closest('button[data-open-day]');
+      if (!open) return;
+      const state = readHash();
+      Object.assign(state, {
+        view: '', ad: '', import: '', threshold: defaultThreshold, from: open.dataset.openDay, to: open.dataset.openDay,
+        tz: open.dataset.openTz, adUnit: open.dataset.openAdUnit, formatId: '',
+      });
+      writeHash(state, false);
+      reportsShown = null;
+      route();
     });
     // Back, Forward, or a fragment edited by hand.
     window.addEventListener('popstate', route);
