@@ -2,7 +2,7 @@ import TrackerInput
 
 /// libFuzzer's entry point: one input is one request body for `BatchDecoder.decode`.
 ///
-/// Besides crashes (ASan, traps, overflows), it checks what SPEC promises of any body: a
+/// Besides crashes (ASan, traps, overflows), it checks what the protocol promises of any body: a
 /// refused batch says why; a parsed one accounts for every event exactly once, and every
 /// accepted event obeys the field rules and the time correction it was decoded under.
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -32,7 +32,7 @@ public func fuzzBatchDecoder(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt 
     return 0
 }
 
-/// The field rules of SPEC section 1 and the time rules of section 3, on an accepted event.
+/// The field rules of PROTOCOL.md section 1 and the time rules of section 3, on an accepted event.
 func checkAccepted(_ event: TrackingEvent, receivedAt: Timestamp, limits: IngestLimits) {
     func isControl(_ s: Unicode.Scalar) -> Bool { s.value < 0x20 || (0x7F...0x9F).contains(s.value) }
     func identifier(_ text: String, _ range: ClosedRange<Int>) {

@@ -4,7 +4,7 @@ import TrackerInput
 /// TRACKER_TRUSTED_PROXIES`, read as the server reads them; a peer that is no address is
 /// taken from the input's first 16 or 4 bytes instead.
 ///
-/// Besides crashes and hangs, it checks SPEC 8's rule and the address types' promises: an
+/// Besides crashes and hangs, it checks PROTOCOL.md 8's rule and the address types' promises: an
 /// untrusted peer is the client; the client is the peer or an address written in the header;
 /// the range set answers like a linear scan of its ranges; every address and range that
 /// parses anywhere in the input reads back from its canonical text, and truncation is a

@@ -5,7 +5,7 @@ import TrackerInput
 /// checked for NUL and invalid UTF-8, then split, percent-decoded and given to
 /// `ReportQuery.parse`.
 ///
-/// Besides crashes, it checks what SPEC 6 promises of any request: a refused one says why;
+/// Besides crashes, it checks what PROTOCOL.md 6 promises of any request: a refused one says why;
 /// an accepted one asks for one of the four reports, a range of 1 to 366 UTC days in order,
 /// and no empty filter.
 @_cdecl("LLVMFuzzerTestOneInput")

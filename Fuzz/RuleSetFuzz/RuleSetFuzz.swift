@@ -5,7 +5,7 @@ import TrackerInput
 /// ranges.txt`. `readFile` serves `list.json` and `ranges.txt` from those parts (an empty list
 /// when absent) and refuses any other name. The whole input is also read as a stored document.
 ///
-/// Besides crashes and hangs, it checks what SPEC 8 and the rule set promise: a refusal says
+/// Besides crashes and hangs, it checks what PROTOCOL.md 8 and the rule set promise: a refusal says
 /// why; an accepted rule set compiles, its stored document is the same bytes every time and
 /// reads back equal; on the input itself as a user agent, the matcher of all patterns answers
 /// as the patterns alone do and as one with a two-state cache does, within its cache cap and

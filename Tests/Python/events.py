@@ -1,4 +1,4 @@
-"""Small factories for events and batches (SPEC section 1), and a client for the API."""
+"""Small factories for events and batches (PROTOCOL.md section 1), and a client for the API."""
 
 import datetime
 import gzip

@@ -58,7 +58,7 @@ def test_document_is_valid_openapi_3_1():
 
 
 def test_every_operation_has_security_and_error_bodies(contract):
-    """Keys where SPEC needs them, none on the open endpoints; every error status has the JSON error body."""
+    """Keys where the protocol needs them, none on the open endpoints; every error status has the JSON error body."""
     open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js",
                   "/v1/pixel.gif", "/v1/click"}
     for path, method in contract.operations():
@@ -318,7 +318,7 @@ def test_schemathesis_finds_no_response_outside_the_document(database, tracker):
     """Property-based requests (schema-valid and schema-breaking) against every served operation.
 
     Not run: `negative_data_rejection` (a batch whose events break the event schema is a 200
-    that lists them in `rejected`, by SPEC 1) and `positive_data_acceptance` (a schema-valid
+    that lists them in `rejected`, by PROTOCOL.md 1) and `positive_data_acceptance` (a schema-valid
     report range can still be refused: `from` after `to`, more than 366 days).
     """
     RESULTS.mkdir(exist_ok=True)

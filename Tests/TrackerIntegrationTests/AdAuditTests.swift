@@ -3,7 +3,7 @@ import Testing
 import Tracker
 
 /// `GET /v1/ads/{requestId}` against the reports: the explanations of a set of ads, summed by
-/// SPEC 6's "where a row counts a thing", are exactly the report rows of those ads.
+/// PROTOCOL.md 6's "where a row counts a thing", are exactly the report rows of those ads.
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
 struct AdAuditTests {
     static let from = Events.day0.adding(days: -1).description, to = Events.day0.adding(days: 3).description
@@ -112,7 +112,7 @@ struct ReportRows {
         counts[report, default: [:]][key, default: [:]][measure, default: 0] += 1
     }
 
-    /// Adds one ad's explanation, by SPEC 6's list of where each measure is counted.
+    /// Adds one ad's explanation, by PROTOCOL.md 6's list of where each measure is counted.
     mutating func add(explanation: [String: Any]) {
         let events = (explanation["events"] as? [[String: Any]] ?? []).map { e -> [String: Any] in
             var e = e

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import Tracker
 
-/// The projections against the log: any delivery gives the reports a plain reading of SPEC 5
+/// The projections against the log: any delivery gives the reports a plain reading of PROTOCOL.md 5
 /// gives, incrementally and after a rebuild, through crashes and concurrent projectors.
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
 struct ProjectionTests {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import Tracker
 
-/// GET /v1/reports/… and `tracker report` as a user sees them (SPEC section 6).
+/// GET /v1/reports/… and `tracker report` as a user sees them (PROTOCOL.md section 6).
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"), .serialized)
 struct ReportTests {
     static let home = "/1234/home/native", feed = "/1234/feed/native"

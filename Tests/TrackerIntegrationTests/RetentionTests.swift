@@ -42,7 +42,7 @@ struct RetentionTests {
             #expect(again.output.contains("nothing to drop"))
 
             // A retry of a dropped event is stored again (its id left with its partition), but the
-            // projections still know the id: the reports do not change (SPEC 4).
+            // projections still know the id: the reports do not change (PROTOCOL.md 4).
             _ = try await db.rows("""
                 WITH old AS (SELECT id, request_id FROM ad_events WHERE corrected_at < now() - interval '8 days' LIMIT 1),
                 ids AS (INSERT INTO event_ids SELECT id FROM old RETURNING id)

@@ -3,7 +3,7 @@ import Testing
 @testable import TrackerClient
 @testable import TrackerServer
 
-/// Request bodies sent with `Content-Encoding: gzip` (SPEC: identity or gzip).
+/// Request bodies sent with `Content-Encoding: gzip` (PROTOCOL.md: identity or gzip).
 struct GunzipTests {
     static let batch = Array(#"{"events":[{"id":"0190a0b0-0000-7000-8000-000000000001"}]}"#.utf8)
 

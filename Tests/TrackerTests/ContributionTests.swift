@@ -1,7 +1,7 @@
 import Testing
 @testable import Tracker
 
-// SPEC section 5, rule by rule, on AdContribution: what one ad's events add to the reports.
+// PROTOCOL.md section 5, rule by rule, on AdContribution: what one ad's events add to the reports.
 
 /// 2026-11-20 10:00:00 UTC: the moment the tests' ads are served.
 private let t0 = Day(year: 2026, month: 11, day: 20)!.start + .seconds(10 * 3600)

@@ -27,7 +27,7 @@ struct TimestampTests {
         #expect(Timestamp(rfc3339: "2016-12-31T23:59:61Z") == nil)
     }
 
-    /// SPEC: RFC 3339, whose fraction has any number of digits; past the sixth they are dropped.
+    /// The protocol: RFC 3339, whose fraction has any number of digits; past the sixth they are dropped.
     @Test func aFractionOfAnyLengthIsTruncatedToTheMicrosecond() {
         let digits = "123456" + String(repeating: "9", count: 994)
         #expect(Timestamp(rfc3339: "2026-11-20T10:00:01.\(digits)Z")?.rfc3339 == "2026-11-20T10:00:01.123456Z")
@@ -64,7 +64,7 @@ struct UUIDTextTests {
         #expect(UUIDText("") == nil)
     }
 
-    /// SPEC breaks ties by "the smaller event id as a string": the 16-byte order must be the text's.
+    /// The protocol breaks ties by "the smaller event id as a string": the 16-byte order must be the text's.
     @Test func idsOrderAsTheirTextAndReadBackTheSame() {
         var random = SystemRandomNumberGenerator()
         let ids = (0..<2_000).map { i -> UUIDText in

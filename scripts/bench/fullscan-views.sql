@@ -1,6 +1,6 @@
 -- The report numbers computed by a full scan of the raw log, for comparison with the
 -- projections (this file: the views; scripts/bench-report.sh holds one query per report).
--- They compute each report's main measures with SPEC 5's per-ad rules: the counted
+-- They compute each report's main measures with PROTOCOL.md 5's per-ad rules: the counted
 -- impression is the earliest per ad (ties by id), duplicates are the rest, clicks are
 -- attributed against the counted impression (1 s tolerance, 1 h window). The duplicate-click
 -- rule is left out, which makes these queries cheaper than the real thing, not dearer.

@@ -242,7 +242,7 @@ def reproducers(checks, port, ingest, report):
     long_fraction = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + "." + "1" * 60 + "Z"
     r = post(s.batch_body([s.event(occurredAt=long_fraction)]))
     checks.check("reproducer.a-fraction-of-60-digits-is-accepted", r.status == 200 and (r.json() or {}).get("accepted") == 1,
-                 f"occurredAt with 60 fraction digits (SPEC: any number): {r.body[:200]!r}")
+                 f"occurredAt with 60 fraction digits (PROTOCOL.md: any number): {r.body[:200]!r}")
     packed = gzip.compress(s.batch_body([s.event()]))
     r = post(packed[:-8], {"Content-Encoding": "gzip"})
     checks.check("reproducer.gzip-without-its-trailer-is-refused", r.status == 400 and r.error_shape_ok(),

@@ -377,7 +377,7 @@ class Response:
             return None
 
     def error_shape_ok(self):
-        """SPEC 1: every error body is {"error": "<code>", "message": "<what to fix>"}."""
+        """PROTOCOL.md 1: every error body is {"error": "<code>", "message": "<what to fix>"}."""
         doc = self.json()
         return (isinstance(doc, dict) and isinstance(doc.get("error"), str) and doc["error"] != ""
                 and isinstance(doc.get("message"), str) and doc["message"] != ""
@@ -548,7 +548,7 @@ def iso(t=None):
 
 
 def uuid7(t=None):
-    """A time-ordered UUID (v7), as SPEC recommends."""
+    """A time-ordered UUID (v7), as the protocol recommends."""
     ms = int((time.time() if t is None else t) * 1000)
     rand = random.getrandbits(74)
     value = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))

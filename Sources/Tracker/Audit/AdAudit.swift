@@ -34,7 +34,7 @@ public struct AdAudit: Sendable {
                 projected = events
             }
             guard let earliest = projected.map(\.correctedAt).min() else { return nil }
-            // corrected_at <= received_at + 1 s (SPEC 3 refuses occurredAt more than 1 s after sentAt),
+            // corrected_at <= received_at + 1 s (PROTOCOL.md 3 refuses occurredAt more than 1 s after sentAt),
             // so no event of the ad was received before this: the earlier partitions are skipped.
             let since = earliest - .seconds(2)
             let rows = try connection.query(AdAuditSQL.logged, [.text(requestId), .text(since.postgresText)], binaryResults: true)

@@ -1,4 +1,4 @@
-/// What one stored event became under SPEC 5.
+/// What one stored event became under the report rules (docs/PROTOCOL.md, section 5).
 public enum EventOutcome: Sendable, Hashable {
     /// `earliest`: the ad's earliest `ad_loaded`, from which staleness is measured.
     case adLoaded(earliest: Bool)
@@ -32,7 +32,7 @@ public struct ExplainedEvent: Sendable, Hashable {
     public var outcome: EventOutcome
 }
 
-/// An ad's audit trail: every stored event in SPEC 5 order with what it became.
+/// An ad's audit trail: every stored event in PROTOCOL.md 5 order with what it became.
 public struct AdExplanation: Sendable, Hashable {
     public var requestId: String
     public var includeTest: Bool

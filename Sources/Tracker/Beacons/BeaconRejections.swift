@@ -1,6 +1,6 @@
 /// The `beacon_rejections` table: authentic beacons the log did not take, and why.
 ///
-/// Not part of the log (SPEC 4 keeps accepted events only), so a row may be updated: a
+/// Not part of the log (PROTOCOL.md 4 keeps accepted events only), so a row may be updated: a
 /// reload of the same expired pixel adds an attempt instead of a row.
 public struct BeaconRejections: Sendable {
     private let pool: ConnectionPool

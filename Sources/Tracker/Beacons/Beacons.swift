@@ -134,7 +134,7 @@ public struct Beacons: Sendable {
         }
     }
 
-    /// SPEC 1 and 3 by the validator of `/v1/events`: the event as sent, its `occurredAt`
+    /// PROTOCOL.md 1 and 3 by the validator of `/v1/events`: the event as sent, its `occurredAt`
     /// the server's time and no `sentAt`, so the corrected time is the receive time.
     private func validate(_ event: JSONValue, at time: Timestamp) -> Result<TrackingEvent, Violations> {
         guard case .object(var members) = event else {

@@ -10,7 +10,7 @@ public struct AdEvent: Sendable, Hashable {
     public var adapter: String?
     public var eea: Bool
     public var reservation: Bool
-    /// Test traffic: `test: true` or one of the SDK's test ad units (SPEC section 5).
+    /// Test traffic: `test: true` or one of the SDK's test ad units (PROTOCOL.md section 5).
     public var isTest: Bool
     /// The invalid-traffic label the event's client earned under the projections' rule set
     /// (`declaredBot`, `datacenter` or `highRate`), or `nil`. `excessiveClicks` is never
@@ -64,7 +64,7 @@ public struct AdEvent: Sendable, Hashable {
     ]
 
 
-    /// SPEC's order for "earliest": corrected time, then the smaller id as a string.
+    /// The protocol's order for "earliest": corrected time, then the smaller id as a string.
     static func earlier(_ a: AdEvent, _ b: AdEvent) -> Bool {
         a.correctedAt != b.correctedAt ? a.correctedAt < b.correctedAt : a.id < b.id
     }

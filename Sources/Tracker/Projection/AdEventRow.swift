@@ -105,7 +105,7 @@ struct AdEventRow {
         { column in rows.isNull(row, column.rawValue) ? nil : rows.bytes(row, column.rawValue) }
     }
 
-    /// Test traffic: the `test` flag or one of the SDK's test ad units (SPEC section 5).
+    /// Test traffic: the `test` flag or one of the SDK's test ad units (PROTOCOL.md section 5).
     var isTest: Bool { testFlag || AdState.isTestAdUnit(adUnit) }
 
     /// The ad's request id as a string.

@@ -5,7 +5,7 @@ import TrackerPostgres
 /// `ad_state` holds one row per ad (`request_id`, `events bytea`) instead of one row per
 /// event: a step reads and rewrites one row per touched ad, and the packed events take
 /// about a sixth of the bytes of a row each (docs/PROJECTOR-DESIGN.md). The rules
-/// (`AdContribution`) still see the ad's whole list of events, so nothing about SPEC 5
+/// (`AdContribution`) still see the ad's whole list of events, so nothing about PROTOCOL.md 5
 /// moves here; this type only stores the list.
 ///
 /// Layout, one record per event, records back to back (so two values concatenate into a
@@ -31,7 +31,7 @@ enum AdState {
     static let types = EventType.allCases
     static let sources = EventSource.allCases
 
-    /// Appends `events` in SPEC order (corrected time, then id): equal lists give equal bytes,
+    /// Appends `events` in the rules' order (corrected time, then id): equal lists give equal bytes,
     /// so a rebuilt `ad_state` equals the incremental one byte for byte.
     static func encode(_ events: [AdEvent], into out: inout [UInt8]) {
         let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events

@@ -73,21 +73,21 @@ public struct Contribution: Sendable, Equatable {
     }
 }
 
-/// SPEC section 5 for one ad: the rows its events add to the projections.
+/// The report rules (PROTOCOL.md section 5) for one ad: the rows its events add to the projections.
 ///
 /// A pure function of the ad's events, in any order, so projections built incrementally
 /// (subtract the ad's old contribution, add its new one) equal projections rebuilt from
 /// the log, and late events correct exactly the numbers they affect.
 public struct AdContribution: Sendable {
-    /// How long after its impression a click is still attributed (SPEC: default 1 hour).
+    /// How long after its impression a click is still attributed (PROTOCOL.md: default 1 hour).
     public var attributionWindow: Duration
-    /// Clicks this close to the ad's impression but before it still count (SPEC: 1 s).
+    /// Clicks this close to the ad's impression but before it still count (PROTOCOL.md: 1 s).
     public static let clockTolerance: Duration = .seconds(1)
-    /// A second click of the same ad and asset within this time is a duplicate (SPEC: 1 s).
+    /// A second click of the same ad and asset within this time is a duplicate (PROTOCOL.md: 1 s).
     public static let duplicateClickGap: Duration = .seconds(1)
-    /// An impression this long after the ad loaded is stale (SPEC: 1 hour).
+    /// An impression this long after the ad loaded is stale (PROTOCOL.md: 1 hour).
     public static let staleAfter: Duration = .seconds(3600)
-    /// A click counts for the impression before it up to this long after it (SPEC: default
+    /// A click counts for the impression before it up to this long after it (PROTOCOL.md: default
     /// 1 hour; `TRACKER_ATTRIBUTION_WINDOW`).
     public static let defaultAttributionWindow: Duration = .seconds(3600)
 
@@ -126,7 +126,7 @@ public struct AdContribution: Sendable {
         swap(&rows.out, &out)
     }
 
-    /// SPEC 5 over the events of one ad (one traffic class): tells `verdicts` what each event
+    /// The report rules (PROTOCOL.md 5) over the events of one ad (one traffic class): tells `verdicts` what each event
     /// became. The projections (`ContributionRows`) and the audit trail (`AdExplanation`) both
     /// consume this, so the rules exist once.
     func fold<Verdicts: AdVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
@@ -142,7 +142,7 @@ public struct AdContribution: Sendable {
         var clicksByAsset: [String: [AdEvent]] = [:]
 
         for e in sorted {
-            // A labelled event takes no part in SPEC 5: the others are judged as if it did not exist.
+            // A labelled event takes no part in the report rules: the others are judged as if it did not exist.
             if let label = e.label {
                 verdicts.labelled(e, label)
                 continue
@@ -196,7 +196,7 @@ public struct AdContribution: Sendable {
         var counted: [AdEvent] = []
         for (_, clicks) in clicksByAsset {
             var lastCounted: AdEvent?
-            for c in clicks {  // already in SPEC order: sorted above
+            for c in clicks {  // already in the rules' order: sorted above
                 if let last = lastCounted, c.correctedAt - last.correctedAt <= Self.duplicateClickGap {
                     verdicts.duplicateClick(c, of: last)
                     continue
@@ -244,7 +244,7 @@ struct SourceSet {
     var count: Int { bits.nonzeroBitCount }
 }
 
-/// Why a counted click is not attributed to its ad's impression (SPEC 5).
+/// Why a counted click is not attributed to its ad's impression (PROTOCOL.md 5).
 public enum UnattributedReason: String, Sendable, Hashable, CaseIterable {
     case noImpression = "no_impression"
     case beforeImpression = "before_impression"
@@ -262,7 +262,7 @@ public enum VideoMeasure: String, Sendable, Hashable {
     case videoPlays, videoEnds
 }
 
-/// What SPEC 5 made of each event of one ad, as `AdContribution.fold` finds it.
+/// What the report rules (PROTOCOL.md 5) made of each event of one ad, as `AdContribution.fold` finds it.
 protocol AdVerdicts {
     mutating func countedImpression(_ e: AdEvent)
     mutating func duplicateImpression(_ e: AdEvent, of counted: AdEvent)
@@ -281,7 +281,7 @@ protocol AdVerdicts {
     mutating func labelled(_ e: AdEvent, _ label: IVTLabel)
 }
 
-/// The verdicts of one ad as signed rows of the projection tables (SPEC 6: where a row counts a thing).
+/// The verdicts of one ad as signed rows of the projection tables (PROTOCOL.md 6: where a row counts a thing).
 struct ContributionRows: AdVerdicts {
     let trafficClass: TrafficClass
     var out = Contribution()

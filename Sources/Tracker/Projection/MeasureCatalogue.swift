@@ -14,7 +14,7 @@ public protocol ProjectionMeasure: CaseIterable, Sendable, Hashable, RawRepresen
 extension ProjectionMeasure {
     /// The measure's lane in a row's `Measures` vector.
     var lane: Int { rawValue }
-    /// The measure's name in reports (SPEC section 6).
+    /// The measure's name in reports (PROTOCOL.md section 6).
     public var name: String { String(describing: self) }
 }
 

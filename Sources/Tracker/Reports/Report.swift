@@ -5,7 +5,7 @@ public enum ReportValue: Sendable, Hashable {
     case ratio(Double)
 }
 
-/// A report's rows, with the columns in SPEC order (dimensions first).
+/// A report's rows, with the columns in the rules' order (dimensions first).
 public struct ReportResult: Sendable {
     public var query: ReportQuery
     public var columns: [String]

@@ -1,4 +1,4 @@
-/// An event that passed every rule of SPEC section 1 and has its corrected time.
+/// An event that passed every rule of PROTOCOL.md section 1 and has its corrected time.
 ///
 /// Only the validator creates these (the initializer is not public and the fields cannot
 /// change), so code downstream never re-checks fields.
@@ -22,7 +22,7 @@ public struct TrackingEvent: Sendable, Hashable {
     public let occurredAt: Timestamp
     public let sentAt: Timestamp?
     public let receivedAt: Timestamp
-    /// The time every report uses (SPEC section 3).
+    /// The time every report uses (PROTOCOL.md section 3).
     public let correctedAt: Timestamp
     /// The device's user agent as the event gave it (server keys only); the request's
     /// `User-Agent` is filled in by the ingest route when this is `nil`.
@@ -112,7 +112,7 @@ public struct EventClient: Sendable, Hashable {
 
 /// A UUID, shown in canonical lower-case text form (8-4-4-4-12 hex digits).
 ///
-/// Kept as its 16 bytes, in two big-endian halves: equality, hashing and SPEC's tie-break
+/// Kept as its 16 bytes, in two big-endian halves: equality, hashing and the protocol's tie-break
 /// ("the smaller event id as a string") need no string, and no id costs an allocation. For
 /// canonical lower-case text, string order is byte order (the hex digits sort as their values,
 /// the dashes stand at the same places), so `<` compares the halves.

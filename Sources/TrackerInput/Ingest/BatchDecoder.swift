@@ -67,7 +67,7 @@ public enum BatchError: Error, Sendable, Equatable {
     }
 }
 
-/// SPEC sections 1 and 3 as a pure function: request bytes in, valid events with their
+/// PROTOCOL.md sections 1 and 3 as a pure function: request bytes in, valid events with their
 /// corrected time and per-event rejections out. The HTTP layer only maps `BatchError`
 /// to a status; every rule lives here.
 public struct BatchDecoder: Sendable {

@@ -1,4 +1,4 @@
-/// The field rules of SPEC section 1 for one event, and the time correction of section 3.
+/// The field rules of PROTOCOL.md section 1 for one event, and the time correction of section 3.
 ///
 /// Every message names the field and the rule, and shows what was sent, so the app
 /// developer who reads a rejection knows what to fix without opening the spec.
@@ -96,7 +96,7 @@ package struct EventRules {
             userAgent: userAgent, clientIP: ip))
     }
 
-    /// SPEC section 3: the time every report uses, or why the event is refused.
+    /// PROTOCOL.md section 3: the time every report uses, or why the event is refused.
     func correct(occurredAt: Timestamp) -> Check<Timestamp> {
         let corrected: Timestamp
         if let sentAt {

@@ -1,4 +1,4 @@
-/// A block of addresses written as `address/prefix` (a data-center range of SPEC 8, or a
+/// A block of addresses written as `address/prefix` (a data-center range of PROTOCOL.md 8, or a
 /// trusted proxy): every address whose first `prefixLength` bits are those of `network`.
 public struct CIDRRange: Hashable, Sendable, CustomStringConvertible {
     /// The first address of the range: the written address with its host bits cleared.

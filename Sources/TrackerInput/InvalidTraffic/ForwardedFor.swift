@@ -1,4 +1,4 @@
-/// The client's address behind trusted proxies, from `X-Forwarded-For` (SPEC 8).
+/// The client's address behind trusted proxies, from `X-Forwarded-For` (PROTOCOL.md 8).
 ///
 /// Each proxy appends the address it received the request from, so the header reads
 /// `client, proxy1, proxy2` and the peer is the last proxy. Only the right-hand part, written

@@ -1,4 +1,4 @@
-/// One IPv4 or IPv6 address: a client's, a peer's, or one end of a range (SPEC 8).
+/// One IPv4 or IPv6 address: a client's, a peer's, or one end of a range (PROTOCOL.md 8).
 ///
 /// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, `::ffff:0:0/96`) *is* the IPv4 address
 /// `a.b.c.d` here, however it was written or received: a dual-stack socket reports IPv4 peers

@@ -6,7 +6,7 @@ extension IVTRuleSet {
     /// The members of a stored document (files are already inlined).
     static let storedFields = ["name", "sources", "userAgents", "ipRanges", "maxClicksPerAd", "maxEventsPerClientMinute"]
 
-    /// Reads an activation document (SPEC 8): a JSON object whose members are all optional.
+    /// Reads an activation document (PROTOCOL.md 8): a JSON object whose members are all optional.
     ///
     /// - `name`: free text saying what the rule set is.
     /// - `userAgents`: `[{"pattern": "…", "name": "…"}]`, `name` optional.

@@ -16,7 +16,7 @@ public struct UserAgentRule: Sendable, Hashable {
     }
 }
 
-/// A general-invalid-traffic rule set (SPEC 8): what labels an event `declared_bot`,
+/// A general-invalid-traffic rule set (PROTOCOL.md 8): what labels an event `declared_bot`,
 /// `datacenter`, `high_rate` or `excessive_clicks`.
 ///
 /// Made from an activation document by `parse(_:readFile:)` (the files it names are read

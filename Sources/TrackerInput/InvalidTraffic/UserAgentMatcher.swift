@@ -1,4 +1,4 @@
-/// Whether a user agent matches any of a list of patterns (SPEC 8's `declared_bot`), in time
+/// Whether a user agent matches any of a list of patterns (PROTOCOL.md 8's `declared_bot`), in time
 /// linear in the user agent whatever it holds.
 ///
 /// The user agent is chosen by anyone holding the public ingest key, so no backtracking: the
@@ -32,7 +32,7 @@
 /// agent), groups nested deeper than 64, a pattern expanding to more than 10 000 NFA
 /// instructions and patterns together expanding to more than `maxInstructions`.
 ///
-/// **Case and bytes.** Matching ignores the case of ASCII letters, as SPEC 8 says.
+/// **Case and bytes.** Matching ignores the case of ASCII letters, as PROTOCOL.md 8 says.
 /// The user agent is read as bytes: a non-ASCII character is several bytes, each matched only
 /// by `.`, a negated class, `\D`, `\W` or `\S`, so a pattern that counts characters (`a.b`)
 /// counts bytes there; invalid UTF-8 is matched like any other bytes.

@@ -97,7 +97,7 @@ public enum ReportQueryError: Error, Sendable, Equatable, CustomStringConvertibl
     }
 }
 
-/// Reading a report's parameters as a request carries them (SPEC 6), for the HTTP API and
+/// Reading a report's parameters as a request carries them (PROTOCOL.md 6), for the HTTP API and
 /// the command line alike.
 extension ReportQuery {
     /// The query of report `report`, from its parameters by name (`from`, `to`, `adUnit`,

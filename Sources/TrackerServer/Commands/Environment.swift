@@ -50,7 +50,7 @@ func beaconSecrets() throws -> BeaconSecrets? {
     }
 }
 
-/// `TRACKER_ATTRIBUTION_WINDOW` in seconds (SPEC: default 1 hour). Changing it needs `tracker rebuild`.
+/// `TRACKER_ATTRIBUTION_WINDOW` in seconds (PROTOCOL.md: default 1 hour). Changing it needs `tracker rebuild`.
 func attributionWindow() throws -> Duration {
     try positiveInt("TRACKER_ATTRIBUTION_WINDOW").map { .seconds($0) } ?? AdContribution.defaultAttributionWindow
 }

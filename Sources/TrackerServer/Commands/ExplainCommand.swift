@@ -5,7 +5,7 @@ import Tracker
 struct ExplainCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "explain",
-        abstract: "Show every stored event of one ad (one requestId) and what it became under SPEC 5.",
+        abstract: "Show every stored event of one ad (one requestId) and what it became under the report rules (docs/PROTOCOL.md, section 5).",
         discussion: """
             The same as GET /v1/ads/{requestId}: each event in the order the rules take them (corrected \
             time, then id) with its times, source, adapter and asset key, and what it counts as: the \

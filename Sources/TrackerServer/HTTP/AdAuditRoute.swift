@@ -33,7 +33,7 @@ struct AdAuditRoute: Sendable {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: explanation.json)))
     }
 
-    /// The path segment, percent-decoded and checked by SPEC 1's rule for `requestId`.
+    /// The path segment, percent-decoded and checked by PROTOCOL.md 1's rule for `requestId`.
     static func requestId(percentEncoded segment: String) throws -> String {
         var bytes: [UInt8] = []
         var utf8 = segment.utf8.makeIterator()

@@ -6,7 +6,7 @@ import NIOPosix
 import Synchronization
 import Tracker
 
-/// `POST /v1/events` (SPEC sections 1 to 4).
+/// `POST /v1/events` (PROTOCOL.md sections 1 to 4).
 package struct IngestRoute: Sendable {
     let keys: APIKeys
     let log: EventLog

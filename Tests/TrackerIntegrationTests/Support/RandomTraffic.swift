@@ -12,7 +12,7 @@ struct SeededGenerator: RandomNumberGenerator {
     }
 }
 
-/// Random native-ad traffic that hits SPEC 5's edges often: ties, the 1 s tolerance and
+/// Random native-ad traffic that hits PROTOCOL.md 5's edges often: ties, the 1 s tolerance and
 /// duplicate-click gap, the 1 h stale and attribution limits, midnight, test traffic,
 /// several sources and adapters per ad.
 enum RandomTraffic {

@@ -1,7 +1,7 @@
 import Foundation
 import Tracker
 
-/// SPEC sections 5 and 6 computed the plain way, straight from the text, over every stored
+/// PROTOCOL.md sections 5 and 6 computed the plain way, straight from the text, over every stored
 /// event at once: no projections, no incremental updates, and no code shared with
 /// `AdContribution`. The property tests hold the tracker's reports against this.
 enum ReferenceReports {

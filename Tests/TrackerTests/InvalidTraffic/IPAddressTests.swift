@@ -1,7 +1,7 @@
 import Testing
 @testable import TrackerInput
 
-/// The suites of SPEC 8's pure parts (addresses, ranges, the user-agent matcher, rule sets,
+/// The suites of PROTOCOL.md 8's pure parts (addresses, ranges, the user-agent matcher, rule sets,
 /// X-Forwarded-For), grouped so that `swift test --filter InvalidTraffic` runs them all.
 enum InvalidTraffic {}
 

@@ -1,4 +1,4 @@
--- SPEC 5's rules as one SQL query per report over the raw events, for PostgreSQL and DuckDB
+-- PROTOCOL.md 5's rules as one SQL query per report over the raw events, for PostgreSQL and DuckDB
 -- alike (scripts/bench-report.sh runs them on both and checks their rows against the
 -- tracker's). This file is the shared head of the query; each report's file (summary.sql,
 -- assets.sql, sources.sql, adchoices.sql) is its tail. They read a relation `ev`: request_id,
