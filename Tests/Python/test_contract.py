@@ -176,7 +176,7 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
               f"{days['to']},{ad_unit},\"1,000\",10\r\n{days['to']},nowhere,1,0\r\nTotal,,1001,10\r\n").encode()
     imported = walk.check("/v1/reconciliations", "post", post_import(export), 200).json()
     assert (imported["rows"], imported["matched"], imported["existing"]) == (2, 1, False)
-    assert imported["unmatched"] == [{"row": 3, "adUnit": "nowhere"}]
+    assert imported["unmatched"] == [{"row": 3, "adUnit": "nowhere", "reason": "unknown"}]
     assert walk.check("/v1/reconciliations", "post", post_import(export), 200).json()["existing"] is True
     bad = walk.check("/v1/reconciliations", "post", post_import(b"Date,Ad unit\n"), 400)
     assert bad.json()["error"] == "invalid_import" and "row 1" in bad.json()["message"]

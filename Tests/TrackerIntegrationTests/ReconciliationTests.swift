@@ -97,8 +97,8 @@ struct ReconciliationTests {
                 #expect(answer["rows"] as? Int == 6, "the Total row is not a row")
                 #expect(answer["matched"] as? Int == 4)
                 #expect(answer["existing"] as? Bool == false)
-                let unmatched = (answer["unmatched"] as? [[String: Any]])?.map { "\($0["row"]!):\($0["adUnit"]!)" }
-                #expect(unmatched == ["4:native", "7:ghost"], "native is the last segment of two known units; ghost of none")
+                let unmatched = (answer["unmatched"] as? [[String: Any]])?.map { "\($0["row"]!):\($0["adUnit"]!):\($0["reason"]!)" }
+                #expect(unmatched == ["4:native:ambiguous", "7:ghost:unknown"], "native is the last segment of two known units; ghost of none")
                 let id = try #require(answer["id"] as? String)
 
                 let again = try post(tracker, Self.uiExport, key: key)

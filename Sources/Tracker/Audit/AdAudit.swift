@@ -17,7 +17,7 @@ public struct AdAudit: Sendable {
     /// The ad's audit trail and the projection lag, or `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], rules: AdContribution)? in
+        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], rules: AdContribution, ivtRules: Int)? in
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
             // The labels are the projections' (each event's client, judged under their rule set);
@@ -58,10 +58,11 @@ public struct AdAudit: Sendable {
                 logged.append(LoggedEvent(event: event, testFlag: event.isTest && !AdEvent.testAdUnits.contains(event.adUnit),
                                           occurredAt: nil, sentAt: nil, receivedAt: nil))
             }
-            return (logged, rules)
+            return (logged, rules, ruleSet.version)
         }
         guard let found else { return nil }
-        let explanation = found.rules.explain(requestId: requestId, found.logged, includeTest: includeTest)
+        var explanation = found.rules.explain(requestId: requestId, found.logged, includeTest: includeTest)
+        explanation.ivtRules = found.ivtRules
         return (explanation, try await LogCursor(pool: pool).lag())
     }
 }

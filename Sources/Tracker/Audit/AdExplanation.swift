@@ -37,6 +37,8 @@ public struct AdExplanation: Sendable, Hashable {
     public var requestId: String
     public var includeTest: Bool
     public var attributionWindow: Duration
+    /// The invalid-traffic rule set whose labels the events carry (the projections').
+    public var ivtRules: Int = 0
     public var countedImpression: UUIDText?
     public var doubleTrackedImpressions: Bool
     public var doubleTrackedClicks: Bool
@@ -143,7 +145,7 @@ extension AdExplanation {
     public var json: String {
         var out = "{\"requestId\":"
         JSONText.appendQuoted(requestId, to: &out)
-        out += ",\"includeTest\":\(includeTest),\"attributionWindowSeconds\":\(attributionWindow.components.seconds)"
+        out += ",\"includeTest\":\(includeTest),\"attributionWindowSeconds\":\(attributionWindow.components.seconds),\"ivtRules\":\(ivtRules)"
         out += ",\"countedImpression\":" + (countedImpression.map { "\"\($0.text)\"" } ?? "null")
         out += ",\"doubleTrackedImpressions\":\(doubleTrackedImpressions),\"doubleTrackedClicks\":\(doubleTrackedClicks),\"events\":["
         for (i, x) in events.enumerated() {

@@ -101,7 +101,7 @@ extension ReconciliationImport {
             if i > 0 { out += "," }
             out += "{\"row\":\(u.row),\"adUnit\":"
             JSONText.appendQuoted(u.adUnit, to: &out)
-            out += "}"
+            out += ",\"reason\":\"\(u.reason.rawValue)\"}"
         }
         out += "],\"existing\":\(existing),\"from\":" + (firstDay.map { "\"\($0)\"" } ?? "null")
         out += ",\"to\":" + (lastDay.map { "\"\($0)\"" } ?? "null") + ",\"importedAt\":"

@@ -8,8 +8,9 @@ public struct ReconciliationImport: Sendable, Equatable {
     /// Data rows (the header and a Total row are not counted).
     public var rows: Int
     public var matched: Int
-    /// Rows whose ad unit matched no path, or several: their row number and ad unit as given.
-    public var unmatched: [(row: Int, adUnit: String)]
+    /// Rows whose ad unit matched no path, or several: their row number, ad unit as given, and
+    /// why (`UnitMatch.unknown` or `.ambiguous`).
+    public var unmatched: [(row: Int, adUnit: String, reason: UnitMatch)]
     public var firstDay: Day?
     public var lastDay: Day?
     public var importedAt: String
@@ -19,7 +20,8 @@ public struct ReconciliationImport: Sendable, Equatable {
 
     public static func == (a: ReconciliationImport, b: ReconciliationImport) -> Bool {
         a.id == b.id && a.tz == b.tz && a.rows == b.rows && a.matched == b.matched && a.firstDay == b.firstDay
-            && a.lastDay == b.lastDay && a.unmatched.elementsEqual(b.unmatched, by: { $0.row == $1.row && $0.adUnit == $1.adUnit })
+            && a.lastDay == b.lastDay
+            && a.unmatched.elementsEqual(b.unmatched, by: { $0.row == $1.row && $0.adUnit == $1.adUnit && $0.reason == $1.reason })
             && a.importedAt == b.importedAt && a.importedBy == b.importedBy && a.existing == b.existing
     }
 }
@@ -93,19 +95,24 @@ public struct Reconciliations: Sendable {
             return again
         }
 
+        // The projections must hold what was committed before the import, or a unit whose events
+        // are still on their way would stay unmatched in this import for good.
+        try await LogCursor(pool: readPool).waitForProjections(maxWait: LogCursor.defaultReportWait, stallLimit: LogCursor.defaultStallLimit)
         let known = try await readPool.withConnection { connection in
             try connection.query(ReconciliationSQL.knownAdUnits).rows.compactMap { $0.first ?? nil }
         }
         let resolve = UnitResolver(map: map, known: known)
         var rows = BinaryArray(.int4), days = BinaryArray(.int8), names = BinaryArray(.text), paths = BinaryArray(.text)
+        var how = BinaryArray(.text)
         var impressions = BinaryArray(.int8), clicks = BinaryArray(.int8)
         var matched = 0
         for r in report.rows {
             rows.append(Int32(clamping: r.row))
             days.append(Int64(r.day.daysSinceEpoch))
             names.append(r.adUnit)
-            let path = resolve.path(of: r.adUnit)
+            let (path, match) = resolve.path(of: r.adUnit)
             paths.append(path)
+            how.append(match.rawValue)
             if path != nil { matched += 1 }
             impressions.append(r.impressions)
             clicks.append(r.clicks)
@@ -115,7 +122,7 @@ public struct Reconciliations: Sendable {
                                        first.map { .text($0.description) } ?? .null, last.map { .text($0.description) } ?? .null,
                                        .text(importedBy)]
         let rowParameters: [Parameter] = [.text(id), rows.parameter, days.parameter, names.parameter, paths.parameter,
-                                          impressions.parameter, clicks.parameter]
+                                          how.parameter, impressions.parameter, clicks.parameter]
         let inserted = try await pool.withConnection { connection in
             try connection.transaction {
                 let made = try connection.query(ReconciliationSQL.insertImport, parameters)
@@ -157,7 +164,9 @@ public struct Reconciliations: Sendable {
         let unmatched = try connection.query(ReconciliationSQL.unmatched, [id])
         return ReconciliationImport(
             id: id, tz: r.string(row, 1) ?? "UTC", rows: Int(r.int64(row, 2) ?? 0), matched: Int(r.int64(row, 3) ?? 0),
-            unmatched: (0..<unmatched.rowCount).map { (Int(unmatched.int64($0, 0) ?? 0), unmatched.string($0, 1) ?? "") },
+            unmatched: (0..<unmatched.rowCount).map {
+                (Int(unmatched.int64($0, 0) ?? 0), unmatched.string($0, 1) ?? "", UnitMatch(rawValue: unmatched.string($0, 2) ?? "") ?? .unknown)
+            },
             firstDay: r.string(row, 4).flatMap { Day(iso: $0) }, lastDay: r.string(row, 5).flatMap { Day(iso: $0) },
             importedAt: r.string(row, 6) ?? "", importedBy: r.string(row, 7) ?? "", existing: false)
     }
@@ -175,6 +184,20 @@ public struct Reconciliations: Sendable {
     }
 }
 
+/// How an import row's ad unit became a path, or why it did not.
+public enum UnitMatch: String, Sendable, Hashable {
+    /// Through the unit map.
+    case map
+    /// The value is a path.
+    case path
+    /// The one known path whose last segment it is.
+    case code
+    /// No path: not in the map, not a path, the last segment of no known path.
+    case unknown
+    /// The last segment of several known paths: map it.
+    case ambiguous
+}
+
 /// How an Ad Manager ad unit becomes a path: the unit map; else the value when it is a path;
 /// else the one known path whose last segment (the ad unit code) equals it.
 struct UnitResolver {
@@ -187,17 +210,23 @@ struct UnitResolver {
         byCode = Dictionary(grouping: known, by: { String($0.split(separator: "/").last ?? "") })
     }
 
-    func path(of adUnit: String) -> String? {
-        if let mapped = map.paths[adUnit] { return mapped }
-        if adUnit.hasPrefix("/") { return adUnit }
-        guard let candidates = byCode[adUnit], candidates.count == 1 else { return nil }
-        return candidates[0]
+    func path(of adUnit: String) -> (String?, UnitMatch) {
+        if let mapped = map.paths[adUnit] { return (mapped, .map) }
+        if adUnit.hasPrefix("/") { return (adUnit, .path) }
+        switch byCode[adUnit]?.count ?? 0 {
+        case 0: return (nil, .unknown)
+        case 1: return (byCode[adUnit]![0], .code)
+        default: return (nil, .ambiguous)
+        }
     }
 }
 
 enum ReconciliationSQL {
-    /// Every ad unit path the projections know, test traffic's too.
-    static let knownAdUnits = "SELECT DISTINCT ad_unit FROM format_day"
+    /// Every ad unit path the projections count anything under (test and invalid traffic too).
+    static let knownAdUnits = """
+        SELECT ad_unit FROM format_day UNION SELECT ad_unit FROM asset_day UNION SELECT ad_unit FROM source_day
+        UNION SELECT ad_unit FROM ivt_day
+        """
 
     static let insertImport = """
         INSERT INTO reconciliation_imports (id, tz, rows, matched, first_day, last_day, imported_by)
@@ -207,9 +236,9 @@ enum ReconciliationSQL {
         """
 
     static let insertRows = """
-        INSERT INTO reconciliation_rows (import_id, row, day, ad_manager_unit, ad_unit, impressions, clicks)
-        SELECT $1, r, date '1970-01-01' + d::int, n, p, i, c
-        FROM unnest($2::int4[], $3::int8[], $4::text[], $5::text[], $6::int8[], $7::int8[]) AS u(r, d, n, p, i, c)
+        INSERT INTO reconciliation_rows (import_id, row, day, ad_manager_unit, ad_unit, matched_by, impressions, clicks)
+        SELECT $1, r, date '1970-01-01' + d::int, n, p, m, i, c
+        FROM unnest($2::int4[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::int8[]) AS u(r, d, n, p, m, i, c)
         """
 
     /// Columns: 0 id, 1 tz, 2 rows, 3 matched, 4 first day, 5 last day, 6 imported at (UTC), 7 imported by.
@@ -219,7 +248,9 @@ enum ReconciliationSQL {
         FROM reconciliation_imports i
         """
 
-    static let unmatched = "SELECT row, ad_manager_unit FROM reconciliation_rows WHERE import_id = $1 AND ad_unit IS NULL ORDER BY row"
+    static let unmatched = """
+        SELECT row, ad_manager_unit, matched_by FROM reconciliation_rows WHERE import_id = $1 AND ad_unit IS NULL ORDER BY row
+        """
 
     /// Columns: 0 day, 1 ad unit path, 2 impressions, 3 clicks (rows of one day and path summed).
     static let counts = """

@@ -859,6 +859,9 @@ CREATE TABLE reconciliation_rows (
     day                date    NOT NULL,
     ad_manager_unit    text    NOT NULL,
     ad_unit            text,
+    -- How ad_manager_unit became ad_unit: 'map' (the unit map), 'path' (it is one), 'code' (the
+    -- last segment of one known path); or why it did not: 'unknown' (no path), 'ambiguous' (several).
+    matched_by         text    NOT NULL CHECK (matched_by IN ('map', 'path', 'code', 'unknown', 'ambiguous')),
     impressions        bigint  NOT NULL,
     clicks             bigint  NOT NULL,
     PRIMARY KEY (import_id, row)

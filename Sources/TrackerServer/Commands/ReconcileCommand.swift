@@ -74,7 +74,8 @@ struct ReconcileCommand: AsyncParsableCommand {
                 print("\(imported.existing ? "already imported" : "imported") \(imported.id): \(imported.rows) row(s), \(imported.matched) matched, "
                       + "\(imported.firstDay.map(\.description) ?? "-") to \(imported.lastDay.map(\.description) ?? "-") in \(imported.tz)")
                 for u in imported.unmatched {
-                    print("  unmatched: row \(u.row), ad unit '\(u.adUnit)' (map it with --unit-map)")
+                    let why = u.reason == .ambiguous ? "the last segment of several known ad unit paths" : "no known ad unit path"
+                    print("  unmatched: row \(u.row), ad unit '\(u.adUnit)': \(why) (map it with --unit-map)")
                 }
             }
         }

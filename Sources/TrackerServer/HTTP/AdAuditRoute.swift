@@ -30,6 +30,7 @@ struct AdAuditRoute: Sendable {
         headers[.contentType] = "application/json"
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(lag.seconds)
+        headers[HTTPField.Name("X-IVT-Rules")!] = String(explanation.ivtRules)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: explanation.json)))
     }
 

@@ -776,6 +776,7 @@ paths:
           headers:
             X-Projection-Lag-Events: {$ref: "#/components/headers/ProjectionLagEvents"}
             X-Projection-Lag-Seconds: {$ref: "#/components/headers/ProjectionLagSeconds"}
+            X-IVT-Rules: {$ref: "#/components/headers/IVTRules"}
           content:
             application/json:
               schema:
@@ -1571,10 +1572,14 @@ components:
           items:
             type: object
             additionalProperties: false
-            required: [row, adUnit]
+            required: [row, adUnit, reason]
             properties:
               row: {type: integer, minimum: 2, description: The row's number in the file (the header is row 1).}
               adUnit: {type: string}
+              reason:
+                type: string
+                enum: [unknown, ambiguous]
+                description: "`unknown`: not a path and the last segment of no known ad unit path; `ambiguous`: the last segment of several."
         existing: {type: boolean, description: The same file (zone, unit map) was imported before; this is that import.}
         from: {oneOf: [{$ref: "#/components/schemas/Day"}, {type: "null"}]}
         to: {oneOf: [{$ref: "#/components/schemas/Day"}, {type: "null"}]}
@@ -1895,7 +1900,7 @@ components:
     AdExplanation:
       type: object
       additionalProperties: false
-      required: [requestId, includeTest, attributionWindowSeconds, countedImpression, doubleTrackedImpressions, doubleTrackedClicks, events]
+      required: [requestId, includeTest, attributionWindowSeconds, ivtRules, countedImpression, doubleTrackedImpressions, doubleTrackedClicks, events]
       properties:
         requestId: {$ref: "#/components/schemas/RequestId"}
         includeTest:
@@ -1905,6 +1910,7 @@ components:
           type: integer
           minimum: 1
           description: The window the projections were computed with.
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
         countedImpression:
           type: [string, "null"]
           format: uuid
