@@ -14,9 +14,11 @@ let package = Package(
     products: [
         .executable(name: "tracker", targets: ["TrackerMain"]),
         .library(name: "Tracker", targets: ["Tracker"]),
-        .library(name: "TrackerClient", targets: ["TrackerClient"]),
     ],
     dependencies: [
+        // TrackerClient is a package of its own (apps depend on it alone and resolve none of
+        // the packages below); the server takes the wire vocabulary and zlib from it.
+        .package(path: "tracker-client"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -33,34 +35,12 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"])]
         ),
-        .target(
-            name: "TrackerModel",
-            swiftSettings: swiftSettings
-        ),
-        // TrackerClient: what apps and services link to send events. Foundation only (and
-        // the system's zlib), no server code, so an iOS app can depend on it.
-        .systemLibrary(
-            name: "CTrackerZlib",
-            providers: [.apt(["zlib1g-dev"])]
-        ),
-        .target(
-            name: "TrackerClient",
-            dependencies: ["TrackerModel", "CTrackerZlib"],
-            swiftSettings: swiftSettings
-        ),
-        // A small program over TrackerClient that the integration tests kill mid-delivery
-        // and that scripts/bench-client.sh measures.
-        .executableTarget(
-            name: "TrackerClientProbe",
-            dependencies: ["TrackerClient"],
-            swiftSettings: swiftSettings
-        ),
         // The domain's values and the batch decoder: pure Swift over TrackerModel, no database,
         // no crypto, no logging. The libFuzzer target links only this (a fuzz build in seconds,
         // not minutes of BoringSSL under the sanitizer).
         .target(
             name: "TrackerInput",
-            dependencies: ["TrackerModel"],
+            dependencies: [.product(name: "TrackerModel", package: "tracker-client")],
             swiftSettings: swiftSettings
         ),
         // libpq under Swift: connections, the pool (a Service), results, binary arrays and
@@ -77,7 +57,7 @@ let package = Package(
         .target(
             name: "Tracker",
             dependencies: [
-                "TrackerModel",
+                .product(name: "TrackerModel", package: "tracker-client"),
                 "TrackerInput",
                 // libpq only through TrackerPostgres: no domain file can reach a raw handle.
                 "TrackerPostgres",
@@ -100,7 +80,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                "CTrackerZlib",
+                .product(name: "CTrackerZlib", package: "tracker-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -130,7 +110,7 @@ let package = Package(
         .testTarget(
             name: "TrackerServerTests",
             dependencies: [
-                "TrackerServer", "TrackerClient",
+                "TrackerServer", .product(name: "TrackerClient", package: "tracker-client"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings
@@ -138,14 +118,9 @@ let package = Package(
         .testTarget(
             name: "TrackerIntegrationTests",
             dependencies: [
-                "Tracker", "TrackerClient", "TrackerServer",
+                "Tracker", "TrackerServer", .product(name: "TrackerClient", package: "tracker-client"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "TrackerClientTests",
-            dependencies: ["TrackerClient", "CTrackerZlib"],
             swiftSettings: swiftSettings
         ),
     ]

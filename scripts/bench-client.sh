@@ -16,8 +16,8 @@ events=${1:-100000}
 runs=${2:-3}
 . scripts/bench/common.sh
 bench_setup benchclient
-swift build -c release --product TrackerClientProbe >/dev/null
-probe="$(swift build -c release --show-bin-path)/TrackerClientProbe"
+swift build -c release --package-path tracker-client --product TrackerClientProbe >/dev/null
+probe="$(swift build -c release --package-path tracker-client --show-bin-path)/TrackerClientProbe"
 out=bench-results; mkdir -p "$out"
 key=$("$bin" keys create --name bench-client --scope ingest | tail -n 1)
 http_port=$((20000 + RANDOM % 20000))

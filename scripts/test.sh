@@ -13,14 +13,20 @@ cleanup() { scripts/pg.sh stop "$tmp" "$port" || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 scripts/pg.sh start "$tmp" "$port"
 swift build --build-tests
+# TrackerClient is a package of its own: its tests and TrackerClientProbe build in tracker-client/.
+swift build --build-tests --package-path tracker-client
 export TRACKER_TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:$port/postgres"
 export TRACKER_TEST_PG_DIR="$tmp"
 export TRACKER_TEST_PG_PORT="$port"
 export TRACKER_TEST_PG_SCRIPT="$PWD/scripts/pg.sh"
 export TRACKER_BINARY="$(swift build --show-bin-path)/tracker"
-export TRACKER_CLIENT_PROBE="$(swift build --show-bin-path)/TrackerClientProbe"
+export TRACKER_CLIENT_PROBE="$(swift build --package-path tracker-client --show-bin-path)/TrackerClientProbe"
 swift test --skip-build "$@"
+swift test --skip-build --package-path tracker-client "$@"
 if [ $# -eq 0 ]; then
+  # A fresh app that depends on the client package resolves and builds nothing of the server,
+  # offline; and docs/CLIENT.md's quick-start, run as written against a tracker.
+  scripts/test-client-package.sh
   # The HTTP contract (docs/openapi.yaml against the running server) and the dashboard in a
   # real Chromium, on the same cluster and binary.
   scripts/test-contract.sh
