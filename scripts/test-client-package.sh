@@ -79,8 +79,8 @@ checkouts=$(ls "$consumer/.build/checkouts" 2>/dev/null || true)
 (cd "$consumer" && offline swift build --disable-automatic-resolution) >>"$log" 2>&1 || failed "swift build failed offline"
 bin=$(cd "$consumer" && swift build --show-bin-path)
 # Every Swift module built, and every target's build folder: the client's two and the consumer.
-built=$( { ls "$bin/Modules" 2>/dev/null | sed -n 's/\.swiftmodule$//p'; ls -d "$bin"/*.build 2>/dev/null | xargs -r -n1 basename | sed 's/\.build$//'; } | sort -u | tr '\n' ' ')
-[ "$built" = "TrackerClient TrackerModel consumer " ] || failed "built more than the client: $built"
+built=$( { ls "$bin/Modules" 2>/dev/null | sed -n 's/\.swiftmodule$//p'; ls -d "$bin"/*.build 2>/dev/null | xargs -r -n1 basename | sed 's/\.build$//'; } | sort -u | xargs)
+[ "$built" = "TrackerClient TrackerModel consumer" ] || failed "built more than the client: $built"
 output=$("$bin/consumer" "$work/queue") || failed "the consumer did not run"
 [ "$output" = "recorded 2 events: ad_loaded, impression" ] || failed "the consumer printed: $output"
 echo "client package: resolved nothing in $((resolved - started)) s, built $built in $((SECONDS - resolved)) s, offline; it ran: $output"
