@@ -11,7 +11,10 @@
 public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
     /// IPv4 or IPv6.
     public enum Family: Sendable, Hashable, CustomStringConvertible {
-        case v4, v6
+        /// 32 bits, written `192.0.2.1`.
+        case v4
+        /// 128 bits, written `2001:db8::1`.
+        case v6
 
         /// `IPv4` or `IPv6`, for messages.
         public var description: String { self == .v4 ? "IPv4" : "IPv6" }

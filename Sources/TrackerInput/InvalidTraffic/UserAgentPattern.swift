@@ -4,33 +4,56 @@ public struct PatternError: Error, Sendable, Equatable, CustomStringConvertible 
     public enum Problem: Sendable, Equatable, CustomStringConvertible {
         /// Patterns must be ASCII: a byte of 0x80 or more (or an escape for one).
         case nonASCII(UInt8)
+        /// A `(` without its `)`.
         case unclosedGroup
+        /// A `)` without its `(`.
         case unmatchedParenthesis
+        /// A `[` without its `]`.
         case unclosedClass
         /// `[]` and `[^]`: JavaScript reads them as "nothing" and "anything", PCRE as the start
         /// of a class holding `]`; refused rather than guessed.
         case emptyClass
+        /// A class range whose first character comes after its last (`[z-a]`), as written.
         case rangeOutOfOrder(String)
+        /// A class range with `\d`, `\w` or `\s` at one end (`[\d-z]`).
         case classEscapeInRange
         /// `[[:alpha:]]`: a POSIX class to PCRE, literal characters to JavaScript.
         case posixClass
+        /// A quantifier with nothing before it, or after an anchor (`*a`, `^*`).
         case nothingToRepeat
+        /// Two quantifiers in a row (`a**`, `a{2}{3}`).
         case quantifierAfterQuantifier
+        /// `*+`, `++`, `?+` or `{m,n}+`.
         case possessiveQuantifier
+        /// `{m,n}` with `m` above `n`.
         case countsOutOfOrder(min: Int, max: Int)
+        /// A repetition count above `limit` (1000).
         case countTooLarge(limit: Int)
+        /// The pattern expands to more than `limit` NFA instructions (nested counts).
         case tooLarge(limit: Int)
+        /// This pattern brings the list past `limit` NFA instructions in all.
         case allPatternsTooLarge(limit: Int)
+        /// Groups nested deeper than `limit`.
         case nestedTooDeep(limit: Int)
+        /// `\1` to `\9` or `\k<name>`.
         case backreference
+        /// `(?=` or `(?!`.
         case lookahead
+        /// `(?<=` or `(?<!`.
         case lookbehind
+        /// `(?>`.
         case atomicGroup
+        /// `(?m)`, `(?s)`, `(?i:…)` and the like, or `(?i)` anywhere but at the start.
         case inlineFlags
+        /// `(?` followed by anything else (`(?#…)`, a malformed name).
         case unknownGroup
+        /// `\b` or `\B` outside a class.
         case wordBoundary
+        /// A known escape this matcher does not support (`\p`, `\c`, `\x` without two hex digits), as written.
         case unsupportedEscape(String)
+        /// A backslash before a letter or digit that means nothing here (`\q`), as written.
         case unknownEscape(String)
+        /// The pattern ends with a lone backslash.
         case trailingBackslash
         /// A pattern that matches the empty string at the start or at the end of every user
         /// agent (`""`, `a*`, `x|`, `$`) would label all traffic: refused as a mistake.
