@@ -132,7 +132,8 @@ if Context.environment["TRACKER_FUZZ"] != nil {
     // Hands control to libFuzzer's driver (SwiftPM's `main` hides libFuzzer's own).
     package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: swiftSettings))
     for (name, path) in [("BatchDecoderFuzz", "Fuzz/BatchDecoderFuzz"), ("ReportQueryFuzz", "Fuzz/ReportQueryFuzz"),
-                         ("RuleSetFuzz", "Fuzz/RuleSetFuzz"), ("ForwardedForFuzz", "Fuzz/ForwardedForFuzz")] {
+                         ("RuleSetFuzz", "Fuzz/RuleSetFuzz"), ("ForwardedForFuzz", "Fuzz/ForwardedForFuzz"),
+                         ("ReconciliationImportFuzz", "Fuzz/ReconciliationImportFuzz")] {
         package.targets.append(.executableTarget(
             name: name,
             dependencies: ["TrackerInput", "FuzzDriver"],

@@ -21,12 +21,12 @@ esac
 # command seconds, not minutes; their long form is where they are searched.
 short_seconds() {
   case "$1" in
-    RuleSetFuzz|ForwardedForFuzz) echo "${FUZZ_SECONDS:-5}" ;;
+    RuleSetFuzz|ForwardedForFuzz|ReconciliationImportFuzz) echo "${FUZZ_SECONDS:-5}" ;;
     *) echo "${FUZZ_SECONDS:-30}" ;;
   esac
 }
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(BatchDecoderFuzz ReportQueryFuzz RuleSetFuzz ForwardedForFuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(BatchDecoderFuzz ReportQueryFuzz RuleSetFuzz ForwardedForFuzz ReconciliationImportFuzz)
 command -v swift >/dev/null || { echo "swift is not on PATH: install the Swift 6 toolchain first" >&2; exit 1; }
 
 mkdir -p suite-results/fuzz
