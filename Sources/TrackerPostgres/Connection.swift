@@ -123,7 +123,7 @@ public final class Connection {
     public func query(_ statement: PreparedStatement, _ parameters: [Parameter], binaryResults: Bool = false) throws(DatabaseError) -> QueryResult {
         do {
             return try runPrepared(statement, parameters, binaryResults: binaryResults)
-        } catch where error.sqlState == "26000" {
+        } catch where error.state == .invalidSQLStatementName {
             // Gone from the session (a DISCARD by someone sharing it): prepare it again, once.
             prepared.remove(statement.name)
             return try runPrepared(statement, parameters, binaryResults: binaryResults)

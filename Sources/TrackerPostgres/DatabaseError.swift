@@ -47,13 +47,14 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible, CustomDeb
         // 57014: statement cancelled (statement_timeout, an operator's pg_cancel_backend);
         // 55P03: lock timeout.
         return state.hasPrefix("08") || state.hasPrefix("57P") || state.hasPrefix("53")
-            || ["40001", "40P01", "25006", "57014", "55P03"].contains(state)
+            || [SQLState.serializationFailure, .deadlockDetected, .readOnlySQLTransaction, .queryCanceled, .lockNotAvailable]
+                .contains(SQLState(rawValue: state))
     }
 
     /// True when the connection reached a server that cannot take writes: a fresh connection
     /// may reach the new primary (multi-host conninfo with `target_session_attrs=read-write`,
     /// or a name that moved in a failover).
-    public var isReadOnlyServer: Bool { sqlState == "25006" }
+    public var isReadOnlyServer: Bool { state == .readOnlySQLTransaction }
 
     public var description: String {
         "database error: \(code)" + (sqlState.map { " (SQLSTATE \($0))" } ?? "")

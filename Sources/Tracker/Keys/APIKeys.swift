@@ -91,7 +91,7 @@ public final class APIKeys: Sendable {
                     "INSERT INTO api_keys (name, scope, key_hash, key_prefix, server) VALUES ($1, $2, $3::bytea, $4, $5::boolean)",
                     [name, scope.rawValue, hash, prefix, server ? "true" : "false"])
             }
-        } catch let error as DatabaseError where error.sqlState == "23505" {
+        } catch let error as DatabaseError where error.state == .uniqueViolation {
             throw APIKeyError.nameTaken(name)
         }
         return key

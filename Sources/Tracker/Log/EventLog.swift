@@ -346,7 +346,7 @@ public final class EventLog: Service, Sendable {
             return try await pool.withConnection { connection in
                 try self.insert(batch, on: connection, abandoned: abandoned)
             }
-        } catch let error as DatabaseError where error.sqlState == "23514" {
+        } catch let error as DatabaseError where error.state == .checkViolation {
             // No partition for this received_at yet (a clock jump, or the server ran for days
             // without its maintenance task): create them and write again.
             return try await pool.withConnection { connection in
@@ -381,7 +381,7 @@ public final class EventLog: Service, Sendable {
             _ = try connection.query(EventLogSQL.appendNew, parameters)
             return true
         } catch {
-            if error.sqlState == "23505", error.constraint == EventLogSQL.idConstraint { return false }
+            if error.state == .uniqueViolation, error.constraint == EventLogSQL.idConstraint { return false }
             throw error
         }
     }
@@ -434,18 +434,18 @@ public final class EventLog: Service, Sendable {
     /// The database refused the data itself (class 22 data exception, 23 integrity constraint,
     /// 54 program limit): the same rows would be refused again, unlike a lost connection.
     static func refusesContent(_ error: DatabaseError) -> Bool {
-        guard let state = error.sqlState else { return false }
-        return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("54")
+        guard let state = error.state else { return false }
+        return ["22", "23", "54"].contains(state.errorClass)
     }
 
     /// A refusal a client can act on, from the SQLSTATE (the server's own text stays in the log).
     static func reason(_ error: DatabaseError) -> String {
         let state = error.sqlState ?? "?"
-        let what = switch state {
-        case "22003": "attributes holds a number outside what the log can store"
-        case "22P05", "22021": "a text field or an attribute holds a character the log cannot store"
-        case "22008": "a time is outside what the log can store"
-        case "22001", "54000": "a field is larger than the log can store"
+        let what = switch error.state {
+        case .numericValueOutOfRange?: "attributes holds a number outside what the log can store"
+        case .untranslatableCharacter?, .characterNotInRepertoire?: "a text field or an attribute holds a character the log cannot store"
+        case .datetimeFieldOverflow?: "a time is outside what the log can store"
+        case .stringDataRightTruncation?, .programLimitExceeded?: "a field is larger than the log can store"
         default: "the log cannot store this event"
         }
         return "\(what) (the database refused it: SQLSTATE \(state)); it was not stored and a retry would be refused again"

@@ -75,7 +75,7 @@ public struct Retention: Sendable {
                         try Self.retire(partition, day: day, keepDays: keepDays, dryRun: dryRun, on: connection)
                     }
                 }
-            } catch let error as DatabaseError where ["55P03", "40P01"].contains(error.sqlState) {
+            } catch let error as DatabaseError where [SQLState.lockNotAvailable, .deadlockDetected].contains(error.state) {
                 // lock_not_available (the lock timeout above), deadlock_detected: try again later.
                 decision = RetentionDecision(partition: partition, day: day, events: 0, action: .keptBusy)
             }

@@ -135,13 +135,7 @@ public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible 
             if position == 8 || position == 13 || position == 18 || position == 23 {
                 guard b == UInt8(ascii: "-") else { return nil }
             } else {
-                let v: UInt8
-                switch b {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): v = b &- UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): v = b &- UInt8(ascii: "a") &+ 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): v = b &- UInt8(ascii: "A") &+ 10
-                default: return nil
-                }
+                guard let v = Hex.value(b) else { return nil }
                 if digits < 16 { high = high << 4 | UInt64(v) } else { low = low << 4 | UInt64(v) }
                 digits += 1
             }
@@ -158,8 +152,8 @@ public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible 
             for i in 0..<16 {
                 if i == 4 || i == 6 || i == 8 || i == 10 { out[o] = UInt8(ascii: "-"); o += 1 }
                 let byte = self.byte(i)
-                out[o] = Self.hexDigit(byte >> 4)
-                out[o + 1] = Self.hexDigit(byte & 0x0f)
+                out[o] = Hex.digit(byte >> 4)
+                out[o + 1] = Hex.digit(byte & 0x0f)
                 o += 2
             }
             return 36
@@ -170,10 +164,6 @@ public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible 
     @inline(__always)
     public func byte(_ i: Int) -> UInt8 {
         UInt8(truncatingIfNeeded: (i < 8 ? high : low) >> UInt64(8 * (7 - (i & 7))))
-    }
-
-    private static func hexDigit(_ v: UInt8) -> UInt8 {
-        v < 10 ? UInt8(ascii: "0") &+ v : UInt8(ascii: "a") &+ v &- 10
     }
 
     public static func < (lhs: UUIDText, rhs: UUIDText) -> Bool {

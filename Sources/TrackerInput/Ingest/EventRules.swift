@@ -118,6 +118,13 @@ package struct EventRules {
 
     // MARK: Field rules
 
+    /// What is wrong with `text` as a `requestId` (1 to 128 characters, no control
+    /// characters), or `nil`: the rule an ad's audit trail checks its path segment by.
+    public static func requestIdProblem(_ text: String) -> String? {
+        if case .broken(let message, _) = checkIdentifier(text, maxCharacters: 128) { return "requestId " + message }
+        return nil
+    }
+
     static func checkIdentifier(_ text: String, maxCharacters: Int, allowEmpty: Bool = false) -> Check<String> {
         let count = text.unicodeScalars.count
         if count == 0, !allowEmpty { return .broken("must not be empty (1 to \(maxCharacters) characters)", showValue: false) }

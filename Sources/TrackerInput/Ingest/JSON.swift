@@ -302,15 +302,8 @@ package struct JSONReader {
         guard offset + 4 <= bytes.count else { throw fail("\\u needs four hex digits") }
         var value: UInt32 = 0
         for _ in 0..<4 {
-            let b = bytes[offset]
-            let digit: UInt32
-            switch b {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(b - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(b - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(b - UInt8(ascii: "A") + 10)
-            default: throw fail("\\u needs four hex digits")
-            }
-            value = value << 4 | digit
+            guard let digit = Hex.value(bytes[offset]) else { throw fail("\\u needs four hex digits") }
+            value = value << 4 | UInt32(digit)
             offset += 1
         }
         return value

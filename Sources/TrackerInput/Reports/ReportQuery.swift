@@ -170,21 +170,9 @@ extension ReportQuery {
         }
     }
 
-    /// The bytes of a query component: `%XX` decoded, `+` as a space (form encoding).
+    /// The bytes of a query component: `%XX` decoded, `+` as a space (form encoding), a `%`
+    /// without two hex digits kept as it is.
     static func percentDecoded(_ text: Substring) -> [UInt8] {
-        var out: [UInt8] = []
-        var utf8 = Array(text.utf8)[...]
-        while let b = utf8.popFirst() {
-            // Two hex digits exactly: UInt8("+0", radix: 16) would read a sign as well.
-            if b == UInt8(ascii: "%"), utf8.count >= 2, utf8.prefix(2).allSatisfy({ Character(Unicode.Scalar($0)).isHexDigit }),
-               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
-                out.append(value)
-                utf8 = utf8.dropFirst(2)
-            } else {
-                out.append(b == UInt8(ascii: "+") ? UInt8(ascii: " ") : b)
-            }
-        }
-        return out
+        PercentDecoding.decode(text, plusIsSpace: true, malformed: .literal) ?? []
     }
 }
-

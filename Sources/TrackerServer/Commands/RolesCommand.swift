@@ -73,9 +73,9 @@ struct RolesCommand: AsyncParsableCommand {
                     if let pending { unlink(pending) }
                     throw error
                 }
-            } catch let error as DatabaseError where error.sqlState == "42501" {
+            } catch let error as DatabaseError where error.state == .insufficientPrivilege {
                 throw CommandFailure("the roles' passwords could not be set: \(error.serverMessage) (run as a superuser or a role with CREATEROLE)")
-            } catch let error as DatabaseError where error.sqlState == "42704" {
+            } catch let error as DatabaseError where error.state == .undefinedObject {
                 throw CommandFailure("\(error.serverMessage): run tracker migrate first, it creates the roles")
             }
             if let envFile, let pending, rename(pending, envFile) != 0 {

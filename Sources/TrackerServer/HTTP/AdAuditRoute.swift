@@ -36,31 +36,13 @@ struct AdAuditRoute: Sendable {
 
     /// The path segment, percent-decoded and checked by PROTOCOL.md 1's rule for `requestId`.
     static func requestId(percentEncoded segment: String) throws -> String {
-        var bytes: [UInt8] = []
-        var utf8 = segment.utf8.makeIterator()
-        while let b = utf8.next() {
-            guard b == UInt8(ascii: "%") else { bytes.append(b); continue }
-            guard let h = utf8.next().flatMap(Self.hexValue), let l = utf8.next().flatMap(Self.hexValue) else {
-                throw APIError(.invalidParameter, "requestId is not percent-encoded correctly")
-            }
-            bytes.append(h << 4 | l)
+        guard let bytes = PercentDecoding.decode(segment, plusIsSpace: false, malformed: .refused) else {
+            throw APIError(.invalidParameter, "requestId is not percent-encoded correctly")
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw APIError(.invalidParameter, "requestId must be UTF-8 once percent-decoded")
         }
-        let count = text.unicodeScalars.count
-        guard (1...128).contains(count), !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw APIError(.invalidParameter, "requestId must be 1 to 128 characters without control characters, got \(count) characters")
-        }
+        if let problem = EventRules.requestIdProblem(text) { throw APIError(.invalidParameter, problem) }
         return text
-    }
-
-    private static func hexValue(_ b: UInt8) -> UInt8? {
-        switch b {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }

@@ -31,15 +31,8 @@ struct HealthRoutes: Sendable {
     /// stopped, a host that answers TCP but not queries) would otherwise hold the probe on a
     /// pooled connection for as long as it stays frozen.
     func readiness(within deadline: Duration) async -> Response {
-        let answer = FirstAnswer()
-        return await withCheckedContinuation { continuation in
-            answer.set(continuation)
-            Task { answer.give(await self.readiness()) }
-            Task {
-                try? await Task.sleep(for: deadline)
-                answer.give(Self.json(.serviceUnavailable, Readiness.databaseUnavailable, retryAfter: true))
-            }
-        }
+        await firstWithin(deadline) { await self.readiness() }
+            ?? Self.json(.serviceUnavailable, Readiness.databaseUnavailable, retryAfter: true)
     }
 
     func readiness() async -> Response {
@@ -61,7 +54,7 @@ struct HealthRoutes: Sendable {
                     ready.warnings = ["invalid-traffic rule set \(rules.newest) waits: the projections use \(rules.projections) "
                                       + "until 'tracker rebuild' applies the newest to the whole log"]
                 }
-            } catch let error as DatabaseError where error.sqlState == "42501" {}
+            } catch let error as DatabaseError where error.state == .insufficientPrivilege {}
             if let warnings = roleWarnings?.current, !warnings.isEmpty { ready.warnings = (ready.warnings ?? []) + warnings }
             // A stopped projector is said, not made a 503: every node runs the same binary, so a
             // 503 would take ingestion (which still works) out of every balancer at once.
@@ -77,16 +70,5 @@ struct HealthRoutes: Sendable {
 
     static func json(_ status: HTTPResponse.Status, _ readiness: Readiness, retryAfter: Bool = false) -> Response {
         JSONBody.response(readiness, status: status, headers: retryAfter ? [.retryAfter: "2"] : [:])
-    }
-}
-
-/// Resumes a continuation with the first answer given; later ones are dropped.
-private final class FirstAnswer: Sendable {
-    private let continuation = Mutex<CheckedContinuation<Response, Never>?>(nil)
-
-    func set(_ c: CheckedContinuation<Response, Never>) { continuation.withLock { $0 = c } }
-
-    func give(_ response: Response) {
-        continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: response)
     }
 }
