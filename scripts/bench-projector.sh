@@ -22,7 +22,7 @@ sql() { psql "$DATABASE_URL" -qAtc "$1"; }
 per() { printf '%.1f' "$(echo "$1 / $2" | bc -l)"; }
 http=$((40000 + RANDOM % 20000))
 baseline=${BASELINE_BIN:-}
-say "projector benchmark: commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources sql || echo '+changes')${baseline:+, baseline $baseline}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "projector benchmark: commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources tracker-client sql || echo '+changes')${baseline:+, baseline $baseline}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 cluster="postgresql://postgres@127.0.0.1:$port"
 ingest_bin=$bin
 if [ -n "$baseline" ]; then

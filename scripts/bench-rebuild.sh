@@ -18,7 +18,7 @@ say() { echo "$*" | tee -a "$result"; }
 now() { date +%s.%N; }
 baseline=${BASELINE_BIN:-}
 cluster="postgresql://postgres@127.0.0.1:$port"
-say "rebuild benchmark: $events events, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources sql || echo '+changes')${baseline:+, baseline $baseline}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "rebuild benchmark: $events events, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources tracker-client sql || echo '+changes')${baseline:+, baseline $baseline}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$baseline" ]; then
   psql "$cluster/postgres" -qc "CREATE DATABASE base"
   export DATABASE_URL="$cluster/base"

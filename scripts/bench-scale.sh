@@ -31,7 +31,7 @@ sql() { psql "$DATABASE_URL" -qAtc "$1"; }
 now() { date +%s.%N; }
 since() { printf '%.0f' "$(echo "$(now) - $1" | bc -l)"; }
 http=$((40000 + RANDOM % 20000))
-say "scale benchmark: $events events, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources sql scripts || echo '+changes'), $(nproc) cores, disk free $(df -h --output=avail "$dir" | tail -1 | tr -d ' '), load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "scale benchmark: $events events, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources tracker-client sql scripts || echo '+changes'), $(nproc) cores, disk free $(df -h --output=avail "$dir" | tail -1 | tr -d ' '), load $(cut -d' ' -f1-3 /proc/loadavg)"
 key=$("$bin" keys create --name bench --scope ingest | tail -n 1)
 report_key=$("$bin" keys create --name analyst --scope report | tail -n 1)
 

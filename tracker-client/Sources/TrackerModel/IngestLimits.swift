@@ -1,4 +1,4 @@
-/// The limits of SPEC section 1.
+/// The limits of the protocol's section 1 (docs/PROTOCOL.md).
 public struct IngestLimits: Sendable {
     public var maxEventsPerBatch = 500
     /// The body after decompression.

@@ -1,8 +1,8 @@
-// The vocabulary of the wire protocol (SPEC sections 1 and 2), shared by the server and
+// The vocabulary of the wire protocol (the protocol's sections 1 and 2 (docs/PROTOCOL.md)), shared by the server and
 // TrackerClient: one list of event types, sources, click actions, system formats and limits.
 // Pure Swift, no dependencies, so an app can link it.
 
-/// The kinds of event a native ad produces (SPEC section 2).
+/// The kinds of event a native ad produces (the protocol's section 2 (docs/PROTOCOL.md)).
 public enum EventType: String, CaseIterable, Sendable, Hashable {
     case adLoaded = "ad_loaded"
     case impression

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The tracker's answer to a `200`: SPEC section 1's receipt.
+/// The tracker's answer to a `200`: the protocol's section 1 (docs/PROTOCOL.md) receipt.
 struct Receipt: Decodable, Equatable, Sendable {
     struct Rejected: Decodable, Equatable, Sendable {
         var index: Int
@@ -21,7 +21,7 @@ struct ErrorBody: Decodable, Equatable, Sendable {
 
 /// What one answer means for the batch that was sent, as a pure function of the answer.
 ///
-/// SPEC section 1 fixes what each status means on the server; this is the client's reading:
+/// The protocol's section 1 (docs/PROTOCOL.md) fixes what each status means on the server; this is the client's reading:
 /// - `200` with a receipt: done. Per-event rejections are final (never sent again).
 /// - `400` (the body is not a batch) and `413` (over a limit): the batch is halved until the
 ///   event that causes it is alone, then that event is rejected with the server's message.

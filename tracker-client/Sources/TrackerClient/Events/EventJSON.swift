@@ -1,6 +1,6 @@
 import Foundation
 
-/// One event as SPEC section 1 writes it. `id` is always the first member (the client reads
+/// One event as the protocol's section 1 (docs/PROTOCOL.md) writes it. `id` is always the first member (the client reads
 /// it back from a stored record to name a rejected event); fields left at their default
 /// (`eea`, `reservation`, `test` false, no adapter, no attributes) are left out.
 enum EventJSON {
