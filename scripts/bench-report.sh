@@ -102,6 +102,9 @@ imp30=$(grep -o '"impressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -
 dup30=$(grep -o '"duplicateImpressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)
 say "    summary 30 days totals: impressions $imp30, duplicateImpressions $dup30"
 
+# BENCH_REPORT_COMPARE=off skips (4) and (5), the slow comparisons, when only the tracker's
+# own figures are wanted.
+if [ "${BENCH_REPORT_COMPARE:-on}" != off ]; then
 # (4) The same rows by full scans of the log in PostgreSQL: the report rules as SQL (docs/PROTOCOL.md 5)
 # (scripts/bench/exact/, duplicate-click rule included), FULLSCAN_RUNS runs each; their rows
 # must equal the tracker's. Nested loops off: the planner's estimates for the CTEs are far
@@ -145,6 +148,8 @@ while read -r r from last ms fastest rows; do
   say "(5) DuckDB $r ${range} days: p50 ${ms} ms (fastest $fastest ms, $rows rows) = $(printf '%.0f' "$ratio") x the report's p50 ${p50[$r-$range]} ms; vs the tracker's rows: $check"
 done <"$out/duckdb.txt"
 say "    tracker, full-scan SQL and DuckDB rows all equal: $same_rows"
+
+fi
 
 # (6) Projector lag while events keep arriving (the server's projector, batched ingest by pgbench).
 tps=$((ingest_rate / 100))

@@ -25,6 +25,7 @@ import resource
 import select
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -336,22 +337,10 @@ def limits(checks, binary, url, key):
     part.finish()
 
 
-def rule_set(path, patterns=2000, ranges=10000):
-    """A rule set the size of a real one: crawler-like names, classes, anchors and alternations,
-    and the textbook patterns that make a backtracking matcher take exponential time."""
-    rng = random.Random(20261125)
-    words = ["bot", "spider", "crawler", "fetch", "scan", "probe", "index", "check", "monitor", "feed"]
-    out = [{"pattern": p} for p in ("(a+)+$", "(a|aa)+b", "^(\\w+\\s?)*$", "(x+x+)+y", "(.*a){12}")]
-    while len(out) < patterns:
-        name = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 9)))
-        shape = rng.randrange(5)
-        out.append({"pattern": [f"{name}{rng.choice(words)}", f"[{name[0].upper()}{name[0]}]{name[1:]}",
-                                f"^{name}/\\d+\\.\\d+", f"({name}|{name[::-1]}){rng.choice(words)}",
-                                f"{name}[-_ ]?{rng.choice(words)}/[0-9.]+"][shape]})
-    cidrs = [f"{rng.randrange(1, 224)}.{rng.randrange(256)}.{rng.randrange(256)}.0/24" for _ in range(ranges // 2)]
-    cidrs += [f"2001:db8:{rng.randrange(65536):x}:{rng.randrange(65536):x}::/64" for _ in range(ranges - len(cidrs))]
-    with open(path, "w") as f:
-        json.dump({"name": "hostile suite", "userAgents": out, "ipRanges": cidrs}, f)
+def rule_set(path):
+    """The benchmarks' rule set of 2 000 patterns and 10 000 ranges (scripts/bench/ivt-rule-set.py)."""
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "ivt-rule-set.py"), path],
+                   check=True)
 
 
 def client_rate(port, key, seconds, agent):
