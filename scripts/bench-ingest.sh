@@ -45,12 +45,12 @@ SQL
 copy_into() {
   local start end
   start=$(date +%s.%N)
-  psql "$DATABASE_URL" -qc "\\copy $1 ($cols) FROM '$dir/rows.csv' WITH (FORMAT csv)"
+  psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -qc "\\copy $1 ($cols) FROM '$dir/rows.csv' WITH (FORMAT csv)" >&2 || return 1
   end=$(date +%s.%N)
   echo "$rows / ($end - $start)" | bc -l
 }
-copy_rate=$(copy_into bench_copy)
-plain_rate=$(copy_into bench_plain)
+copy_rate=$(copy_into bench_copy) || { echo "the \\copy into the log-shaped table failed" >&2; exit 1; }
+plain_rate=$(copy_into bench_plain) || { echo "the \\copy into the plain table failed" >&2; exit 1; }
 psql "$DATABASE_URL" -qc "DROP TABLE bench_copy; DROP TABLE bench_plain; DROP TABLE bench_source"
 printf '(a1) psql \\copy into a table shaped like the log: %d rows = %.0f rows/s\n' "$rows" "$copy_rate" | tee "$out/ingest.txt"
 printf '(a2) psql \\copy into a plain table (same fields, primary key on id only): %d rows = %.0f rows/s\n' "$rows" "$plain_rate" | tee -a "$out/ingest.txt"

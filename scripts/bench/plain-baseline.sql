@@ -26,9 +26,9 @@ SELECT CASE WHEN row_number() OVER () % 2 = 0
        kind::event_type AS type, 'p-' || a AS request_id,
        (ARRAY['/1234/home/native', '/1234/feed/native', '/5678/article/native'])[a % 3 + 1] AS ad_unit,
        '10063170'::text AS format_id,
-       CASE WHEN kind = 'click' THEN (ARRAY['MainImage', 'Headline', 'CallToAction', 'Caption'])[(a + (extra = 'second')::int) % 4 + 1] END AS asset_key,
-       NULL::click_action AS click_action, (CASE WHEN extra = 'sdk' THEN 'sdk' ELSE 'app' END)::event_source AS source,
-       NULL::text AS adapter, extra = 'eea' AS eea, extra = 'eea' AS reservation, false AS test, NULL::jsonb AS attributes,
+       CASE WHEN kind = 'click' THEN (ARRAY['MainImage', 'Headline', 'CallToAction', 'Caption'])[(a + (coalesce(extra, '') = 'second')::int) % 4 + 1] END AS asset_key,
+       NULL::click_action AS click_action, (CASE WHEN coalesce(extra, '') = 'sdk' THEN 'sdk' ELSE 'app' END)::event_source AS source,
+       NULL::text AS adapter, coalesce(extra, '') = 'eea' AS eea, coalesce(extra, '') = 'eea' AS reservation, false AS test, NULL::jsonb AS attributes,
        t + offs * interval '1 second' AS occurred_at, NULL::timestamptz AS sent_at, now() AS received_at,
        t + offs * interval '1 second' AS corrected_at, 'bench'::text AS key_name,
        '127.0.0.1'::inet AS client_ip, (a % 40 + 1)::int AS user_agent_id
