@@ -33,6 +33,8 @@ fsync = on
 wal_level = replica
 max_wal_senders = 4
 CONF
+      # PG_EXTRA_CONF: more settings for a new cluster, e.g. shared_preload_libraries = 'citus'.
+      [ -n "${PG_EXTRA_CONF:-}" ] && printf '%s\n' "$PG_EXTRA_CONF" >>"$data/postgresql.conf"
       echo "host replication all 127.0.0.1/32 trust" >>"$data/pg_hba.conf"
     fi
     if as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then exit 0; fi
