@@ -9,7 +9,8 @@
 #  (5) the same SQL in DuckDB (PyPI, venv .local/bench-venv) over the log exported to Parquet,
 #      DUCKDB_RUNS (5) runs each: p50 vs the report's, rows checked against the tracker's;
 #  (6) the projector's lag (/readyz) while pgbench ingests INGEST_EVENTS_PER_SECOND (20 000)
-#      in batches of 100 for INGEST_SECONDS (60).
+#      in batches of 100 for INGEST_SECONDS (60);
+#  (7) an Ad Manager report of RECONCILE_ROWS (100 000) rows imported: wall time, peak memory.
 # Starts its own PostgreSQL cluster and a release build of the tracker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -169,3 +170,22 @@ stats=$(sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/lag
 say "(6) lag during ingest of $ingest_rate events/s (pgbench: $done_tps batches of 100/s achieved) for $ingest_seconds s: $stats; 3 s after: $final"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
+
+# (7) An Ad Manager report of 100 000 rows (RECONCILE_ROWS) imported by the command line: wall
+# time and the process's peak memory. Rows: 31 days x the 3 ad units the log holds, then
+# ad units the tracker does not know (matched to nothing, as a network's other units are).
+rows=${RECONCILE_ROWS:-100000}
+python3 - "$out/admanager.csv" "$rows" "$from30" <<'PY'
+import datetime, sys
+path, rows, first = sys.argv[1], int(sys.argv[2]), datetime.date.fromisoformat(sys.argv[3])
+units = ["/1234/home/native", "/1234/feed/native", "/5678/article/native"]
+with open(path, "w", newline="") as f:
+    f.write("Date,Ad unit,Ad server impressions,Ad server clicks\r\n")
+    for i in range(rows):
+        day, n = first + datetime.timedelta(days=i % 31), i // 31
+        unit = units[n] if n < len(units) else f"/1234/other/unit-{n}"
+        f.write(f'{day.isoformat()},{unit},"{(i * 7919) % 2000000:,}",{(i * 31) % 9000}\r\n')
+PY
+/usr/bin/time -f "%e %M" -o "$out/reconcile-time.txt" "$bin" reconcile import "$out/admanager.csv" --tz UTC >"$out/reconcile.txt" 2>&1
+read -r wall kib <"$out/reconcile-time.txt"
+say "(7) reconciliation import of $rows rows ($(du -h "$out/admanager.csv" | cut -f1)): ${wall} s, peak RSS $((kib / 1024)) MiB; $(head -1 "$out/reconcile.txt")"
