@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run stop test test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
+.PHONY: run stop test test-citus test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-citus bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -9,6 +9,9 @@ stop:           ## stop the PostgreSQL cluster `make run` started (in .local/pg)
 
 test:           ## the whole test suite against a PostgreSQL it starts itself
 	scripts/test.sh
+
+test-citus:     ## the tracker on Citus: a coordinator and two workers on loopback (needs the citus extension; not in make test)
+	scripts/test-citus.sh
 
 test-contract:  ## the running server against docs/openapi.yaml (every status, then schemathesis)
 	scripts/test-contract.sh
@@ -36,6 +39,9 @@ bench-capacity: ## CPU time and bytes per event, for sizing (docs/SCALING.md)
 
 bench-client:   ## TrackerClient: events/s one client process hands over and delivers, its memory
 	scripts/bench-client.sh
+
+bench-citus:    ## the cost of distribution: ingest, projection, rebuild and reports on Citus (1 + 2 nodes here) vs one node
+	scripts/bench-citus.sh
 
 bench-json:     ## the hand-written JSON bodies (receipt, error, report) against JSONEncoder
 	scripts/bench-json.sh

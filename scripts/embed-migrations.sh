@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/embed-migrations.sh
-# Regenerates Sources/Tracker/Schema/Migrations+Embedded.swift from sql/NNN_name.sql so the
+# Regenerates Sources/Tracker/Schema/Migrations+Embedded.swift from sql/NNN_name.sql (and the
+# Citus layout, sql/citus/distribute.sql) so the
 # tracker binary carries its migrations (an installed binary or a container has no sql/).
 # A unit test fails when the two drift apart.
 set -euo pipefail
@@ -22,6 +23,12 @@ out=Sources/Tracker/Schema/Migrations+Embedded.swift
     echo "\"\"\"#),"
   done
   echo "    ]"
+  echo
+  echo "    /// The Citus layout (sql/citus/distribute.sql), applied once after the migrations"
+  echo "    /// where the citus extension is installed and the log is empty."
+  echo "    public static let citusLayout = Migration(version: 0, name: \"citus_layout\", sql: #\"\"\""
+  cat sql/citus/distribute.sql
+  echo "\"\"\"#)"
   echo "}"
 } > "$out.tmp"
 mv "$out.tmp" "$out"

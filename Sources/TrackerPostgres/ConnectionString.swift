@@ -15,6 +15,29 @@ public enum ConnectionString {
         return conninfo + " user=" + quoted(user) + " password=" + quoted(password)
     }
 
+    /// `conninfo` pointed at another server of the same cluster (a Citus worker): same login,
+    /// database and options, another host and port. A URL gets the new authority; `key=value`
+    /// form gets the pairs appended (libpq takes the last).
+    public static func replacingHost(of conninfo: String, host: String, port: Int) -> String {
+        for scheme in ["postgresql://", "postgres://"] where conninfo.hasPrefix(scheme) {
+            let rest = conninfo.dropFirst(scheme.count)
+            let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
+            let authority = rest[..<authorityEnd]
+            let login = authority.lastIndex(of: "@").map { String(authority[...$0]) } ?? ""
+            let address = host.contains(":") ? "[\(host)]" : percentEncoded(host)
+            var tail = String(rest[authorityEnd...])
+            // A host or port in the query string would win over the authority: drop them.
+            if let q = tail.firstIndex(of: "?") {
+                let kept = tail[tail.index(after: q)...].split(separator: "&").filter {
+                    !$0.hasPrefix("host=") && !$0.hasPrefix("hostaddr=") && !$0.hasPrefix("port=")
+                }
+                tail = String(tail[..<q]) + (kept.isEmpty ? "" : "?" + kept.joined(separator: "&"))
+            }
+            return scheme + login + address + ":" + String(port) + tail
+        }
+        return conninfo + " host=" + quoted(host) + " hostaddr='' port=" + String(port)
+    }
+
     /// RFC 3986 unreserved characters pass; every other byte is %XX.
     static func percentEncoded(_ text: String) -> String {
         var out = ""

@@ -37,6 +37,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let lockNotAvailable = SQLState(rawValue: "55P03")
     // Class 57, operator intervention.
     public static let queryCanceled = SQLState(rawValue: "57014")
+    /// Class XX. Citus reports a worker's unique violation during a multi-shard insert as this.
+    public static let internalError = SQLState(rawValue: "XX000")
 }
 
 extension DatabaseError {

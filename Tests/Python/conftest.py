@@ -92,7 +92,13 @@ class Database:
     def __init__(self, admin_url, binary):
         self.admin_url = admin_url
         self.name = "py_" + secrets.token_hex(6)
-        run(["psql", admin_url, "-qAtc", f"CREATE DATABASE {self.name}"])
+        # TRACKER_TEST_DATABASE_SETUP: a command that makes the database NAME itself (the Citus
+        # suite's, which makes it on every node of its cluster with the citus extension).
+        setup = os.environ.get("TRACKER_TEST_DATABASE_SETUP")
+        if setup:
+            run(setup.split() + [self.name])
+        else:
+            run(["psql", admin_url, "-qAtc", f"CREATE DATABASE {self.name}"])
         self.url = with_database(admin_url, self.name)
         run([binary, "migrate", "--database-url", self.url])
         self.ingest_key = self.create_key(binary, "ingest")

@@ -18,6 +18,14 @@ struct EmbeddedMigrationsTests {
         }
     }
 
+    @Test func embeddedCitusLayoutEqualsItsFile() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("sql/citus/distribute.sql")
+        let text = try String(contentsOf: file, encoding: .utf8)
+        #expect(text.trimmingCharacters(in: .newlines) == Migration.citusLayout.sql.trimmingCharacters(in: .newlines),
+                "sql/citus/distribute.sql differs from the embedded copy: run scripts/embed-migrations.sh")
+    }
+
     @Test func versionsAreUniqueAndIncreasing() {
         let versions = Migration.all.map(\.version)
         #expect(versions == versions.sorted())

@@ -213,6 +213,23 @@ enum EventLogSQL {
     /// The unique index whose 23505 means "an id of the group is stored already".
     static let idConstraint = "event_ids_pkey"
 
+    /// Whether the plain insert failed because an id of the group is stored already. On a
+    /// distributed log (Citus) a worker's violation arrives as 23505 with the shard's index
+    /// (`event_ids_pkey_102336`), or, from a multi-shard insert, as XX000 whose text varies with
+    /// the server's language: any XX000 sends the group to the conflict-checking statement,
+    /// which stores exactly the new ids, or fails again if the cause was something else.
+    static func metStoredId(_ error: DatabaseError) -> Bool {
+        switch error.state {
+        case .uniqueViolation?:
+            guard let constraint = error.constraint else { return false }
+            return constraint == idConstraint || constraint.hasPrefix(idConstraint + "_")
+        case .internalError?:
+            return true
+        default:
+            return false
+        }
+    }
+
     /// Partitions from yesterday to a week ahead (UTC days).
     static let ensurePartitions = """
         SELECT tracker_ensure_event_partitions((now() AT TIME ZONE 'UTC')::date - 1,

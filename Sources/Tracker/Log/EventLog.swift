@@ -381,7 +381,7 @@ public final class EventLog: Service, Sendable {
             _ = try connection.query(EventLogSQL.appendNew, parameters)
             return true
         } catch {
-            if error.state == .uniqueViolation, error.constraint == EventLogSQL.idConstraint { return false }
+            if EventLogSQL.metStoredId(error) { return false }
             throw error
         }
     }

@@ -15,9 +15,36 @@ public struct ProjectionLag: Sendable, Hashable {
 }
 
 /// A place in the log's order `(tx, seq)`, as text for statement parameters.
-struct LogPosition: Sendable {
+struct LogPosition: Sendable, Hashable {
     var tx: String
     var seq: String
+
+    /// The position as numbers, to compare two of them (`nil` if either is not one).
+    var order: (tx: UInt64, seq: Int64)? {
+        guard let tx = UInt64(tx), let seq = Int64(seq) else { return nil }
+        return (tx, seq)
+    }
+
+    /// Whether this position is at or past `other`.
+    func reaches(_ other: LogPosition) -> Bool {
+        guard let a = order, let b = other.order else { return false }
+        return a >= b
+    }
+}
+
+/// Where the log ends: one position, or one per shard of a distributed log.
+enum LogHead: Sendable {
+    case single(LogPosition)
+    case shards([Int64: LogPosition])
+}
+
+/// How far the projections got toward a head: whether they reached it, the checkpoint (to see
+/// it move), and whether events past it are readable now (else the projector waits for an
+/// older transaction).
+struct LogProgress {
+    var reached: Bool
+    var checkpoint: String?
+    var readable: Bool
 }
 
 /// The projections' place in the log, read one way by all who need it: the projector and
@@ -37,21 +64,54 @@ public struct LogCursor: Sendable {
         self.pool = pool
     }
 
-    /// The log's newest committed event, or `nil` for an empty log.
-    static func head(on connection: Connection) throws -> LogPosition? {
-        let r = try connection.query(SQL.head)
-        guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
-        return LogPosition(tx: tx, seq: seq)
+    /// The log's newest committed event (of each shard), or `nil` for an empty log.
+    static func head(on connection: Connection, layout: LogLayout) throws -> LogHead? {
+        switch layout {
+        case .singleNode:
+            let r = try connection.query(SQL.head)
+            guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
+            return .single(LogPosition(tx: tx, seq: seq))
+        case .citus(let log):
+            let heads = try log.heads(try log.shards(on: connection))
+            return heads.isEmpty ? nil : .shards(heads)
+        }
+    }
+
+    /// How far the projections are toward `head` (read in the caller's transaction, if any).
+    static func progress(on connection: Connection, layout: LogLayout, toward head: LogHead) throws -> LogProgress {
+        switch (layout, head) {
+        case (.citus(let log), .shards(let heads)):
+            let shards = try log.shards(on: connection)
+            let behind = shards.filter { shard in heads[shard.id].map { !shard.checkpoint.reaches($0) } ?? false }
+            if behind.isEmpty { return LogProgress(reached: true, checkpoint: nil, readable: false) }
+            let backlog = try log.backlog(behind, cap: 1)
+            return LogProgress(reached: false, checkpoint: behind.map { "\($0.id):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
+                               readable: backlog.values.contains(where: \.readable))
+        case (_, .single(let position)):
+            let r = try connection.query(SQL.reached, [position.tx, position.seq])
+            return LogProgress(reached: r.bool(0, 0) ?? true, checkpoint: r.string(0, 1), readable: r.bool(0, 2) ?? false)
+        case (.singleNode, .shards):
+            return LogProgress(reached: true, checkpoint: nil, readable: false)
+        }
     }
 
     /// Events and seconds the projections trail the log.
     public func lag() async throws -> ProjectionLag {
-        try await pool.withConnection { connection in
-            let r = try connection.query(SQL.lag, [String(ProjectionLag.cap)])
-            let counted = Int(r.int64(0, 0) ?? 0)
-            let estimated = Int(r.int64(0, 2) ?? 0)
-            return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
-                                 seconds: Double(r.string(0, 1) ?? "0") ?? 0)
+        let conninfo = pool.conninfo
+        return try await pool.withConnection { connection in
+            switch try LogLayout.of(connection, conninfo: conninfo) {
+            case .singleNode:
+                let r = try connection.query(SQL.lag, [String(ProjectionLag.cap)])
+                let counted = Int(r.int64(0, 0) ?? 0)
+                let estimated = Int(r.int64(0, 2) ?? 0)
+                return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
+                                     seconds: Double(r.string(0, 1) ?? "0") ?? 0)
+            case .citus(let log):
+                // Counted up to the cap on each shard: never 0 while an event waits anywhere.
+                let backlog = try log.backlog(try log.shards(on: connection), cap: ProjectionLag.cap).values
+                return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events },
+                                     seconds: backlog.compactMap(\.seconds).max() ?? 0)
+            }
         }
     }
 
@@ -60,18 +120,21 @@ public struct LogCursor: Sendable {
     /// not moved for `stallLimit` (no projector runs); while the projector waits for a
     /// transaction open elsewhere (the log's ordering rule), it waits too.
     func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws {
-        guard maxWait > .zero, let head = try await pool.withConnection({ try Self.head(on: $0) }) else { return }
+        guard maxWait > .zero else { return }
+        let conninfo = pool.conninfo
+        let found = try await pool.withConnection { c -> (LogLayout, LogHead)? in
+            let layout = try LogLayout.of(c, conninfo: conninfo)
+            return try Self.head(on: c, layout: layout).map { (layout, $0) }
+        }
+        guard let (layout, head) = found else { return }
         let start = ContinuousClock.now
         var checkpoint: String?
         var moved = start
         while true {
-            let (reached, current, readable) = try await pool.withConnection { connection in
-                let r = try connection.query(SQL.reached, [head.tx, head.seq])
-                return (r.bool(0, 0) ?? true, r.string(0, 1), r.bool(0, 2) ?? false)
-            }
-            if reached { return }
+            let progress = try await pool.withConnection { try Self.progress(on: $0, layout: layout, toward: head) }
+            if progress.reached { return }
             let time = ContinuousClock.now
-            if current != checkpoint || !readable { (checkpoint, moved) = (current, time) }
+            if progress.checkpoint != checkpoint || !progress.readable { (checkpoint, moved) = (progress.checkpoint, time) }
             if time - start >= maxWait || time - moved >= stallLimit { return }
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -52,8 +52,7 @@ public final class Projector: Service, Sendable {
                         try await self.checkWindow()
                         windowChecked = true
                     }
-                    let projected = try await self.step()
-                    if projected < self.batchSize {
+                    if try await self.stepOutcome().more == false {
                         try? await Task.sleep(for: self.pollInterval)
                     }
                 } catch let error as ProjectorError {
@@ -84,20 +83,25 @@ public final class Projector: Service, Sendable {
     /// Projects the next events of the log; returns how many log events it consumed.
     @discardableResult
     public func step() async throws -> Int {
+        try await stepOutcome().consumed
+    }
+
+    private func stepOutcome() async throws -> StepOutcome {
         let window = attributionWindow
         let limit = batchSize
         let started = ContinuousClock.now
-        let labellers = self.labellers
-        let consumed = try await pool.withConnection { connection in
-            try connection.transaction {
-                try Self.step(on: connection, window: window, limit: limit, labellers: labellers)
+        let (labellers, conninfo) = (self.labellers, pool.conninfo)
+        let outcome = try await pool.withConnection { connection in
+            let layout = try LogLayout.of(connection, conninfo: conninfo)
+            return try connection.transaction {
+                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers)
             }
         }
-        if consumed > 0 {
+        if outcome.consumed > 0 {
             stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
-            projectedEvents.increment(by: consumed)
+            projectedEvents.increment(by: outcome.consumed)
         }
-        return consumed
+        return outcome
     }
 
     /// Projects until every event committed before the call is projected; returns the events consumed.
@@ -107,16 +111,18 @@ public final class Projector: Service, Sendable {
     @discardableResult
     public func catchUp() async throws -> Int {
         try await checkWindow()
-        let (window, limit, pause, labellers) = (attributionWindow, batchSize, pollInterval, labellers)
+        let (window, limit, pause, labellers, conninfo) = (attributionWindow, batchSize, pollInterval, labellers, pool.conninfo)
         return try await pool.withConnection { c in
-            try Self.catchUp(on: c, to: try LogCursor.head(on: c), window: window, limit: limit, pause: pause, labellers: labellers)
+            let layout = try LogLayout.of(c, conninfo: conninfo)
+            return try Self.catchUp(on: c, layout: layout, to: try LogCursor.head(on: c, layout: layout), window: window, limit: limit,
+                                    pause: pause, labellers: labellers)
         }
     }
 
     /// Steps on `connection`, one transaction per step, until the checkpoint reaches `head`.
     ///
     /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema).
-    static func catchUp(on connection: Connection, to head: LogPosition?, window: Duration, limit: Int,
+    static func catchUp(on connection: Connection, layout: LogLayout, to head: LogHead?, window: Duration, limit: Int,
                         pause: Duration, labellers: LabellerCache, searchPath: String? = nil) throws -> Int {
         func inTransaction<T>(_ body: () throws -> T) throws -> T {
             try connection.transaction {
@@ -126,38 +132,68 @@ public final class Projector: Service, Sendable {
         }
         var total = 0
         while true {
-            let n = try inTransaction { try step(on: connection, window: window, limit: limit, labellers: labellers) }
-            total += n
-            if n == limit { continue }
+            let outcome = try inTransaction { try step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers) }
+            total += outcome.consumed
+            if outcome.more { continue }
             guard let head else { return total }
-            let reached = try inTransaction {
-                try connection.query(LogCursor.SQL.reached, [head.tx, head.seq]).bool(0, 0) ?? false
-            }
+            let reached = try inTransaction { try LogCursor.progress(on: connection, layout: layout, toward: head).reached }
             if reached { return total }
             // Nothing readable yet: an older transaction elsewhere is still open.
-            if n == 0 { try connection.sleep(for: pause) }
+            if outcome.consumed == 0 { try connection.sleep(for: pause) }
         }
     }
 
-    static func step(on connection: Connection, window: Duration, limit: Int, labellers: LabellerCache) throws -> Int {
+    /// What one step did: the log events it consumed, and whether more were ready than it took.
+    struct StepOutcome {
+        var consumed: Int
+        var more: Bool
+    }
+
+    static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: Int, labellers: LabellerCache) throws -> StepOutcome {
         // The planner settings keep every statement of the step on its index, and the step's
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
         try connection.lockForTransaction(ProjectorSQL.lock)
         let (tx, seq, ivtRules) = try lockState(on: connection, window: window)
-        let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
-                                        binaryResults: true)
-        guard rows.rowCount > 0 else { return 0 }
-
-        let labeller = try labellers.labeller(version: ivtRules, on: connection)
-        var strings = StringTable()
-        let batch = try LogBatch(rows, strings: &strings)
-        if !batch.events.isEmpty {
-            try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
-                                     labeller: labeller, strings: &strings, on: connection)
+        switch layout {
+        case .singleNode:
+            let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
+                                            binaryResults: true)
+            guard rows.rowCount > 0 else { return StepOutcome(consumed: 0, more: false) }
+            var strings = StringTable()
+            let batch = try LogBatch([rows], shardColumn: false, strings: &strings)
+            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, keyedByRequestId: false, strings: &strings, on: connection)
+            try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
+            return StepOutcome(consumed: rows.rowCount, more: rows.rowCount == limit)
+        case .citus(let log):
+            // Each shard in its own order, an equal share of the step each.
+            let shards = try log.shards(on: connection)
+            let perShard = max(limit / shards.count, 1)
+            let results = try log.nextEvents(shards, limit: perShard)
+            let consumed = results.reduce(0) { $0 + $1.rowCount }
+            guard consumed > 0 else { return StepOutcome(consumed: 0, more: false) }
+            var strings = StringTable()
+            let batch = try LogBatch(results, shardColumn: true, strings: &strings)
+            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, keyedByRequestId: true, strings: &strings, on: connection)
+            var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8)
+            for (shard, last) in batch.shardEnds {
+                ids.append(shard)
+                txs.append(String(last.tx))
+                seqs.append(last.seq)
+            }
+            try connection.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter])
+            try connection.query(ProjectorSQL.countProjected, [String(consumed)])
+            return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard })
         }
-        try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
-        return rows.rowCount
+    }
+
+    /// Folds a step's events into the projections (in the caller's transaction).
+    private static func project(_ batch: LogBatch, ivtRules: Int, window: Duration, labellers: LabellerCache, keyedByRequestId: Bool,
+                                strings: inout StringTable, on connection: Connection) throws {
+        guard !batch.events.isEmpty else { return }
+        let labeller = try labellers.labeller(version: ivtRules, on: connection)
+        try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
+                                 labeller: labeller, keyedByRequestId: keyedByRequestId, strings: &strings, on: connection)
     }
 
     /// Locks the state row and returns the checkpoint and the invalid-traffic rule set of the
@@ -220,6 +256,11 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
     case logTruncated(days: Int, first: String, last: String)
     /// A stored rule set this binary cannot read (written by a newer version?).
     case unreadableRuleSet(version: Int, reason: String)
+    /// A shard of a distributed log is no longer on the worker whose order its checkpoint
+    /// follows (moved by the rebalancer): its rows carry another node's transaction ids.
+    case shardMoved(shard: Int64, node: String)
+    /// A shard of a distributed log has more than one placement, each stamped by its own worker.
+    case shardReplicated(shard: Int64)
 
     public var description: String {
         switch self {
@@ -233,6 +274,10 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
             "another 'tracker rebuild' is running on this database; wait for it to finish"
         case .unreadableRuleSet(let version, let reason):
             "invalid-traffic rule set \(version) cannot be read by this tracker (\(reason)); the projector stopped: upgrade the tracker"
+        case .shardMoved(let shard, let node):
+            "shard \(shard) of the log moved to \(node), away from the worker whose order its checkpoint follows; the projector stopped: shard moves are not supported (docs/SCALING.md, \"Citus\")"
+        case .shardReplicated(let shard):
+            "shard \(shard) of the log has more than one placement; the projector stopped: the Citus layout needs citus.shard_replication_factor = 1 (docs/SCALING.md, \"Citus\")"
         case .windowMismatch(let projected, let configured):
             "the projections were computed with an attribution window of \(projected.microseconds / 1_000_000) s but the tracker is configured with \(configured.microseconds / 1_000_000) s: run 'tracker rebuild' to recompute them"
         }
@@ -282,6 +327,11 @@ enum ProjectorSQL {
     static let checkpoint = """
         UPDATE projection_state SET checkpoint_tx = $1::xid8, checkpoint_seq = $2::bigint,
                events_projected = events_projected + $3::bigint, updated_at = now()
+        """
+
+    /// The Citus layout's share of `checkpoint`: the shards keep their own positions (log_shards).
+    static let countProjected = """
+        UPDATE projection_state SET events_projected = events_projected + $1::bigint, updated_at = now()
         """
 
     static let setWindow = "UPDATE projection_state SET attribution_window = make_interval(secs => $1::bigint / 1000000.0)"

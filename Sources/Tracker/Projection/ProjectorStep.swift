@@ -1,4 +1,5 @@
-/// One step's events from the log, grouped by ad: the binary rows of `ProjectorSQL.nextEvents`.
+/// One step's events from the log, grouped by ad: the binary rows of `ProjectorSQL.nextEvents`
+/// (or of `CitusSQL.nextEvents`, one result per worker, each row ending with its shard's id).
 struct LogBatch {
     /// An event with the client that sent it (what the invalid-traffic rules read).
     struct Logged {
@@ -10,34 +11,58 @@ struct LogBatch {
         var receivedAt: Timestamp
     }
 
+    /// The last row a step read from one shard, and how many it read there.
+    struct ShardEnd {
+        var tx: UInt64
+        var seq: Int64
+        var rows: Int
+    }
+
     /// The events of each ad the step touches.
     var events: [String: [Logged]] = [:]
-    /// The position of the step's last row: the next checkpoint.
+    /// The position of the step's last row: the next checkpoint (single node).
     var lastTx: UInt64 = 0
     var lastSeq: Int64 = 0
+    /// Each shard's last row: its next checkpoint (Citus layout).
+    var shardEnds: [Int64: ShardEnd] = [:]
     /// The newest receipt among the rows.
     var newestReceipt = Timestamp(microseconds: 0)
 
-    init(_ rows: QueryResult, strings: inout StringTable) throws {
-        events.reserveCapacity(rows.rowCount)
-        for r in 0..<rows.rowCount {
-            let row: AdEventRow
-            do { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
-            let address = row.clientAddress
-            events[row.requestIdString, default: []].append(
-                Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
-                       addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt))
-            newestReceipt = max(newestReceipt, row.receivedAt)
+    init(_ results: [QueryResult], shardColumn: Bool, strings: inout StringTable) throws {
+        events.reserveCapacity(results.reduce(0) { $0 + $1.rowCount })
+        for rows in results {
+            for r in 0..<rows.rowCount {
+                let row: AdEventRow
+                do { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
+                let address = row.clientAddress
+                events[row.requestIdString, default: []].append(
+                    Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
+                           addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt))
+                newestReceipt = max(newestReceipt, row.receivedAt)
+                guard shardColumn else { continue }
+                // Rows come shard by shard in log order: a shard's last row is its newest.
+                let (tx, seq) = try Self.position(rows, r)
+                guard let shard = ByteReader.int64(rows.bytes(r, Self.shardColumn)) else {
+                    throw DatabaseError(.unexpectedResult, serverMessage: "projector: a log row without its shard")
+                }
+                shardEnds[shard] = ShardEnd(tx: tx, seq: seq, rows: (shardEnds[shard]?.rows ?? 0) + 1)
+            }
         }
-        let last = rows.rowCount - 1
-        guard let tx = ByteReader.int64(rows.bytes(last, Self.txColumn)), let seq = ByteReader.int64(rows.bytes(last, Self.seqColumn)) else {
+        if let rows = results.last(where: { $0.rowCount > 0 }) {
+            (lastTx, lastSeq) = try Self.position(rows, rows.rowCount - 1)
+        }
+    }
+
+    private static func position(_ rows: QueryResult, _ row: Int) throws -> (UInt64, Int64) {
+        guard let tx = ByteReader.int64(rows.bytes(row, txColumn)), let seq = ByteReader.int64(rows.bytes(row, seqColumn)) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projector: a log row without tx or seq")
         }
-        (lastTx, lastSeq) = (UInt64(bitPattern: tx), seq)
+        return (UInt64(bitPattern: tx), seq)
     }
 
     /// The columns `ProjectorSQL.nextEvents` selects after the ad event's.
     static let txColumn = AdEventColumn.allCases.count, seqColumn = AdEventColumn.allCases.count + 1
+    static let shardColumn = AdEventColumn.allCases.count + 2
 
     /// The row's place in the log, for the error that stops the projector there.
     static func malformed(_ what: String, _ rows: QueryResult, _ row: Int) -> ProjectorError {
@@ -51,7 +76,8 @@ struct LogBatch {
 enum AdStateStore {
     /// One ad a step changes: its stored state (if any) and what it becomes.
     private struct Change {
-        /// The row's ctid and its events as stored; `nil` for an ad new to the projections.
+        /// The row's key (its ctid, or on Citus its request id: a ctid names a row only within
+        /// one shard) and its events as stored; `nil` for an ad new to the projections.
         var stored: (row: [UInt8], events: [AdEvent])?
         var events: [AdEvent]
     }
@@ -62,9 +88,12 @@ enum AdStateStore {
     ///
     /// An id the ad already has is a retry the log stored again because retention forgot its
     /// id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
-    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, strings: inout StringTable,
-                        on connection: Connection) throws {
-        var changes = try load(Set(batch.events.keys), strings: &strings, on: connection)
+    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, keyedByRequestId: Bool,
+                        strings: inout StringTable, on connection: Connection) throws {
+        let load = { (ads: Set<String>, strings: inout StringTable) in
+            try Self.load(ads, keyedByRequestId: keyedByRequestId, strings: &strings, on: connection)
+        }
+        var changes = try load(Set(batch.events.keys), &strings)
 
         // The step's new events, labelled by their clients.
         var fresh: [String: [LogBatch.Logged]] = [:]
@@ -105,7 +134,7 @@ enum AdStateStore {
             }
             if !relabel.isEmpty {
                 let missing = Set(relabel.map(\.requestId)).subtracting(changes.keys)
-                changes.merge(try load(missing, strings: &strings, on: connection)) { a, _ in a }
+                changes.merge(try load(missing, &strings)) { a, _ in a }
                 let ids = Dictionary(grouping: relabel, by: \.requestId).mapValues { Set($0.map(\.id)) }
                 for (ad, members) in ids {
                     guard var change = changes[ad] else { continue }
@@ -128,7 +157,7 @@ enum AdStateStore {
 
         var delta = Contribution(), removed = Contribution()
         var newAds = BinaryArray(.text), newStates = BinaryArray(.bytea)
-        var changedRows = BinaryArray(.tid), changedStates = BinaryArray(.bytea)
+        var changedRows = BinaryArray(keyedByRequestId ? .text : .tid), changedStates = BinaryArray(.bytea)
         var inserted = 0, updated = 0
         var buffer: [UInt8] = []
         for (ad, change) in changes {
@@ -148,7 +177,10 @@ enum AdStateStore {
             }
         }
         if inserted > 0 { try connection.query(AdStateSQL.insert, [newAds.parameter, newStates.parameter]) }
-        if updated > 0 { try connection.query(AdStateSQL.update, [changedRows.parameter, changedStates.parameter]) }
+        if updated > 0 {
+            try connection.query(keyedByRequestId ? AdStateSQL.updateByRequestId : AdStateSQL.update,
+                                 [changedRows.parameter, changedStates.parameter])
+        }
         delta.subtract(removed)
         delta.removeZeros()
         try ProjectionWriter.apply(delta, on: connection)
@@ -161,11 +193,13 @@ enum AdStateStore {
     }
 
     /// The stored states of `ads` (those that have one), each unchanged so far.
-    private static func load(_ ads: Set<String>, strings: inout StringTable, on connection: Connection) throws -> [String: Change] {
+    private static func load(_ ads: Set<String>, keyedByRequestId: Bool, strings: inout StringTable,
+                             on connection: Connection) throws -> [String: Change] {
         guard !ads.isEmpty else { return [:] }
         var requestIds = BinaryArray(.text, capacity: ads.count)
         for ad in ads { requestIds.append(ad) }
-        let stored = try connection.query(AdStateSQL.load, [requestIds.parameter], binaryResults: true)
+        let stored = try connection.query(keyedByRequestId ? AdStateSQL.loadByRequestId : AdStateSQL.load, [requestIds.parameter],
+                                          binaryResults: true)
         var out: [String: Change] = [:]
         out.reserveCapacity(stored.rowCount)
         for r in 0..<stored.rowCount {
@@ -183,11 +217,19 @@ enum AdStateSQL {
     /// Binary columns: 0 ctid (the row's place, for the update), 1 request_id, 2 events.
     static let load = "SELECT ctid, request_id, events FROM ad_state WHERE request_id = ANY($1::text[])"
 
+    /// `load` where a ctid names no row across shards (Citus): the key is the request id.
+    static let loadByRequestId = "SELECT request_id, request_id, events FROM ad_state WHERE request_id = ANY($1::text[])"
+
     static let insert = "INSERT INTO ad_state (request_id, events) SELECT * FROM unnest($1::text[], $2::bytea[])"
 
     /// By the ctid read in the same transaction: no index descent, and the projector lock
     /// (advisory lock and the `projection_state` row) keeps every other writer away meanwhile.
     static let update = """
         UPDATE ad_state AS s SET events = u.e FROM unnest($1::tid[], $2::bytea[]) AS u(t, e) WHERE s.ctid = u.t
+        """
+
+    /// `update` by request id (Citus: each shard finds its rows by its primary key).
+    static let updateByRequestId = """
+        UPDATE ad_state AS s SET events = u.e FROM unnest($1::text[], $2::bytea[]) AS u(r, e) WHERE s.request_id = u.r
         """
 }

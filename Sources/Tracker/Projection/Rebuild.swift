@@ -52,7 +52,9 @@ public struct Rebuild: Sendable {
                     progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
         let window = attributionWindow
         let started = ContinuousClock.now
+        let conninfo = pool.conninfo
         return try await pool.withConnection { c in
+            let layout = try LogLayout.of(c, conninfo: conninfo)
             // One rebuild at a time: a second one would drop the first's half-built schema.
             guard try c.tryLock(RebuildSQL.lock) else {
                 throw ProjectorError.rebuildRunning
@@ -66,23 +68,23 @@ public struct Rebuild: Sendable {
                 }
             }
             // 1. The horizon, and a fresh schema shaped like the live projections.
-            let head = try LogCursor.head(on: c)
+            let head = try LogCursor.head(on: c, layout: layout)
             // Let transactions still open elsewhere end (for up to 10 s) so the horizon covers
             // every event committed before the rebuild began: the bulk phases then copy them
             // and the progress shows them, instead of the catch-up picking them up unseen.
-            if let head {
-                for _ in 0..<200 {
-                    if try c.hasEnded(beforeHorizon: head.tx) { break }
-                    try c.sleep(for: .milliseconds(50))
-                }
-            }
-            let horizon = try c.snapshotHorizon()
+            let horizons = try Horizons(layout, head: head, on: c)
+            let horizon = horizons.single
+            let tables = Self.projectionTables + (layout.citus != nil ? ["log_shards"] : [])
             try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
             try c.execute("CREATE SCHEMA tracker_rebuild")
-            for table in Self.projectionTables {
+            for table in tables {
                 // ad_state gets its primary key after the bulk copy: building it once is far cheaper.
                 let indexes = table == "ad_state" ? " EXCLUDING INDEXES" : ""
                 try c.execute("CREATE TABLE tracker_rebuild.\(table) (LIKE public.\(table) INCLUDING ALL\(indexes))")
+                if table == "ad_state", layout.citus != nil {
+                    // On the shards of the log, each ad's state beside its events.
+                    try c.query(RebuildSQL.distributeAdState)
+                }
                 // LIKE copies no storage parameters (ad_state's fillfactor).
                 if let options = try c.query(RebuildSQL.storageOptions, ["public.\(table)"]).string(0, 0), !options.isEmpty {
                     try c.execute("ALTER TABLE tracker_rebuild.\(table) SET (\(options))")
@@ -96,8 +98,9 @@ public struct Rebuild: Sendable {
             // The planner's row estimates, for the progress bar only; the rows read are counted.
             let estimate = Int(try c.query(RebuildSQL.estimatedEvents).int64(0, 0) ?? 0)
 
-            // 2. The log, partition by partition, into spill files by ad.
-            let partitions = try c.query("""
+            // 2. The log, partition by partition (or shard by shard), into spill files by ad.
+            // (On Citus the coordinator's partitions are empty: the rows are on the workers' shards.)
+            let partitions = try layout.citus != nil ? [] : c.query("""
                 SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                 WHERE i.inhparent = 'public.events'::regclass ORDER BY c.relname
                 """).rows.compactMap { $0.first ?? nil }
@@ -115,7 +118,13 @@ public struct Rebuild: Sendable {
             let declaredBots = try labeller.declaredBots(on: c)
             var highRate = Set<ClientGroup>()
             if let limit = labeller.rules.maxEventsPerClientMinute {
-                let groups = try c.query(RebuildSQL.highRateGroups, [.text(horizon), .text(String(limit))], binaryResults: true)
+                // On Citus each worker has its own horizon, which no one statement can apply: the
+                // groups are counted over the whole log. An event counted here but above a
+                // horizon is projected by the catch-up into a group already over the limit,
+                // which is where the incremental projector puts it too.
+                let groups = try layout.citus != nil
+                    ? c.query(RebuildSQL.highRateGroupsOfTheWholeLog, [.text(String(limit))], binaryResults: true)
+                    : c.query(RebuildSQL.highRateGroups, [.text(horizon), .text(String(limit))], binaryResults: true)
                 for row in 0..<groups.rowCount {
                     guard let minute = ByteReader.int64(groups.bytes(row, 0)), let agent = ByteReader.int32(groups.bytes(row, 1)) else {
                         throw DatabaseError(.unexpectedResult, serverMessage: "rebuild: an unreadable high_rate group")
@@ -144,13 +153,23 @@ public struct Rebuild: Sendable {
                 throw DatabaseError(.unexpectedResult, serverMessage: "snapshot xmin is not a number: \(horizon)")
             }
             var lastReport = ContinuousClock.now
-            for partition in partitions {
+            func copy(_ sql: String, on connection: Connection) throws {
                 var stream = RebuildBuckets.CopyStream()
-                try c.copyOut(RebuildSQL.copyLog(from: partition, below: horizonNumber)) { message in
+                try connection.copyOut(sql) { message in
                     try buckets.spill(message, &stream)
                     if buckets.rowsRead & 0xFFFF == 0, ContinuousClock.now - lastReport > .milliseconds(200) {
                         lastReport = ContinuousClock.now
                         report("copying", buckets.rowsRead, max(estimate, buckets.rowsRead))
+                    }
+                }
+            }
+            for partition in partitions {
+                try copy(RebuildSQL.copyLog(from: "public.\(partition)", below: horizonNumber), on: c)
+            }
+            if let log = layout.citus {
+                for shard in horizons.shards {
+                    try log.withWorker(shard.node) { worker in
+                        try copy(RebuildSQL.copyLog(from: shard.table, below: horizons.byNode[shard.node] ?? 0), on: worker)
                     }
                 }
             }
@@ -206,12 +225,17 @@ public struct Rebuild: Sendable {
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
                 try ProjectionWriter.apply(sum, on: c)
                 try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds), String(labeller.version)])
+                if layout.citus != nil { try horizons.storeShardCheckpoints(on: c) }
                 // The high_rate groups that may still take events, so the projector goes on counting them.
                 if let limit = labeller.rules.maxEventsPerClientMinute, let newest = buckets.newestReceipt {
                     var since = BinaryArray(.timestamptz, capacity: 1)
                     since.append(microsecondsSince1970: (newest.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes)
                                      * ClientGroup.microsecondsPerMinute)
-                    try c.query(RebuildSQL.openGroups, [.text(horizon), .text(String(limit)), since.parameter])
+                    if let log = layout.citus {
+                        try horizons.openGroups(of: log, limit: limit, since: since, on: c)
+                    } else {
+                        try c.query(RebuildSQL.openGroups, [.text(horizon), .text(String(limit)), since.parameter])
+                    }
                 }
             }
             let read = done
@@ -226,17 +250,17 @@ public struct Rebuild: Sendable {
             // Every event committed before the rebuild started is in before the swap, even one
             // that an open transaction elsewhere kept below the horizon's reach until now.
             let labellers = LabellerCache()
-            let caughtUp = try Projector.catchUp(on: c, to: head, window: window, limit: Projector.defaultBatchSize,
+            let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: Projector.defaultBatchSize,
                                                  pause: .milliseconds(50), labellers: labellers, searchPath: "tracker_rebuild, public")
 
             // 5. The last events and the swap, atomically, while live projectors wait on the lock.
             try c.transaction {
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                while try Projector.step(on: c, window: window, limit: Projector.defaultBatchSize, labellers: labellers) > 0 {}
+                while try Projector.step(on: c, layout: layout, window: window, limit: Projector.defaultBatchSize, labellers: labellers).consumed > 0 {}
                 try c.execute("SET LOCAL search_path = public")
                 try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
                 try c.execute("CREATE SCHEMA tracker_retired")
-                for table in Self.projectionTables {
+                for table in tables {
                     try c.execute("ALTER TABLE public.\(table) SET SCHEMA tracker_retired")
                     try c.execute("ALTER TABLE tracker_rebuild.\(table) SET SCHEMA public")
                 }
@@ -258,12 +282,26 @@ enum RebuildSQL {
 
     /// Every final event of one partition, the columns `RebuildBuckets.spill` reads (the table name
     /// comes from pg_class, the horizon is a number).
-    static func copyLog(from partition: String, below horizon: UInt64) -> String {
+    static func copyLog(from table: String, below horizon: UInt64) -> String {
         """
         COPY (SELECT \(AdEventColumn.list)
-              FROM public.\(partition) WHERE tx < '\(horizon)'::xid8) TO STDOUT (FORMAT binary)
+              FROM \(table) WHERE tx < '\(horizon)'::xid8) TO STDOUT (FORMAT binary)
         """
     }
+
+    /// The rebuilt `ad_state` on the shards of the log (Citus layout).
+    static let distributeAdState = """
+        SELECT create_distributed_table('tracker_rebuild.ad_state', 'request_id', colocate_with => 'public.events')
+        """
+
+    /// `highRateGroups` over every row of the log (Citus layout: no one horizon).
+    static let highRateGroupsOfTheWholeLog = """
+        SELECT (extract(epoch FROM date_trunc('minute', received_at)) / 60)::bigint, user_agent_id, client_ip
+        FROM public.events
+        WHERE user_agent_id IS NOT NULL AND client_ip IS NOT NULL
+        GROUP BY 1, 2, 3
+        HAVING count(*) > $1::int
+        """
 
     /// The log's size as the planner estimates it, or from its bytes (about 200 per event) for a
     /// partition not analysed yet: it sizes the spill files and the first progress bar.

@@ -6,7 +6,10 @@ struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "migrate",
         abstract: "Apply the schema migrations the database lacks (safe to run twice, and concurrently).",
-        discussion: "The migrations are the numbered files of sql/, built into the binary.")
+        discussion: """
+            The migrations are the numbered files of sql/, built into the binary. In a database with the citus \
+            extension, workers and an empty log, it then distributes the log over the workers (docs/SCALING.md, "Citus").
+            """)
 
     @OptionGroup var database: DatabaseOptions
 
@@ -22,7 +25,13 @@ struct MigrateCommand: AsyncParsableCommand {
         if applied.isEmpty {
             print("schema is current (\(Migration.all.count) migrations)")
         } else {
-            for m in applied { print("applied \(paddedVersion(m.version))_\(m.name)") }
+            for m in applied {
+                if m == Migration.citusLayout {
+                    print("distributed the log over the Citus cluster (sql/citus/distribute.sql)")
+                } else {
+                    print("applied \(paddedVersion(m.version))_\(m.name)")
+                }
+            }
         }
     }
 }
