@@ -8,6 +8,7 @@
 #  (3) bytes per event on disk of the log, event_ids and the projector's per-ad state.
 # BASELINE_BIN=/path/to/an/older/tracker also runs that binary's projector over a copy of the
 # same log (CREATE DATABASE … TEMPLATE) first, and prints the ratios: a baseline in the same run.
+# BENCH_IVT=compare projects the log twice, without and with a real-sized GIVT rule set.
 # Starts its own PostgreSQL cluster (with pg_stat_statements) and a release build of the tracker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +75,17 @@ project() {
   say "(2) $label projector: $projected events in $real s = $(printf '%.0f' "$rate") events/s; per event: tracker $(printf '%.1f' "$cpu_tracker") µs, PostgreSQL $(printf '%.1f' "$cpu_pg") µs CPU, WAL $(printf '%.0f' "$wal_event") B, per-ad state on disk $(per "$state_bytes" "$projected") B; tracker peak RSS $((rss / 1024)) MiB (load $(cut -d' ' -f1 /proc/loadavg))"
   statement_report "$label projection" "$projected" | tee -a "$result"
 }
-if [ -n "$baseline" ]; then
+if [ "${BENCH_IVT:-off}" = compare ]; then
+  # The same log projected without a rule set and, in a copy, with one the size of a real one
+  # (2 000 patterns, 10 000 ranges): what the invalid-traffic rules cost the projector.
+  psql "$cluster/postgres" -qc "CREATE DATABASE with_rules TEMPLATE projector"
+  python3 scripts/bench/ivt-rule-set.py "$dir/ivt-rules.json"
+  DATABASE_URL="$cluster/with_rules" "$bin" ivt activate "$dir/ivt-rules.json" | head -1
+  project "without rules" "$bin" "$DATABASE_URL"
+  b_rate=$rate b_tracker=$cpu_tracker b_pg=$cpu_pg
+  project "with rules" "$bin" "$cluster/with_rules"
+  say "    with / without the rule set: events/s $(printf '%.2f' "$(echo "$rate / $b_rate" | bc -l)") x, tracker CPU $(printf '%.2f' "$(echo "$cpu_tracker / $b_tracker" | bc -l)") x, PostgreSQL CPU $(printf '%.2f' "$(echo "$cpu_pg / $b_pg" | bc -l)") x"
+elif [ -n "$baseline" ]; then
   project baseline "$baseline" "$cluster/base"
   b_rate=$rate b_tracker=$cpu_tracker b_pg=$cpu_pg b_wal=$wal_event
   project candidate "$bin" "$cluster/candidate"
