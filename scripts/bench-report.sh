@@ -95,8 +95,8 @@ for r in summary assets sources adchoices; do
     say "(3) $r ${range} days in $tz by $granularity ($from..$to): p50 ${ms} ms over $calls calls, $rows rows (UTC by day: ${p50[$r-$range]} ms)"
   done
 done
-for t in format_day asset_day source_day format_quarter_hour asset_quarter_hour source_quarter_hour; do
-  column=day; case $t in *quarter_hour) column=quarter_hour ;; esac
+for t in format_day asset_day source_day format_quarters asset_quarters source_quarters; do
+  column=day; case $t in *quarters) column=quarters_from ;; esac
   say "    $t: $(psql "$DATABASE_URL" -qAtc "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_total_relation_size('$t')) || ', ' || pg_size_pretty(pg_total_relation_size('$t') / GREATEST(count(DISTINCT $column::date), 1)) || ' per day with data' FROM $t")"
 done
 imp30=$(grep -o '"impressions":[0-9]*' "$out/report-summary-30.json" | cut -d: -f2 | paste -sd+ | bc)

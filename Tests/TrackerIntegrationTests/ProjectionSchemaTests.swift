@@ -3,7 +3,7 @@ import Testing
 
 /// The measure catalogue (`FormatMeasure`, `AssetMeasure`, `SourceMeasure`) is what the
 /// projector writes and the reports read: it must name exactly the migrated tables' columns,
-/// in the day tables and the quarter-hour tables alike.
+/// in the day tables (counts) and the quarters tables (arrays of running counts) alike.
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"))
 struct ProjectionSchemaTests {
     @Test(arguments: ProjectionTable.allCases, ProjectionGrain.allCases)
@@ -15,8 +15,9 @@ struct ProjectionSchemaTests {
                     WHERE table_schema = current_schema() AND table_name = $1 AND \(condition)
                     """, [table.tableName(grain)])
             }
-            let measures = try await columns("data_type = 'bigint'")
-            let keys = try await columns("data_type <> 'bigint'")
+            let measureType = grain == .day ? "bigint" : "ARRAY"
+            let measures = try await columns("data_type = '\(measureType)'")
+            let keys = try await columns("data_type <> '\(measureType)'")
             #expect(measures == table.measureColumns.joined(separator: ","), "the measures of \(table.tableName(grain))")
             #expect(keys == (["traffic_class", grain.column] + table.dimensionColumns).joined(separator: ","), "the keys of \(table.tableName(grain))")
         }

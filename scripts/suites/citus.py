@@ -36,11 +36,11 @@ REPORTS = ["summary", "assets", "sources", "adchoices", "ivt"]
 EXACT = ["summary", "assets", "sources", "adchoices"]
 # Every projection table, for the comparison with a rebuild (suitelib's list and the rest).
 PROJECTIONS = dict(s.PROJECTION_TABLES, **{
-    "format_quarter_hour": "traffic_class, quarter_hour, ad_unit, format_id",
-    "asset_quarter_hour": "traffic_class, quarter_hour, ad_unit, format_id, asset_key",
-    "source_quarter_hour": "traffic_class, quarter_hour, ad_unit, format_id, adapter",
+    "format_quarters": "traffic_class, quarters_from, ad_unit, format_id",
+    "asset_quarters": "traffic_class, quarters_from, ad_unit, format_id, asset_key",
+    "source_quarters": "traffic_class, quarters_from, ad_unit, format_id, adapter",
     "ivt_day": "day, ad_unit, format_id, label",
-    "ivt_quarter_hour": "quarter_hour, ad_unit, format_id, label",
+    "ivt_quarters": "quarters_from, ad_unit, format_id, label",
 })
 
 

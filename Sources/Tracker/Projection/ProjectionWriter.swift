@@ -1,28 +1,44 @@
 /// The two time grains every projection table is kept in.
 ///
-/// Rows arrive per UTC quarter hour (`ProjectionKey.quarterHour`); the day tables get the same
-/// rows summed by UTC day. Reports of UTC days read the day tables (few rows); reports in
-/// another zone or by hour sum the quarter hours by local day or hour.
+/// Rows arrive per UTC quarter hour (`ProjectionKey.quarterHour`). The day tables get them
+/// summed by UTC day; the quarters tables get them as running counts, 48 quarter hours to a
+/// row (`sql/012_quarter_blocks.sql`). Reports of UTC days read the day tables; reports in
+/// another zone or by hour take a slice of one or two quarters rows per local day or hour.
 public enum ProjectionGrain: Sendable, Hashable, CaseIterable {
     case day
-    case quarterHour
+    case quarters
 
     /// The column holding the row's time.
     var column: String {
         switch self {
         case .day: "day"
-        case .quarterHour: "quarter_hour"
+        case .quarters: "quarters_from"
         }
     }
 
-    /// The SQL that turns the int8 sent for a row's time (days or quarter hours since the
-    /// epoch, `c` being its alias) into the column's value.
+    /// The table name's suffix.
+    var suffix: String {
+        switch self {
+        case .day: "day"
+        case .quarters: "quarters"
+        }
+    }
+
+    /// The SQL that turns the int8 sent for a row's time (days or half days since the epoch,
+    /// `c` being its alias) into the column's value.
     func value(_ c: String) -> String {
         switch self {
         case .day: "date '1970-01-01' + \(c)::int"
-        case .quarterHour: "timestamptz '1970-01-01 00:00:00+00' + \(c) * interval '15 minutes'"
+        case .quarters: "timestamptz '1970-01-01 00:00:00+00' + \(c) * interval '12 hours'"
         }
     }
+}
+
+/// A quarters row covers 48 UTC quarter hours (half a day), each measure an array of their 49
+/// running counts.
+enum QuarterBlock {
+    static let quarters: Int32 = 48
+    static let counts = Int(quarters) + 1
 }
 
 /// Adds signed row changes to the projection tables, one statement per table and grain.
@@ -34,7 +50,7 @@ enum ProjectionWriter {
         for table in ProjectionTable.allCases {
             let quarters = delta.rows.filter { $0.key.table == table }
             guard !quarters.isEmpty else { continue }
-            try write(quarters.map { ($0.key, $0.key.quarterHour.index, $0.value) }, table, .quarterHour, on: connection)
+            try writeQuarters(quarters, table, on: connection)
             // The same changes by UTC day; a change that moved counts between quarter hours of
             // one day leaves that day's row as it is.
             var days: [ProjectionKey: Measures] = [:]
@@ -47,6 +63,58 @@ enum ProjectionWriter {
             guard !changedDays.isEmpty else { continue }
             try write(changedDays.map { ($0.key, $0.key.quarterHour.day.daysSinceEpoch, $0.value) }, table, .day, on: connection)
         }
+    }
+
+    /// The quarter-hour changes as running-count changes of their half-day rows: for each row
+    /// and measure, element k + 1 changes by the sum of the changes of its quarter hours before k.
+    private static func writeQuarters(_ quarters: [ProjectionKey: Measures], _ table: ProjectionTable, on connection: Connection) throws {
+        var blocks: [ProjectionKey: [Measures]] = [:]
+        for (key, values) in quarters {
+            var blockKey = key
+            let (block, offset) = Self.block(of: key.quarterHour)
+            blockKey.quarterHour = QuarterHour(index: block * QuarterBlock.quarters)
+            blocks[blockKey, default: Array(repeating: Measures(), count: Int(QuarterBlock.quarters))][Int(offset)] &+= values
+        }
+        let statements = table.statements(.quarters)
+        let width = statements.width
+        let rows = blocks.filter { $0.value.contains { $0 != Measures() } }
+        guard !rows.isEmpty else { return }
+        var trafficClass = BinaryArray(.int8, capacity: rows.count)
+        var time = BinaryArray(.int8, capacity: rows.count)
+        var adUnit = BinaryArray(.text, capacity: rows.count)
+        var formatId = BinaryArray(.text, capacity: rows.count)
+        var second = BinaryArray(.text, capacity: rows.count)
+        var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count * QuarterBlock.counts) }
+        var emptied = false
+        for (key, perQuarter) in rows {
+            trafficClass.append(Int64(key.trafficClass.rawValue))
+            time.append(Int64(key.quarterHour.index / QuarterBlock.quarters))
+            adUnit.append(key.adUnit)
+            formatId.append(key.formatId)
+            if let s = key.secondDimension(table) { second.append(s) }
+            var running = Measures()
+            for m in 0..<width { measures[m].append(Int64(0)) }
+            for values in perQuarter {
+                running &+= values
+                for m in 0..<width { measures[m].append(running[m]) }
+            }
+            emptied = emptied || running.min() < 0
+        }
+        var parameters = [trafficClass, time, adUnit, formatId]
+        if table != .format { parameters.append(second) }
+        parameters += measures
+        try connection.query(statements.upsert, parameters.map(\.parameter))
+        // Only a subtraction can empty a row (its counts are never negative, so a row whose
+        // half-day totals are all 0 holds nothing).
+        if emptied {
+            try connection.query(statements.deleteEmpty, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
+        }
+    }
+
+    /// The half day (since the epoch) a quarter hour belongs to, and its place in it.
+    static func block(of quarter: QuarterHour) -> (block: Int32, offset: Int32) {
+        let (q, r) = quarter.index.quotientAndRemainder(dividingBy: QuarterBlock.quarters)
+        return r < 0 ? (q - 1, r + QuarterBlock.quarters) : (q, r)
     }
 
     /// Upserts `rows` (key, the time value the grain's column takes, measures) into one table.
@@ -65,12 +133,7 @@ enum ProjectionWriter {
             time.append(Int64(t))
             adUnit.append(key.adUnit)
             formatId.append(key.formatId)
-            switch table {
-            case .format: break
-            case .asset: second.append(key.assetKey)
-            case .source: second.append(key.adapter)
-            case .ivt: second.append(key.label)
-            }
+            if let s = key.secondDimension(table) { second.append(s) }
             for m in 0..<width { measures[m].append(values[m]) }
         }
         var parameters = [trafficClass, time, adUnit, formatId]
@@ -103,7 +166,7 @@ extension ProjectionTable {
         }
     })
 
-    /// The table's name in one grain: `format_day`, `format_quarter_hour`, ….
+    /// The table's name in one grain: `format_day`, `format_quarters`, ….
     func tableName(_ grain: ProjectionGrain) -> String {
         let stem = switch self {
         case .format: "format"
@@ -111,7 +174,7 @@ extension ProjectionTable {
         case .source: "source"
         case .ivt: "ivt"
         }
-        return "\(stem)_\(grain.column)"
+        return "\(stem)_\(grain.suffix)"
     }
 
     var dimensionColumns: [String] {
@@ -130,7 +193,10 @@ extension ProjectionTable {
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
         var match = ["t.traffic_class = u.c0", "t.\(grain.column) = \(grain.value("u.c1"))"]
         for (i, d) in dims.enumerated() { match.append("t.\(d) = u.c\(2 + i)") }
-        match += measureColumns.map { "t.\($0) = 0" }
+        switch grain {
+        case .day: match += measureColumns.map { "t.\($0) = 0" }
+        case .quarters: match += measureColumns.map { "t.\($0)[\(QuarterBlock.counts)] = 0" }
+        }
         return """
             DELETE FROM \(tableName(grain)) AS t
             USING unnest(\(arrays.joined(separator: ", "))) AS u(\((0..<arrays.count).map { "c\($0)" }.joined(separator: ", ")))
@@ -139,24 +205,53 @@ extension ProjectionTable {
     }
 
     /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays, from the
-    /// fixed column lists above (identifiers, never values).
+    /// fixed column lists above (identifiers, never values). In the quarters grain each measure
+    /// parameter holds 49 running counts per row, one row after the other; an unchanged measure
+    /// (all 0) is left as it is.
     private func upsertSQL(_ grain: ProjectionGrain) -> String {
         let dims = dimensionColumns
         let measures = measureColumns
         let columns = ["traffic_class", grain.column] + dims + measures
+        let key = [grain.column] + dims + ["traffic_class"]
         var arrays = ["$1::int8[]", "$2::int8[]"]
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
-        for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::int8[]") }
-        let aliases = (0..<columns.count).map { "c\($0)" }
-        var select = ["c0::smallint", grain.value("c1")]
-        select += aliases[2...].map { $0 }
-        let key = [grain.column] + dims + ["traffic_class"]
-        return """
-            INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
-            SELECT \(select.joined(separator: ", "))
-            FROM unnest(\(arrays.joined(separator: ", "))) AS u(\(aliases.joined(separator: ", ")))
-            ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
-            \(measures.map { "\($0) = t.\($0) + excluded.\($0)" }.joined(separator: ", "))
-            """
+        switch grain {
+        case .day:
+            for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::int8[]") }
+            let aliases = (0..<columns.count).map { "c\($0)" }
+            let select = ["c0::smallint", grain.value("c1")] + aliases[2...]
+            return """
+                INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
+                SELECT \(select.joined(separator: ", "))
+                FROM unnest(\(arrays.joined(separator: ", "))) AS u(\(aliases.joined(separator: ", ")))
+                ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
+                \(measures.map { "\($0) = t.\($0) + excluded.\($0)" }.joined(separator: ", "))
+                """
+        case .quarters:
+            let n = QuarterBlock.counts
+            let aliases = (0..<(2 + dims.count)).map { "c\($0)" }
+            let slices = (0..<measures.count).map { i in "($\(3 + dims.count + i)::int8[])[(u.o - 1) * \(n) + 1 : u.o * \(n)]" }
+            let select = ["c0::smallint", grain.value("c1")] + aliases[2...] + slices
+            let zero = "'{" + Array(repeating: "0", count: n).joined(separator: ",") + "}'::int8[]"
+            return """
+                INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
+                SELECT \(select.joined(separator: ", "))
+                FROM unnest(\(arrays.joined(separator: ", "))) WITH ORDINALITY AS u(\(aliases.joined(separator: ", ")), o)
+                ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
+                \(measures.map { "\($0) = CASE WHEN excluded.\($0) = \(zero) THEN t.\($0) ELSE tracker_add_counts(t.\($0), excluded.\($0)) END" }.joined(separator: ",\n"))
+                """
+        }
+    }
+}
+
+extension ProjectionKey {
+    /// The value of the table's third key column (asset key, adapter or label), if it has one.
+    func secondDimension(_ table: ProjectionTable) -> String? {
+        switch table {
+        case .format: nil
+        case .asset: assetKey
+        case .source: adapter
+        case .ivt: label
+        }
     }
 }

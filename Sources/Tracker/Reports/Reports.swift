@@ -40,19 +40,23 @@ public struct Reports: Sendable {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
         let spec = ReportSQL.specs[query.kind]!
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
-        var parameters: [String?] = [query.from.description, query.to.description, classes, query.adUnit, query.formatId]
+        var parameters: [Parameter] = [.text(query.from.description), .text(query.to.description), .text(classes),
+                                       query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null]
         let sql: String
         var dimensions = spec.dimensions
         switch (query.isUTCDays, query.granularity) {
         case (true, _):
             sql = spec.sql
-        case (false, .day):
-            sql = spec.localDaySQL
-            parameters.append(query.timeZone)
-        case (false, .hour):
-            sql = spec.localHourSQL
-            parameters += [query.timeZone, query.isUTC ? "true" : "false"]
-            dimensions.insert("hour", at: 1)
+        case (false, let granularity):
+            let segments = try await LocalSegments.shared.segments(zone: query.timeZone, from: query.from, to: query.to,
+                                                                   byHour: granularity == .hour, pool: pool)
+            parameters += segments.parameters
+            if granularity == .hour {
+                sql = spec.localHourSQL
+                dimensions.insert("hour", at: 1)
+            } else {
+                sql = spec.localDaySQL
+            }
         }
         let columns = dimensions.count
         let needsQuarterHours = !query.isUTCDays
@@ -63,7 +67,7 @@ public struct Reports: Sendable {
                 throw ReportError.quarterHoursMissing
             }
             let ivtRules = Int(state.int64(0, 1) ?? 0)
-            let r = try connection.query(sql, arguments)
+            let r = try connection.query(sql, arguments, binaryResults: false)
             var out: [[ReportValue]] = []
             out.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
@@ -140,10 +144,9 @@ enum ReportSQL {
         var measureNames: [String]
         /// UTC days, from the day table.
         var sql: String
-        /// Local days in zone $6, from the quarter-hour table.
+        /// Local days, from the quarters table and the segments of `LocalSegments` ($6 on).
         var localDaySQL: String
-        /// Local hours in zone $6, from the quarter-hour table; $7 is true when the zone is UTC
-        /// (hours are written with `Z`). The hour is the second column.
+        /// Local hours, likewise; the hour is the second column.
         var localHourSQL: String
         /// Turns the summed counts (in SELECT order) into the report's measures.
         var measures: @Sendable ([Int64]) -> [ReportValue]
@@ -174,12 +177,12 @@ enum ReportSQL {
           AND ($5::text IS NULL OR format_id = $5::text)
         """
 
-    /// The quarter hours that can fall in local days $1..$2 of any zone (offsets lie within
-    /// -12 and +14 hours, so one UTC day either side covers them), with the same row filters.
-    /// The exact cut is by local day or hour, around it.
-    static let quarterHourFilters = """
-        WHERE quarter_hour >= ($1::date - 1)::timestamp AT TIME ZONE 'UTC'
-          AND quarter_hour < ($2::date + 2)::timestamp AT TIME ZONE 'UTC'
+    /// The row filters of a local-time report; the half days come from the segments ($6 on),
+    /// whose days are those asked ($1 to $2) already.
+    static let quartersFilters = """
+        WHERE g.day BETWEEN to_char($1::date, 'YYYY-MM-DD') AND to_char($2::date, 'YYYY-MM-DD')
+          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $11::int8 * interval '12 hours'
+                                  AND timestamptz '1970-01-01 00:00:00+00' + $12::int8 * interval '12 hours'
           AND traffic_class = ANY($3::int2[])
           AND ($4::text IS NULL OR ad_unit = $4::text)
           AND ($5::text IS NULL OR format_id = $5::text)
@@ -241,44 +244,38 @@ enum ReportSQL {
             HAVING \(having)
             ORDER BY day, \(order)
             """
-        // A quarter hour lies in one local day and one local hour of every zone whose offset is
-        // a whole number of quarter hours (docs/REPORTS.md, "Time zones").
-        let localDaySQL = """
-            SELECT to_char(local_day, 'YYYY-MM-DD'), \(dimensionList),
-                   \(sums.joined(separator: ", "))
-            FROM (SELECT (quarter_hour AT TIME ZONE $6::text)::date AS local_day, *
-                  FROM \(M.table.tableName(.quarterHour))
-                  \(quarterHourFilters)) AS q
-            WHERE local_day BETWEEN $1::date AND $2::date
-            GROUP BY local_day, \(dimensionList)
-            HAVING \(having)
-            ORDER BY local_day, \(order)
-            """
-        // An hour is the local clock's hour at the zone's offset then: the repeated hour of a
-        // fall-back day is two rows, one per offset. Its label is HH:00 with that offset (where
-        // an offset changes by half an hour, as on Lord Howe Island, the label names the clock
-        // hour, not the instant the part began).
-        let localHourSQL = """
-            SELECT * FROM (
-                SELECT to_char(local_hour, 'YYYY-MM-DD') AS local_day,
-                       to_char(local_hour, 'YYYY-MM-DD"T"HH24:MI:SS')
-                           || CASE WHEN $7::boolean THEN 'Z'
-                                   ELSE CASE WHEN offset_seconds < 0 THEN '-' ELSE '+' END
-                                        || to_char(abs(offset_seconds) / 3600, 'FM00') || ':'
-                                        || to_char(abs(offset_seconds) % 3600 / 60, 'FM00') END AS local_hour_label,
-                       \(dimensionList),
-                       \(sums.joined(separator: ", "))
-                FROM (SELECT date_trunc('hour', quarter_hour AT TIME ZONE $6::text) AS local_hour,
-                             extract(epoch FROM (quarter_hour AT TIME ZONE $6::text) - (quarter_hour AT TIME ZONE 'UTC'))::int
-                                 AS offset_seconds,
-                             *
-                      FROM \(M.table.tableName(.quarterHour))
-                      \(quarterHourFilters)) AS q
-                WHERE local_hour::date BETWEEN $1::date AND $2::date
-                GROUP BY local_hour, offset_seconds, \(dimensionList)
-                HAVING \(having)) AS r
-            ORDER BY local_day, local_hour_label COLLATE "C", \(order)
-            """
+        // A local day or hour is a slice of one or two half-day rows of running counts: the
+        // segments ($6 block, $7 day, $8 hour label, $9 first and $10 past-last element) say which
+        // (LocalSegments, docs/REPORTS.md "Time zones and hours").
+        // The slices are taken first (narrow rows), then summed: sorting or hashing the joined
+        // rows with their arrays cost more than the rest of the query.
+        let slices = summed.enumerated().map { "q.\($1.column)[g.hi] - q.\($1.column)[g.lo] AS m\($0)" }
+        let sliceSums = summed.indices.map { "sum(m\($0))" }
+        let sliceHaving = sliceSums.map { "\($0) <> 0" }.joined(separator: " OR ")
+        func local(_ labels: [String]) -> String {
+            let keys = (labels + dims).joined(separator: ", ")
+            let order = labels.map { "\($0) COLLATE \"C\"" } + dims.map { "\($0) COLLATE \"C\"" }
+            return """
+                WITH s AS MATERIALIZED (
+                    SELECT \(labels.map { "g.\($0)" }.joined(separator: ", ")), \(dims.map { "q.\($0)" }.joined(separator: ", ")),
+                           \(slices.joined(separator: ", "))
+                    FROM unnest($6::int8[], $7::text[], $8::text[], $9::int4[], $10::int4[]) AS g(block, day, hour, lo, hi)
+                    JOIN \(M.table.tableName(.quarters)) AS q
+                      ON q.quarters_from = timestamptz '1970-01-01 00:00:00+00' + g.block * interval '12 hours'
+                    \(quartersFilters)
+                )
+                SELECT \(keys), \(sliceSums.joined(separator: ", "))
+                FROM s
+                GROUP BY \(keys)
+                HAVING \(sliceHaving)
+                ORDER BY \(order.joined(separator: ", "))
+                """
+        }
+        // (A local day or hour is a slice of one or two half-day rows of running counts: the
+        // segments, $6 block, $7 day, $8 hour label, $9 first and $10 past-last element, say
+        // which; LocalSegments, docs/REPORTS.md "Time zones and hours".)
+        let localDaySQL = local(["day"])
+        let localHourSQL = local(["day", "hour"])
         let names = columns.map { column in
             switch column {
             case .sum(let m): m.name
@@ -297,4 +294,90 @@ enum ReportSQL {
         return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localDaySQL: localDaySQL,
                     localHourSQL: localHourSQL, measures: measures)
     }
+}
+
+/// Which slice of which half-day rows makes each local day (or hour) of a report: the report's
+/// segments. They depend only on the zone's rules and the range, so they are computed once
+/// (by PostgreSQL's `AT TIME ZONE`, the zone database every report uses) and kept.
+///
+/// Each UTC quarter hour of the range falls in one local day and one local hour (every offset in
+/// use is a whole number of quarter hours); the quarter hours of one half day that fall in one
+/// local day or hour are consecutive, so they are one slice of that half day's running counts.
+final class LocalSegments: Sendable {
+    static let shared = LocalSegments()
+
+    struct Key: Hashable {
+        var zone: String
+        var from: String
+        var to: String
+        var byHour: Bool
+    }
+
+    /// The segments as the report's parameters $6 to $12: half days (since the epoch), day
+    /// labels, hour labels ("" by day), first and past-last array element of each slice (1-based),
+    /// and the first and last half day (the rows' range).
+    struct Segments: Sendable {
+        var parameters: [Parameter]
+    }
+
+    /// Kept segments; a few hundred ranges and zones at most in practice, emptied past that.
+    private let kept = Mutex<[Key: Segments]>([:])
+    private static let keptLimit = 512
+
+    func segments(zone: String, from: Day, to: Day, byHour: Bool, pool: ConnectionPool) async throws -> Segments {
+        let key = Key(zone: zone, from: from.description, to: to.description, byHour: byHour)
+        if let known = kept.withLock({ $0[key] }) { return known }
+        let segments = try await pool.withConnection { connection in
+            let r = try connection.query(Self.sql, [key.from, key.to, zone, byHour ? "true" : "false", zone == "UTC" ? "true" : "false"])
+            var blocks = BinaryArray(.int8, capacity: r.rowCount), days = BinaryArray(.text), hours = BinaryArray(.text)
+            var lo = BinaryArray(.int4, capacity: r.rowCount), hi = BinaryArray(.int4, capacity: r.rowCount)
+            var first = Int64.max, last = Int64.min
+            for row in 0..<r.rowCount {
+                guard let block = r.int64(row, 0), let day = r.string(row, 1), let start = r.int64(row, 3), let end = r.int64(row, 4) else {
+                    throw DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable segment")
+                }
+                blocks.append(block)
+                days.append(day)
+                hours.append(r.string(row, 2) ?? "")
+                lo.append(Int32(start))
+                hi.append(Int32(end))
+                (first, last) = (min(first, block), max(last, block))
+            }
+            return Segments(parameters: [blocks.parameter, days.parameter, hours.parameter, lo.parameter, hi.parameter,
+                                         .text(String(first == .max ? 0 : first)), .text(String(last == .min ? -1 : last))])
+        }
+        kept.withLock { cache in
+            if cache.count >= Self.keptLimit { cache.removeAll() }
+            cache[key] = segments
+        }
+        return segments
+    }
+
+    /// $1 first and $2 last local day, $3 zone, $4 by hour, $5 the zone is UTC (hours written
+    /// with Z). Columns: half day, day label, hour label, first and past-last element. An hour
+    /// is the local clock's hour at the zone's offset then: the repeated hour of a fall-back day
+    /// is two, one per offset, labelled HH:00 with that offset (where an offset changes by half
+    /// an hour, as on Lord Howe Island, the label names the clock hour, not the instant the
+    /// part began).
+    static let sql = """
+        SELECT block, day, hour, min(idx) + 1, max(idx) + 2
+        FROM (
+            SELECT b.block, (q.n - b.block * 48)::int4 AS idx, to_char(l.local, 'YYYY-MM-DD') AS day,
+                   CASE WHEN $4::boolean THEN
+                       to_char(date_trunc('hour', l.local), 'YYYY-MM-DD"T"HH24:MI:SS')
+                       || CASE WHEN $5::boolean THEN 'Z'
+                               ELSE CASE WHEN l.off < 0 THEN '-' ELSE '+' END
+                                    || to_char(abs(l.off) / 3600, 'FM00') || ':' || to_char(abs(l.off) % 3600 / 60, 'FM00') END
+                   ELSE '' END AS hour
+            FROM generate_series(($1::date - 1)::timestamp AT TIME ZONE 'UTC', ($2::date + 2)::timestamp AT TIME ZONE 'UTC' - interval '15 minutes',
+                                 interval '15 minutes') AS s,
+                 LATERAL (SELECT s AT TIME ZONE $3::text AS local,
+                                 extract(epoch FROM (s AT TIME ZONE $3::text) - (s AT TIME ZONE 'UTC'))::int AS off) AS l,
+                 LATERAL (SELECT floor(extract(epoch FROM s) / 900)::int8 AS n) AS q,
+                 LATERAL (SELECT floor(q.n / 48.0)::int8 AS block) AS b
+            WHERE l.local::date BETWEEN $1::date AND $2::date
+        ) slots
+        GROUP BY block, day, hour
+        ORDER BY block, min(idx)
+        """
 }
