@@ -68,7 +68,7 @@ public struct LogCursor: Sendable {
     static func head(on connection: Connection, layout: LogLayout) throws -> LogHead? {
         switch layout {
         case .singleNode:
-            let r = try connection.query(SQL.head)
+            let r = try connection.query(SQL.head, [])
             guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
             return .single(LogPosition(tx: tx, seq: seq))
         case .citus(let log):
@@ -88,7 +88,7 @@ public struct LogCursor: Sendable {
             return LogProgress(reached: false, checkpoint: behind.map { "\($0.id):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
                                readable: backlog.values.contains(where: \.readable))
         case (_, .single(let position)):
-            let r = try connection.query(SQL.reached, [position.tx, position.seq])
+            let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq)])
             return LogProgress(reached: r.bool(0, 0) ?? true, checkpoint: r.string(0, 1), readable: r.bool(0, 2) ?? false)
         case (.singleNode, .shards):
             return LogProgress(reached: true, checkpoint: nil, readable: false)
@@ -101,7 +101,7 @@ public struct LogCursor: Sendable {
         return try await pool.withConnection { connection in
             switch try LogLayout.of(connection, conninfo: conninfo) {
             case .singleNode:
-                let r = try connection.query(SQL.lag, [String(ProjectionLag.cap)])
+                let r = try connection.query(SQL.lag, [.text(String(ProjectionLag.cap))])
                 let counted = Int(r.int64(0, 0) ?? 0)
                 let estimated = Int(r.int64(0, 2) ?? 0)
                 return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
@@ -140,26 +140,28 @@ public struct LogCursor: Sendable {
         }
     }
 
+    /// Prepared once per connection: each reads every partition of the log, and planning them
+    /// anew took a millisecond or more of every report.
     enum SQL {
         /// The newest committed event: where `catchUp` stops.
         /// (`events.tx`: a bare `tx` would sort by the output column, the text, where '1000' < '999'.)
-        static let head = "SELECT tx::text, seq FROM events ORDER BY events.tx DESC, events.seq DESC LIMIT 1"
+        static let head = PreparedStatement(name: "tracker_log_head", sql: "SELECT tx::text, seq FROM events ORDER BY events.tx DESC, events.seq DESC LIMIT 1")
 
         /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
         /// events beyond it are readable now (else the projector waits for an older transaction).
-        static let reached = """
+        static let reached = PreparedStatement(name: "tracker_log_reached", sql: """
             SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
                    EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
                                                    AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))
             FROM projection_state s
-            """
+            """)
 
         /// The checkpoint goes in as scalar subqueries, which the planner turns into parameters
         /// of an index condition on (tx, seq); joined in as a row it scanned the whole log.
         /// Column 2 estimates the events behind from `event_seq` (every logged event took a number;
         /// off by the 64 numbers each writer connection caches, and by the rows of groups whose
         /// plain insert met a stored id and rolled back: an estimate, used beyond the count's cap).
-        static let lag = """
+        static let lag = PreparedStatement(name: "tracker_log_lag", sql: """
             SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
                    (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)
             FROM (
@@ -168,6 +170,6 @@ public struct LogCursor: Sendable {
                 ORDER BY tx, seq
                 LIMIT $1::int
             ) pending
-            """
+            """)
     }
 }

@@ -329,6 +329,25 @@ package struct JSONReader {
 
 /// Writing JSON text: quoting strings with the escapes RFC 8259 requires.
 public enum JSONText {
+    /// Appends `s` as a JSON string literal, as UTF-8 bytes (what a response body is made of).
+    public static func appendQuoted(_ s: String, to out: inout [UInt8]) {
+        out.append(0x22)
+        for b in s.utf8 {
+            switch b {
+            case 0x22: out += [0x5C, 0x22]
+            case 0x5C: out += [0x5C, 0x5C]
+            case 0x0A: out += [0x5C, 0x6E]
+            case 0x0D: out += [0x5C, 0x72]
+            case 0x09: out += [0x5C, 0x74]
+            case ..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out += [0x5C, 0x75, 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 15)]]
+            default: out.append(b)
+            }
+        }
+        out.append(0x22)
+    }
+
     /// Appends `s` as a JSON string literal.
     public static func appendQuoted(_ s: String, to out: inout String) {
         out.append("\"")

@@ -49,7 +49,7 @@ struct ReportRoutes: Sendable {
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
         headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: csv ? result.csv : result.json)))
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: csv ? ByteBuffer(string: result.csv) : ByteBuffer(bytes: result.jsonBytes)))
     }
 
     /// Reports and audit trails are private figures: no shared or browser cache keeps them, and
