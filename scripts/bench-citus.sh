@@ -34,7 +34,7 @@ trap '{ [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null; } || true; s
 for node in coordinator worker1 worker2; do
   d=$(mktemp -d "/tmp/tracker-bench-citus-$node.XXXXXX"); chmod 755 "$d"
   p=$((20000 + RANDOM % 20000))
-  PG_EXTRA_CONF=$'shared_preload_libraries = \'citus\'\nmax_prepared_transactions = 100' scripts/pg.sh start "$d" "$p"
+  PG_EXTRA_CONF=$'shared_preload_libraries = \'citus\'\nmax_prepared_transactions = 200' scripts/pg.sh start "$d" "$p"
   citus_dirs+=("$d"); citus_ports+=("$p")
 done
 for p in "${citus_ports[@]}"; do

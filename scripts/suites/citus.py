@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import suitelib as s
 
-CITUS_CONF = "shared_preload_libraries = 'citus'\nmax_prepared_transactions = 100\n"
+CITUS_CONF = "shared_preload_libraries = 'citus'\nmax_prepared_transactions = 200\n"
 REPORTS = ["summary", "assets", "sources", "adchoices", "ivt"]
 EXACT = ["summary", "assets", "sources", "adchoices"]
 # Every projection table, for the comparison with a rebuild (suitelib's list and the rest).
