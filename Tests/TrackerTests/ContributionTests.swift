@@ -32,9 +32,9 @@ private struct Ad {
     }
 }
 
-private func eventID(_ n: Int) -> UUIDText {
+private func eventID(_ n: Int) -> PackedUUID {
     let digits = String(n)
-    return UUIDText("00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - digits.count) + digits)!
+    return PackedUUID("00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - digits.count) + digits)!
 }
 
 /// The sums of a contribution's rows of one table, as a report leaving test traffic out
@@ -124,9 +124,9 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
     @Test func idTiesCompareAsLowerCaseTextNotAsNumbers() {
         // "…00a0" > "…0099" as text (a > 9), so the id ending 0099 wins the tie.
         var ad = Ad()
-        ad.events.append(AdEvent(id: UUIDText("00000000-0000-4000-8000-0000000000A0")!, type: .impression,
+        ad.events.append(AdEvent(id: PackedUUID("00000000-0000-4000-8000-0000000000A0")!, type: .impression,
                                  correctedAt: t0, adUnit: "/1234/hex/native", formatId: format))
-        ad.events.append(AdEvent(id: UUIDText("00000000-0000-4000-8000-000000000099")!, type: .impression,
+        ad.events.append(AdEvent(id: PackedUUID("00000000-0000-4000-8000-000000000099")!, type: .impression,
                                  correctedAt: t0, adUnit: "/1234/dec/native", formatId: format))
         let rows = AdContribution().contribution(of: ad.events).rows
         #expect(rows.first { $0.key.table == .format && $0.key.adUnit == "/1234/dec/native" }?.value[FormatMeasure.impressions] == 1)

@@ -50,34 +50,34 @@ struct TimestampTests {
     }
 }
 
-struct UUIDTextTests {
+struct PackedUUIDTests {
     @Test func upperCaseUUIDIsStoredLowerCase() {
-        #expect(UUIDText("0192F3A4-7B1C-7C3E-9A10-5F2D8E0C4B11")?.text == "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11")
+        #expect(PackedUUID("0192F3A4-7B1C-7C3E-9A10-5F2D8E0C4B11")?.text == "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11")
     }
 
     @Test func malformedUUIDsAreRefused() {
-        #expect(UUIDText("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b1") == nil)
-        #expect(UUIDText("0192f3a47b1c-7c3e-9a10-5f2d8e0c4b11a") == nil)
-        #expect(UUIDText("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b1g") == nil)
-        #expect(UUIDText("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11-") == nil)
-        #expect(UUIDText("0192f3a4_7b1c-7c3e-9a10-5f2d8e0c4b11") == nil)
-        #expect(UUIDText("") == nil)
+        #expect(PackedUUID("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b1") == nil)
+        #expect(PackedUUID("0192f3a47b1c-7c3e-9a10-5f2d8e0c4b11a") == nil)
+        #expect(PackedUUID("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b1g") == nil)
+        #expect(PackedUUID("0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11-") == nil)
+        #expect(PackedUUID("0192f3a4_7b1c-7c3e-9a10-5f2d8e0c4b11") == nil)
+        #expect(PackedUUID("") == nil)
     }
 
     /// The protocol breaks ties by "the smaller event id as a string": the 16-byte order must be the text's.
     @Test func idsOrderAsTheirTextAndReadBackTheSame() {
         var random = SystemRandomNumberGenerator()
-        let ids = (0..<2_000).map { i -> UUIDText in
+        let ids = (0..<2_000).map { i -> PackedUUID in
             // Some share their first half, so the second decides.
             let high = i % 3 == 0 ? 0x0192_f3a4_7b1c_7c3e : random.next() as UInt64
-            return UUIDText(high: high, low: random.next())
+            return PackedUUID(high: high, low: random.next())
         }
         for id in ids {
-            #expect(UUIDText(id.text) == id)
-            #expect(UUIDText(id.text.uppercased()) == id)
+            #expect(PackedUUID(id.text) == id)
+            #expect(PackedUUID(id.text.uppercased()) == id)
         }
         #expect(ids.sorted().map(\.text) == ids.map(\.text).sorted())
-        let id = UUIDText("00112233-4455-6677-8899-aabbccddeeff")!
+        let id = PackedUUID("00112233-4455-6677-8899-aabbccddeeff")!
         #expect((0..<16).map { id.byte($0) } == [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff])
     }
 }

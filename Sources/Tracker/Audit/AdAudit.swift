@@ -39,7 +39,7 @@ public struct AdAudit: Sendable {
             let since = earliest - .seconds(2)
             let rows = try connection.query(AdAuditSQL.logged, [.text(requestId), .text(since.postgresText)], binaryResults: true)
             var logged: [LoggedEvent] = []
-            var seen = Set<UUIDText>()
+            var seen = Set<PackedUUID>()
             let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
             for r in 0..<rows.rowCount {
                 let row: AdEventRow
@@ -47,7 +47,7 @@ public struct AdAudit: Sendable {
                     throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
                 }
                 func time(_ column: Int) -> Timestamp? { Timestamp(timestamptz: rows.bytes(r, column)) }
-                let id = UUIDText(binary: row.id)
+                let id = PackedUUID(binary: row.id)
                 let event = row.event(strings: &strings, label: labels[id] ?? nil)
                 seen.insert(event.id)
                 logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),

@@ -4,12 +4,12 @@ public enum EventOutcome: Sendable, Hashable {
     case adLoaded(earliest: Bool)
     /// The ad's one counted impression; `stale` when it came more than 1 h after the earliest load.
     case countedImpression(stale: Bool)
-    case duplicateImpression(of: UUIDText)
+    case duplicateImpression(of: PackedUUID)
     case countedClick(ClickAttribution)
     /// Within 1 s after the counted click `of`, of the same asset key.
-    case duplicateClick(of: UUIDText)
+    case duplicateClick(of: PackedUUID)
     case countedAdchoicesImpression
-    case duplicateAdchoicesImpression(of: UUIDText)
+    case duplicateAdchoicesImpression(of: PackedUUID)
     case adchoicesClick
     /// A video event; `countedAs` the measure it counts the ad in, if any.
     case video(countedAs: VideoMeasure?)
@@ -39,7 +39,7 @@ public struct AdExplanation: Sendable, Hashable {
     public var attributionWindow: Duration
     /// The invalid-traffic rule set whose labels the events carry (the projections').
     public var ivtRules: Int = 0
-    public var countedImpression: UUIDText?
+    public var countedImpression: PackedUUID?
     public var doubleTrackedImpressions: Bool
     public var doubleTrackedClicks: Bool
     public var events: [ExplainedEvent]
@@ -84,8 +84,8 @@ extension AdContribution {
 
 /// The verdicts of one ad, per event id.
 struct ExplanationVerdicts: AdVerdicts {
-    var outcomes: [UUIDText: EventOutcome] = [:]
-    var countedImpression: UUIDText?
+    var outcomes: [PackedUUID: EventOutcome] = [:]
+    var countedImpression: PackedUUID?
     var doubleTrackedImpressions = false
     var doubleTrackedClicks = false
 

@@ -32,7 +32,7 @@ public struct Beacons: Sendable {
         }
         if order.event.member("id") == nil || order.event.member("id") == .null {
             members.removeAll { $0.key == "id" }
-            members.insert((key: "id", value: .string(UUIDText.v7(at: now).text)), at: 0)
+            members.insert((key: "id", value: .string(PackedUUID.v7(at: now).text)), at: 0)
         }
         let event = JSONValue.object(members)
         let validated: TrackingEvent
@@ -231,7 +231,7 @@ public struct BeaconOrderError: Error, Sendable, Equatable, CustomStringConverti
 
 /// A minted beacon: the token, the path to append to the tracker's public origin.
 public struct MintedBeacon: Sendable, Equatable {
-    public var id: UUIDText
+    public var id: PackedUUID
     public var type: EventType
     public var token: String
     /// `/v1/pixel.gif?t=…` or `/v1/click?t=…`.

@@ -12,7 +12,7 @@ struct ClientGroup: Hashable {
 /// An event of a group, as `client_minutes.members` lists it: enough to find it in `ad_state`.
 struct GroupMember: Hashable {
     var requestId: String
-    var id: UUIDText
+    var id: PackedUUID
 }
 
 /// The `high_rate` rule's counts (`client_minutes`): stored events per client and minute.

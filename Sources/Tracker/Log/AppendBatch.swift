@@ -18,7 +18,7 @@ struct AppendBatch {
     init(_ group: [(events: [TrackingEvent], keyName: String)]) {
         submissions = group.map(\.events)
         let total = group.reduce(0) { $0 + $1.events.count }
-        var seen = Set<UUIDText>(minimumCapacity: total)
+        var seen = Set<PackedUUID>(minimumCapacity: total)
         var id = BinaryArray(.uuid, capacity: total)
         var type = BinaryArray(.text, capacity: total)
         var requestId = BinaryArray(.text, capacity: total)
@@ -100,10 +100,10 @@ struct AppendBatch {
 
 /// What a group's write stored.
 enum StoredIds {
-    /// Every id it sent: the plain insert (`EventLogSQL.appendNew`) commits all or nothing.
+    /// Every id it sent: the plain insert (`EventLogSQL.appendPlain`) commits all or nothing.
     case all
-    /// The ids the conflict-checking statement (`EventLogSQL.append`) returned.
-    case only(Set<UUIDText>)
+    /// The ids the conflict-checking statement (`EventLogSQL.appendCheckingConflicts`) returned.
+    case only(Set<PackedUUID>)
 }
 
 /// Which statement a group is written with: the plain insert while groups meet no stored id,
@@ -144,7 +144,7 @@ enum EventLogSQL {
     /// The arrays are unnested once, straight into the log's insert: `event_ids` reads only the
     /// id array, so no 18-column copy of the group is materialised for two readers (as a CTE
     /// both parts read was). Binary result: the stored ids' 16 bytes each.
-    static let append = PreparedStatement(name: "tracker_append", sql: """
+    static let appendCheckingConflicts = PreparedStatement(name: "tracker_append", sql: """
         WITH fresh AS (
             INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
             ON CONFLICT DO NOTHING RETURNING id
@@ -160,11 +160,11 @@ enum EventLogSQL {
     ///
     /// The cheap path of `AppendStrategy`: no `ON CONFLICT` pre-check, no join of the stored ids
     /// with the group, no result. The ids go into `event_ids` in ascending order, for the reason
-    /// given at `append`; the log keeps the group's order (`ord`: PostgreSQL knows an ordinality
+    /// given at `appendCheckingConflicts`; the log keeps the group's order (`ord`: PostgreSQL knows an ordinality
     /// scan is sorted by it, so this adds no sort). PostgreSQL
     /// runs a data-modifying `WITH` to completion even though nothing reads it, so both inserts
     /// happen, in one statement and one commit.
-    static let appendNew = PreparedStatement(name: "tracker_append_new", sql: """
+    static let appendPlain = PreparedStatement(name: "tracker_append_new", sql: """
         WITH ids AS (
             INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
         )

@@ -16,7 +16,7 @@ extension BinaryArray {
     }
 
     /// A UUID as its 16 bytes.
-    public mutating func append(_ value: UUIDText) {
+    public mutating func append(_ value: PackedUUID) {
         append(uuid: value.high, value.low)
     }
 }

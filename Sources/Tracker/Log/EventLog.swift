@@ -378,7 +378,7 @@ public final class EventLog: Service, Sendable {
     /// The plain insert; `false` when it met a stored id (and stored nothing).
     private static func insertAllNew(_ parameters: [Parameter], on connection: Connection) throws(DatabaseError) -> Bool {
         do {
-            _ = try connection.query(EventLogSQL.appendNew, parameters)
+            _ = try connection.query(EventLogSQL.appendPlain, parameters)
             return true
         } catch {
             if EventLogSQL.metStoredId(error) { return false }
@@ -389,13 +389,13 @@ public final class EventLog: Service, Sendable {
     /// Whether the next group is written with the conflict-checking statement (for tests).
     var checksConflictsNext: Bool { !strategy.withLock { $0.triesPlainInsert } }
 
-    private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<UUIDText> {
-        let result = try connection.query(EventLogSQL.append, parameters, binaryResults: true)
-        var stored = Set<UUIDText>(minimumCapacity: result.rowCount)
+    private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<PackedUUID> {
+        let result = try connection.query(EventLogSQL.appendCheckingConflicts, parameters, binaryResults: true)
+        var stored = Set<PackedUUID>(minimumCapacity: result.rowCount)
         for row in 0..<result.rowCount {
             let bytes = result.bytes(row, 0)
             guard bytes.count == 16 else { throw DatabaseError(.unexpectedResult, serverMessage: "append: a stored id of \(bytes.count) bytes") }
-            stored.insert(UUIDText(binary: bytes))
+            stored.insert(PackedUUID(binary: bytes))
         }
         return stored
     }

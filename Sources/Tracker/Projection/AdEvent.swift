@@ -1,6 +1,6 @@
 /// The part of a logged event that reports depend on, as the projections keep it per ad.
 public struct AdEvent: Sendable, Hashable {
-    public var id: UUIDText
+    public var id: PackedUUID
     public var type: EventType
     public var correctedAt: Timestamp
     public var adUnit: String
@@ -17,7 +17,7 @@ public struct AdEvent: Sendable, Hashable {
     /// stored: it follows from the ad's other clicks (`AdContribution`).
     public var label: IVTLabel?
 
-    public init(id: UUIDText, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String,
+    public init(id: PackedUUID, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String,
                 assetKey: String? = nil, source: EventSource = .app, adapter: String? = nil,
                 eea: Bool = false, reservation: Bool = false, test: Bool = false) {
         self.id = id
@@ -35,7 +35,7 @@ public struct AdEvent: Sendable, Hashable {
 
     /// An event read back from the projector's own storage, whose `isTest` was computed when
     /// it was first projected (no second look-up of the test ad units).
-    init(id: UUIDText, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String, assetKey: String?,
+    init(id: PackedUUID, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String, assetKey: String?,
          source: EventSource, adapter: String?, eea: Bool, reservation: Bool, isTest: Bool, label: IVTLabel? = nil) {
         self.id = id
         self.type = type

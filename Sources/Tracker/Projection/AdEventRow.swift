@@ -113,7 +113,7 @@ struct AdEventRow {
 
     /// The event as the projections keep it; `strings` shares the repeated ad units and formats.
     func event(strings: inout StringTable, label: IVTLabel? = nil) -> AdEvent {
-        AdEvent(id: UUIDText(binary: id), type: type, correctedAt: correctedAt,
+        AdEvent(id: PackedUUID(binary: id), type: type, correctedAt: correctedAt,
                 adUnit: strings.string(adUnit), formatId: strings.string(formatId),
                 assetKey: assetKey.map { strings.string($0) }, source: source,
                 adapter: adapter.map { strings.string($0) }, eea: eea, reservation: reservation, isTest: isTest, label: label)

@@ -154,9 +154,9 @@ struct ByteReader {
         return Int64(bitPattern: v)
     }
 
-    mutating func uuid() -> UUIDText? {
+    mutating func uuid() -> PackedUUID? {
         guard offset + 16 <= bytes.count, let high = i64(), let low = i64() else { return nil }
-        return UUIDText(high: UInt64(bitPattern: high), low: UInt64(bitPattern: low))
+        return PackedUUID(high: UInt64(bitPattern: high), low: UInt64(bitPattern: low))
     }
 
     /// The next `count` bytes.
@@ -216,7 +216,7 @@ struct StringTable {
     }
 }
 
-extension UUIDText {
+extension PackedUUID {
     /// 16 bytes (PostgreSQL's binary `uuid`).
     init(binary: UnsafeRawBufferPointer) {
         precondition(binary.count == 16, "a binary uuid is 16 bytes")

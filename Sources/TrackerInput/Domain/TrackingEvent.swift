@@ -4,7 +4,7 @@
 /// change), so code downstream never re-checks fields.
 public struct TrackingEvent: Sendable, Hashable {
     /// The idempotency key, lower-case canonical UUID text.
-    public let id: UUIDText
+    public let id: PackedUUID
     public let type: EventType
     /// The ad: one loaded ad object.
     public let requestId: String
@@ -33,7 +33,7 @@ public struct TrackingEvent: Sendable, Hashable {
 
     /// For the validator (`EventRules`) and the package's own test fixtures only.
     package init(
-        id: UUIDText, type: EventType, requestId: String, adUnit: String, formatId: String,
+        id: PackedUUID, type: EventType, requestId: String, adUnit: String, formatId: String,
         assetKey: String? = nil, clickAction: ClickAction? = nil, source: EventSource = .app,
         adapter: String? = nil, eea: Bool = false, reservation: Bool = false, test: Bool = false,
         attributes: [(key: String, value: AttributeValue)] = [],
@@ -116,7 +116,7 @@ public struct EventClient: Sendable, Hashable {
 /// ("the smaller event id as a string") need no string, and no id costs an allocation. For
 /// canonical lower-case text, string order is byte order (the hex digits sort as their values,
 /// the dashes stand at the same places), so `<` compares the halves.
-public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible {
+public struct PackedUUID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// Bytes 0 to 7 and 8 to 15, big-endian.
     public let high: UInt64
     public let low: UInt64
@@ -166,7 +166,7 @@ public struct UUIDText: Hashable, Comparable, Sendable, CustomStringConvertible 
         UInt8(truncatingIfNeeded: (i < 8 ? high : low) >> UInt64(8 * (7 - (i & 7))))
     }
 
-    public static func < (lhs: UUIDText, rhs: UUIDText) -> Bool {
+    public static func < (lhs: PackedUUID, rhs: PackedUUID) -> Bool {
         lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
     }
 

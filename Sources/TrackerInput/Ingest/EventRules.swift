@@ -31,7 +31,7 @@ package struct EventRules {
         }
         var v = Violations()
         let id = v.required(value, "id", hint: "a UUID such as 0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b11") { text in
-            UUIDText(text).map(Check.ok) ?? .broken("must be a UUID (8-4-4-4-12 hex digits)")
+            PackedUUID(text).map(Check.ok) ?? .broken("must be a UUID (8-4-4-4-12 hex digits)")
         }
         let type = v.required(value, "type", hint: "one of \(Self.list(EventType.self))") { text in
             EventType(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(EventType.self))")

@@ -6,11 +6,11 @@ enum Events {
     /// 2026-11-10 00:00 UTC: the first day of the tests' traffic.
     static let day0 = Day(year: 2026, month: 11, day: 10)!
 
-    static func id() -> UUIDText { UUIDText(UUID().uuidString)! }
+    static func id() -> PackedUUID { PackedUUID(UUID().uuidString)! }
 
     /// An event that happened at `at` (its corrected time); received now, so it lands in a
     /// partition that exists.
-    static func make(_ type: EventType, ad requestId: String, at: Timestamp, id: UUIDText = Events.id(),
+    static func make(_ type: EventType, ad requestId: String, at: Timestamp, id: PackedUUID = Events.id(),
                      adUnit: String = "/1234/home/native", formatId: String = "10063170", asset: String? = nil,
                      source: EventSource = .app, adapter: String? = nil, eea: Bool = false, reservation: Bool = false,
                      test: Bool = false) -> TrackingEvent {

@@ -68,14 +68,14 @@ enum RandomTraffic {
         return out
     }
 
-    static func randomID(_ g: inout SeededGenerator) -> UUIDText {
+    static func randomID(_ g: inout SeededGenerator) -> PackedUUID {
         let hex = Array("0123456789abcdef")
         var s = ""
         for i in 0..<32 {
             if [8, 12, 16, 20].contains(i) { s += "-" }
             s.append(hex[Int(g.next() % 16)])
         }
-        return UUIDText(s)!
+        return PackedUUID(s)!
     }
 
     /// A delivery of `events`: every event at least once, some several times (retries),

@@ -66,7 +66,7 @@ enum ReferenceReports {
         }
 
         /// Each stored event's label, the first that applies (`excessive_clicks` is per ad, later).
-        func labels(_ stored: [TrackingEvent]) -> [UUIDText: String] {
+        func labels(_ stored: [TrackingEvent]) -> [PackedUUID: String] {
             var groups: [String: Int] = [:]
             func group(_ e: TrackingEvent) -> String? {
                 guard let agent = e.userAgent, let ip = e.clientIP else { return nil }
@@ -75,7 +75,7 @@ enum ReferenceReports {
             if maxEventsPerClientMinute != nil {
                 for e in stored { if let g = group(e) { groups[g, default: 0] += 1 } }
             }
-            var out: [UUIDText: String] = [:]
+            var out: [PackedUUID: String] = [:]
             for e in stored {
                 if isBot(e.userAgent) { out[e.id] = "declared_bot" }
                 else if isDatacenter(e.clientIP) { out[e.id] = "datacenter" }
