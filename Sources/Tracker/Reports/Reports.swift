@@ -178,9 +178,13 @@ enum ReportSQL {
         """
 
     /// The row filters of a local-time report; the half days come from the segments ($6 on),
-    /// whose days are those asked ($1 to $2) already.
+    /// whose days are those asked ($1 to $2) already. No condition on the segments' own
+    /// columns: the planner then counts them from the array and joins the half-day rows by a
+    /// hash, reading each row once; a filter on them made it guess one segment and read the
+    /// rows again for every segment (an index scan per local hour). $1 and $2 stay referenced
+    /// so that every report takes the same parameters.
     static let quartersFilters = """
-        WHERE g.day BETWEEN to_char($1::date, 'YYYY-MM-DD') AND to_char($2::date, 'YYYY-MM-DD')
+        WHERE $1::date <= $2::date
           AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $11::int8 * interval '12 hours'
                                   AND timestamptz '1970-01-01 00:00:00+00' + $12::int8 * interval '12 hours'
           AND traffic_class = ANY($3::int2[])
@@ -271,9 +275,6 @@ enum ReportSQL {
                 ORDER BY \(order.joined(separator: ", "))
                 """
         }
-        // (A local day or hour is a slice of one or two half-day rows of running counts: the
-        // segments, $6 block, $7 day, $8 hour label, $9 first and $10 past-last element, say
-        // which; LocalSegments, docs/REPORTS.md "Time zones and hours".)
         let localDaySQL = local(["day"])
         let localHourSQL = local(["day", "hour"])
         let names = columns.map { column in
