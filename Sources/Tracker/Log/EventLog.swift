@@ -71,8 +71,14 @@ public final class EventLog: Service, Sendable {
         /// A group written twice (its plain insert met a stored id) may finish after the
         /// deadline; the second statement is skipped when every request of the group has had
         /// its answer by then.
+        ///
+        /// On Citus, one connection per worker for a group's inserts: by default the coordinator
+        /// opens a connection per shard a statement touches (a group of 100 ids touches every
+        /// shard of `event_ids`), keeps one per worker after the transaction, and commits in two
+        /// phases with every shard's connection, which made each append wait about a second for
+        /// some thirty new connections. Elsewhere the setting is an unused placeholder.
         public var sessionSetup: String {
-            var sql = "SET synchronous_commit = on"
+            var sql = "SET synchronous_commit = on; SET citus.max_adaptive_executor_pool_size = 1"
             if let appendTimeout {
                 let milliseconds = max(Int(appendTimeout / .milliseconds(1)), 2)
                 sql += "; SET statement_timeout = \(max(milliseconds * 3 / 4, 1)); SET lock_timeout = \(max(milliseconds / 2, 1))"

@@ -297,11 +297,14 @@ enum ProjectorSQL {
     /// `jit_above_cost`, and compiling a one-row UPDATE with LLVM took 50-90 ms: no JIT (the
     /// step's statements are short). SET LOCAL ends with the step's transaction. The step's
     /// commit is durable whatever the database's default (`synchronous_commit = on`): a report
-    /// never shows numbers that a database crash could take back.
+    /// never shows numbers that a database crash could take back. On Citus, the step's writes
+    /// of per-ad state go to every shard over one connection per worker, not one per shard
+    /// (`EventLog.Configuration.sessionSetup` says why); elsewhere that setting is an unused
+    /// placeholder.
     static let stepSettings = """
         SET LOCAL synchronous_commit = on; SET LOCAL jit = off; SET LOCAL enable_sort = off;
         SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off;
-        SET LOCAL enable_mergejoin = off
+        SET LOCAL enable_mergejoin = off; SET LOCAL citus.max_adaptive_executor_pool_size = 1
         """
 
     /// Binary columns: the `AdEventColumn`s, then tx and seq (read by `LogBatch`).
