@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/suites.sh short|long [SUITE...]
 # Runs the fault-injection, hostile-client, fuzz and storage suites (docs/RELIABILITY.md).
-# SUITE: crash db overload clients fuzz-http storage fuzz (default: all; 'fuzz' is the four
+# SUITE: crash db overload clients fuzz-http storage fuzz (default: all; 'fuzz' is the five
 # libFuzzer targets, built apart in .build-fuzz). short is what the test command runs
 # (bounded to a few minutes); long is the documented run. Each suite starts its own
 # PostgreSQL clusters and trackers on loopback and removes them; results go to
