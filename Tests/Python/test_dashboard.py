@@ -1138,7 +1138,8 @@ def imports(site):
     first = post_import(site, api_style, "UTC")
     second = post_import(site, ui_style, NEW_YORK)
     assert (first["rows"], first["matched"], second["rows"], second["matched"]) == (1, 1, 6, 4)
-    assert second["unmatched"] == [{"row": 4, "adUnit": "ghost_unit"}, {"row": 7, "adUnit": "native"}]
+    assert second["unmatched"] == [{"row": 4, "adUnit": "ghost_unit", "reason": "unknown"},
+                                   {"row": 7, "adUnit": "native", "reason": "ambiguous"}]
     return first, second
 
 
@@ -1275,7 +1276,8 @@ def test_reconciliation_view_shows_the_apis_report_and_explains_rows_outside_tol
                          "imported": f"{second['importedAt']} by {second['importedBy']}", "ivtRules": str(report["ivtRules"]),
                          "id": second["id"]}
         unmatched = page.eval_on_selector_all("#rec-unmatched-list li", "ls => ls.map(l => [Number(l.dataset.row), l.dataset.adUnit, l.textContent])")
-        assert unmatched == [[u["row"], u["adUnit"], f"row {u['row']}: {u['adUnit']}"] for u in second["unmatched"]]
+        assert unmatched == [[4, "ghost_unit", "row 4: ghost_unit (no ad unit path by this name)"],
+                             [7, "native", "row 7: native (the name of several ad unit paths)"]]
         assert "--unit-map" in page.inner_text("#rec-unmatched-text")
         assert_reconciliation_shows(page, report)
         totals = {k: page.inner_text(f"#rec-totals [data-field={k}]") for k in ("adManagerImpressions", "impressions", "outside", "rows")}

@@ -966,7 +966,9 @@
       const li = document.createElement('li');
       li.dataset.row = String(u.row);
       li.dataset.adUnit = u.adUnit;
-      li.textContent = 'row ' + u.row + ': ' + u.adUnit;
+      li.dataset.reason = u.reason;
+      li.textContent = 'row ' + u.row + ': ' + u.adUnit +
+        (u.reason === 'ambiguous' ? ' (the name of several ad unit paths)' : ' (no ad unit path by this name)');
       return li;
     }));
 

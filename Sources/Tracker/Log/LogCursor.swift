@@ -84,9 +84,11 @@ public struct LogCursor: Sendable {
             let shards = try log.shards(on: connection)
             let behind = shards.filter { shard in heads[shard.id].map { !shard.checkpoint.reaches($0) } ?? false }
             if behind.isEmpty { return LogProgress(reached: true, checkpoint: nil, readable: false) }
-            let backlog = try log.backlog(behind, cap: 1)
+            // Every shard is asked (one statement text per worker, prepared once), the answer
+            // read for the shards behind.
+            let backlog = try log.backlog(shards, cap: 1)
             return LogProgress(reached: false, checkpoint: behind.map { "\($0.id):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
-                               readable: backlog.values.contains(where: \.readable))
+                               readable: behind.contains { backlog[$0.id]?.readable ?? false })
         case (_, .single(let position)):
             let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq)])
             return LogProgress(reached: r.bool(0, 0) ?? true, checkpoint: r.string(0, 1), readable: r.bool(0, 2) ?? false)

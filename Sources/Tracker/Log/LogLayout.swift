@@ -61,10 +61,9 @@ final class CitusLog: Sendable {
     let conninfo: String
     private let workers: WorkerConnections
     /// The workers' reads, prepared on each worker connection under one name per distinct text.
-    /// A text depends only on which shards a worker holds (checkpoints are parameters), so a
-    /// connection plans it once: planning a union over every shard's daily partitions took
-    /// 30-150 ms, several times what running it takes, and every report and idle projector
-    /// step paid it.
+    /// Every read asks for all of a worker's shards (checkpoints are parameters), so a text
+    /// depends only on which shards the worker holds and a connection plans it once: planning a
+    /// union over every shard's daily partitions costs 30-150 ms, several times running it.
     private let statements = Mutex<[String: PreparedStatement]>([:])
 
     init(conninfo: String) {

@@ -180,9 +180,9 @@ enum ReportSQL {
     /// The row filters of a local-time report; the half days come from the segments ($6 on),
     /// whose days are those asked ($1 to $2) already. No condition on the segments' own
     /// columns: the planner then counts them from the array and joins the half-day rows by a
-    /// hash, reading each row once; a filter on them made it guess one segment and read the
-    /// rows again for every segment (an index scan per local hour). $1 and $2 stay referenced
-    /// so that every report takes the same parameters.
+    /// hash, reading each row once (with a filter on them it would guess one segment and read
+    /// the rows again for every segment, an index scan per local hour). $1 and $2 stay
+    /// referenced so that every report takes the same parameters.
     static let quartersFilters = """
         WHERE $1::date <= $2::date
           AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $11::int8 * interval '12 hours'
