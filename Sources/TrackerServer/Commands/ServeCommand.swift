@@ -146,11 +146,13 @@ struct ServeCommand: AsyncParsableCommand {
             guard let p = Int(value), (0...65535).contains(p) else { throw ValidationError("TRACKER_PORT must be a port number, got '\(value)'") }
             return p
         } ?? 8080
+        // Read once: the pool's size also bounds the connections the server accepts.
+        let poolSize = try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8
         return ServeConfiguration(
             host: host ?? environment("TRACKER_HOST") ?? "127.0.0.1",
             port: port,
             databaseURL: try database.resolved(),
-            poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
+            poolSize: poolSize,
             writers: try positiveInt("TRACKER_WRITERS") ?? 3,
             rateLimit: try positiveInt("TRACKER_RATE_LIMIT"),
             attributionWindow: try attributionWindow(),
@@ -166,7 +168,7 @@ struct ServeCommand: AsyncParsableCommand {
             bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? 256) * 1024 * 1024,
             appendTimeout: .seconds(try positiveInt("TRACKER_APPEND_TIMEOUT") ?? 8),
             connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
-                                                  poolSize: try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8,
+                                                  poolSize: poolSize,
                                                   requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),
             chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath,
             beaconSecrets: try beaconSecrets(),
