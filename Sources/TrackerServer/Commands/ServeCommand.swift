@@ -39,6 +39,23 @@ struct ServeConfiguration: Sendable {
     var clients = ClientIdentity(trustedProxies: IPRangeSet([]), truncatesAddresses: false)
 }
 
+/// The defaults of `tracker serve`'s settings, written once: `resolve()` falls back to them and
+/// the command's help prints them.
+enum ServeDefaults {
+    static let host = "127.0.0.1"
+    static let port = 8080
+    static let poolSize = 8
+    static let maxConnections = 10_000
+    static let idleTimeoutSeconds = 15
+    static let requestTimeoutSeconds = 30
+    static let bodyBufferMiB = 256
+    static let writers = 3
+    static let maxConcurrentBatches = 256
+    static let appendTimeoutSeconds = 8
+    static var attributionWindowSeconds: Int64 { AdContribution.defaultAttributionWindow.components.seconds }
+    static var reportWaitSeconds: Int64 { LogCursor.defaultReportWait.components.seconds }
+}
+
 /// How many connections the server keeps open, from the process's descriptor limit.
 struct ConnectionLimits: Sendable, Equatable {
     /// Beyond this many open connections, new ones are answered 503 and closed.
@@ -54,7 +71,7 @@ struct ConnectionLimits: Sendable, Equatable {
     static func resolve(descriptorLimit: Int, poolSize: Int, requested: Int?) -> ConnectionLimits {
         let acceptLimit = max(16, descriptorLimit - reserve(poolSize: poolSize))
         let ceiling = max(8, acceptLimit - 32)
-        return ConnectionLimits(maxConnections: min(requested ?? 10_000, ceiling), acceptLimit: acceptLimit)
+        return ConnectionLimits(maxConnections: min(requested ?? ServeDefaults.maxConnections, ceiling), acceptLimit: acceptLimit)
     }
 }
 
@@ -72,27 +89,27 @@ struct ServeCommand: AsyncParsableCommand {
                   the projector's and retention's, as tracker_projector
               REPORT_DATABASE_URL [DATABASE_URL]
                   the reports', as tracker_report, or a read replica
-              TRACKER_DB_POOL_SIZE [8]
+              TRACKER_DB_POOL_SIZE [\(ServeDefaults.poolSize)]
                   connections per pool
 
             HTTP
-              TRACKER_HOST, TRACKER_PORT [127.0.0.1, 8080]
+              TRACKER_HOST, TRACKER_PORT [\(ServeDefaults.host), \(ServeDefaults.port)]
                   where to listen
-              TRACKER_MAX_CONNECTIONS [10000]
+              TRACKER_MAX_CONNECTIONS [\(ServeDefaults.maxConnections)]
                   open connections (at most the descriptor limit minus a reserve); more: 503
-              TRACKER_IDLE_TIMEOUT [15]
+              TRACKER_IDLE_TIMEOUT [\(ServeDefaults.idleTimeoutSeconds)]
                   seconds an idle connection, or a header still arriving, is kept
-              TRACKER_REQUEST_TIMEOUT [30]
+              TRACKER_REQUEST_TIMEOUT [\(ServeDefaults.requestTimeoutSeconds)]
                   seconds for a request to arrive whole after its header; then 408
-              TRACKER_BODY_BUFFER_MIB [256]
+              TRACKER_BODY_BUFFER_MIB [\(ServeDefaults.bodyBufferMiB)]
                   MiB of request bodies being read at once; more get 503
 
             Ingestion
-              TRACKER_WRITERS [3]
+              TRACKER_WRITERS [\(ServeDefaults.writers)]
                   group-commit writers
-              TRACKER_MAX_CONCURRENT_BATCHES [256]
+              TRACKER_MAX_CONCURRENT_BATCHES [\(ServeDefaults.maxConcurrentBatches)]
                   batches decoded or written at once; more get 503
-              TRACKER_APPEND_TIMEOUT [8]
+              TRACKER_APPEND_TIMEOUT [\(ServeDefaults.appendTimeoutSeconds)]
                   seconds for a batch to be committed, then 503
                   (statement_timeout and lock_timeout are 3/4 and 1/2 of it)
               TRACKER_RATE_LIMIT [no limit]
@@ -105,11 +122,11 @@ struct ServeCommand: AsyncParsableCommand {
             Projector and reports
               TRACKER_PROJECTOR [on]
                   off when 'tracker project' runs elsewhere
-              TRACKER_PROJECTOR_BATCH_SIZE [20000]
+              TRACKER_PROJECTOR_BATCH_SIZE [\(Projector.defaultBatchSize)]
                   log events per projector transaction
-              TRACKER_ATTRIBUTION_WINDOW [3600]
+              TRACKER_ATTRIBUTION_WINDOW [\(ServeDefaults.attributionWindowSeconds)]
                   seconds after its impression a click is attributed
-              TRACKER_REPORT_WAIT [5]
+              TRACKER_REPORT_WAIT [\(ServeDefaults.reportWaitSeconds)]
                   seconds a report waits for what was committed before it; 0: no wait
               TRACKER_RETENTION_DAYS [keep all]
                   days of log kept, older partitions dropped hourly
@@ -127,16 +144,16 @@ struct ServeCommand: AsyncParsableCommand {
                   json or text, on standard output
               TRACKER_METRICS [on]
                   GET /metrics in Prometheus format; off: no /metrics
-              TRACKER_CHARTJS_PATH [/usr/share/javascript/chart.js/chart.min.js]
+              TRACKER_CHARTJS_PATH [\(DashboardRoutes.defaultChartLibraryPath)]
                   the dashboard's Chart.js
 
             DATABASE_URL as a superuser or as the log's owner is warned of at start and in /readyz. SIGTERM or SIGINT drains: no new requests, accepted events are committed, then exit.
             """)
 
-    @Option(help: "Address to listen on (default: $TRACKER_HOST or 127.0.0.1).")
+    @Option(help: "Address to listen on (default: $TRACKER_HOST or \(ServeDefaults.host)).")
     var host: String?
 
-    @Option(help: "Port to listen on (default: $TRACKER_PORT or 8080).")
+    @Option(help: "Port to listen on (default: $TRACKER_PORT or \(ServeDefaults.port)).")
     var port: Int?
 
     @OptionGroup var database: DatabaseOptions
@@ -145,15 +162,15 @@ struct ServeCommand: AsyncParsableCommand {
         let port = try port ?? environment("TRACKER_PORT").map { value in
             guard let p = Int(value), (0...65535).contains(p) else { throw ValidationError("TRACKER_PORT must be a port number, got '\(value)'") }
             return p
-        } ?? 8080
+        } ?? ServeDefaults.port
         // Read once: the pool's size also bounds the connections the server accepts.
-        let poolSize = try positiveInt("TRACKER_DB_POOL_SIZE") ?? 8
+        let poolSize = try positiveInt("TRACKER_DB_POOL_SIZE") ?? ServeDefaults.poolSize
         return ServeConfiguration(
-            host: host ?? environment("TRACKER_HOST") ?? "127.0.0.1",
+            host: host ?? environment("TRACKER_HOST") ?? ServeDefaults.host,
             port: port,
             databaseURL: try database.resolved(),
             poolSize: poolSize,
-            writers: try positiveInt("TRACKER_WRITERS") ?? 3,
+            writers: try positiveInt("TRACKER_WRITERS") ?? ServeDefaults.writers,
             rateLimit: try positiveInt("TRACKER_RATE_LIMIT"),
             attributionWindow: try attributionWindow(),
             runProjector: environment("TRACKER_PROJECTOR") != "off",
@@ -161,12 +178,12 @@ struct ServeCommand: AsyncParsableCommand {
             reportDatabaseURL: environment("REPORT_DATABASE_URL"),
             projectorDatabaseURL: environment("PROJECTOR_DATABASE_URL"),
             retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
-            maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? 256,
+            maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? ServeDefaults.maxConcurrentBatches,
             reportWait: try reportWait(),
-            idleTimeout: .seconds(try positiveInt("TRACKER_IDLE_TIMEOUT") ?? 15),
-            requestTimeout: .seconds(try positiveInt("TRACKER_REQUEST_TIMEOUT") ?? 30),
-            bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? 256) * 1024 * 1024,
-            appendTimeout: .seconds(try positiveInt("TRACKER_APPEND_TIMEOUT") ?? 8),
+            idleTimeout: .seconds(try positiveInt("TRACKER_IDLE_TIMEOUT") ?? ServeDefaults.idleTimeoutSeconds),
+            requestTimeout: .seconds(try positiveInt("TRACKER_REQUEST_TIMEOUT") ?? ServeDefaults.requestTimeoutSeconds),
+            bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? ServeDefaults.bodyBufferMiB) * 1024 * 1024,
+            appendTimeout: .seconds(try positiveInt("TRACKER_APPEND_TIMEOUT") ?? ServeDefaults.appendTimeoutSeconds),
             connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
                                                   poolSize: poolSize,
                                                   requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),
