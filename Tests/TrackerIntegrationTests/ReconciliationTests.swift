@@ -133,6 +133,35 @@ struct ReconciliationTests {
         }
     }
 
+    /// Every report takes tz and granularity; the reconciliation's days are its import's, so a
+    /// tz is accepted when it is the import's zone and refused, naming it, otherwise; by hour is
+    /// refused (Ad Manager's rows are days); over HTTP and the command line alike.
+    @Test func theReconciliationReportTakesOnlyItsImportsZoneAndDays() async throws {
+        try await withTestDatabase { db in
+            try await db.append(Self.events())
+            try await db.projector().catchUp()
+            let key = try await db.createKey("ops", scope: .report)
+            try await withTracker(db) { tracker in
+                #expect(try post(tracker, Self.uiExport, key: key).status == 200)
+                func report(_ query: String) throws -> (status: Int, message: String) {
+                    let r = try tracker.client.request("GET", "/v1/reports/reconciliation?\(query)", headers: ["Authorization": "Bearer \(key)"])
+                    return (r.status, r.json["message"] as? String ?? "")
+                }
+                #expect(try report("tz=America/New_York").status == 200, "the import's own zone")
+                #expect(try report("tz=america/new_york&granularity=day").status == 200, "zone names are matched as PostgreSQL matches them")
+                for (query, parameter) in [("tz=Mars/Base", "tz"), ("tz=bad%20zone", "tz"), ("tz=UTC", "tz"), ("tz=Asia/Kolkata", "tz"),
+                                           ("granularity=hour", "granularity"), ("granularity=week", "granularity")] {
+                    let (status, message) = try report(query)
+                    #expect(status == 400 && message.hasPrefix(parameter), "\(query): \(status) \(message)")
+                }
+                let cli = try await runTrackerCommand(["report", "reconciliation", "--tz", "UTC", "--database-url", db.url])
+                #expect(cli.status != 0 && cli.output.contains("tz must be the import's time zone, America/New_York"), "\(cli.output)")
+                let same = try await runTrackerCommand(["report", "reconciliation", "--tz", Self.zone, "--output", "json", "--database-url", db.url])
+                #expect(same.status == 0, "\(same.output)")
+            }
+        }
+    }
+
     /// The command line imports the API's headers with a unit map and prints the same report as HTTP.
     @Test func theCommandLineImportsWithAUnitMapAndReportsLikeHTTP() async throws {
         try await withTestDatabase { db in

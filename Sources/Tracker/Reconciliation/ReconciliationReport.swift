@@ -39,6 +39,18 @@ extension Reconciliations {
     /// zone) and ad unit: the summary report's impressions and clicks summed over formats.
     public func report(_ query: ReconciliationQuery, reports: Reports) async throws -> ReconciliationResult {
         guard let imported = try await load(id: query.importId) else { throw ReconciliationError.noSuchImport(query.importId) }
+        if let zone = query.timeZone {
+            let named: String
+            do {
+                named = try await reports.timeZone(zone)
+            } catch let error as ReportQueryError {
+                throw ReconciliationError.invalidParameter(error.description)
+            }
+            guard named == imported.tz else {
+                throw ReconciliationError.invalidParameter(
+                    "tz must be the import's time zone, \(imported.tz), or be left out: its days are Ad Manager's, in the zone the file was exported in; got '\(zone)'")
+            }
+        }
         guard let from = query.from ?? imported.firstDay, let to = query.to ?? imported.lastDay else {
             throw ReconciliationError.invalidParameter("the import has no rows, so it has no days: give from and to")
         }

@@ -8,20 +8,26 @@ public struct ReconciliationQuery: Sendable, Hashable {
     /// The largest discrepancy, as a fraction of Ad Manager's count, still within tolerance.
     public var threshold: Double
     public var includeTest: Bool
+    /// The zone the caller names (`tz`), which must be the import's own: the report's days are
+    /// Ad Manager's, in the zone the file was exported in. `nil`: not named.
+    public var timeZone: String?
 
     /// The IAB's convention: 10 % between a third-party count and the publisher's ad server.
     public static let defaultThreshold = 0.10
 
     public init(importId: String? = nil, from: Day? = nil, to: Day? = nil, threshold: Double = Self.defaultThreshold,
-                includeTest: Bool = false) {
+                includeTest: Bool = false, timeZone: String? = nil) {
         self.importId = importId
         self.from = from
         self.to = to
         self.threshold = threshold
         self.includeTest = includeTest
+        self.timeZone = timeZone
     }
 
-    /// The query from parameters by name (`import`, `from`, `to`, `threshold`, `includeTest`).
+    /// The query from parameters by name (`import`, `from`, `to`, `threshold`, `includeTest`,
+    /// and the two every report takes: `tz`, which must be a zone name, and `granularity`, which
+    /// must be `day`: Ad Manager's rows are local days).
     public static func parse(parameter: (String) -> String?) throws(ReportQueryError) -> ReconciliationQuery {
         func day(_ name: String) throws(ReportQueryError) -> Day? {
             guard let text = parameter(name), !text.isEmpty else { return nil }
@@ -41,8 +47,13 @@ public struct ReconciliationQuery: Sendable, Hashable {
         if let importId, importId.count > 64 || !importId.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {
             throw .invalidParameter("import must be an import id as tracker reconcile list shows it (hex digits), got '\(importId.prefix(80))'")
         }
+        let zone = parameter("tz").flatMap { $0.isEmpty ? nil : $0 }
+        if let zone, !ReportQuery.isZoneName(zone) { throw .unknownTimeZone(zone) }
+        if try ReportQuery.granularity(parameter("granularity")) != .day {
+            throw .invalidParameter("granularity must be day for the reconciliation report: Ad Manager's rows are local days, got '\(parameter("granularity") ?? "")'")
+        }
         let query = ReconciliationQuery(importId: importId, from: try day("from"), to: try day("to"), threshold: threshold,
-                                        includeTest: try ReportQuery.includeTest(parameter("includeTest")))
+                                        includeTest: try ReportQuery.includeTest(parameter("includeTest")), timeZone: zone)
         if let from = query.from, let to = query.to, from > to { throw .fromAfterTo(from: from, to: to) }
         return query
     }

@@ -30,8 +30,8 @@ struct ReportCommand: AsyncParsableCommand {
     @Option(help: "reconciliation: the largest discrepancy within tolerance, a fraction of Ad Manager's count (0.10).")
     var threshold: String?
 
-    @Option(help: "IANA time zone whose local days (and hours) the rows are, e.g. America/New_York.")
-    var tz: String = ReportQuery.defaultTimeZone
+    @Option(help: "IANA time zone whose local days (and hours) the rows are, e.g. America/New_York (default: UTC; for reconciliation, the import's, which it must be if given).")
+    var tz: String?
 
     @Option(help: "day or hour: one row per local day, or per local hour (an hour column after day).")
     var granularity: String = ReportGranularity.day.rawValue
@@ -103,6 +103,8 @@ extension ReportCommand {
                 case "to": to
                 case "threshold": threshold
                 case "includeTest": includeTest ? "true" : "false"
+                case "tz": tz
+                case "granularity": granularity
                 default: nil
                 }
             })
@@ -112,6 +114,8 @@ extension ReportCommand {
         let result: ReconciliationResult
         do {
             result = try await Reconciliations(pool: pool).report(query, reports: Reports(pool: pool, maxWait: try reportWait()))
+        } catch ReconciliationError.invalidParameter(let message) {
+            throw ValidationError(message)
         } catch let error as ReconciliationError {
             throw CommandFailure(error.description)
         }

@@ -596,6 +596,19 @@ paths:
           required: false
           description: Last local day in the import's zone; default the import's last day.
           schema: {$ref: "#/components/schemas/Day"}
+        - name: tz
+          in: query
+          required: false
+          description: |
+            The import's time zone, matched case-insensitively (its days are Ad Manager's, in the
+            zone the file was exported in); default the import's. Any other zone, or a name that
+            is no zone, is a `400 invalid_parameter` naming `tz`.
+          schema: {type: string, maxLength: 64, examples: [America/New_York]}
+        - name: granularity
+          in: query
+          required: false
+          description: "`day` only: Ad Manager's rows are local days. `hour` or anything else is a `400 invalid_parameter` naming `granularity`."
+          schema: {type: string, enum: [day], default: day}
         - $ref: "#/components/parameters/IncludeTest"
         - $ref: "#/components/parameters/Format"
       responses:
