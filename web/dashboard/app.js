@@ -949,14 +949,7 @@
       ['ivtRules', 'GIVT counted under rule set', String(report.ivtRules)],
       ['id', 'Id', imported.id],
     ];
-    $('rec-facts').replaceChildren(...facts.flatMap(([name, label, value]) => {
-      const dt = document.createElement('dt');
-      dt.textContent = label;
-      const dd = document.createElement('dd');
-      dd.textContent = value;
-      dd.dataset.fact = name;
-      return [dt, dd];
-    }));
+    showFacts('rec-facts', facts);
     const unmatched = imported.unmatched;
     $('rec-unmatched').hidden = unmatched.length === 0;
     $('rec-unmatched-text').textContent = unmatched.length + (unmatched.length === 1 ? ' row' : ' rows') +
@@ -1044,6 +1037,18 @@
   }
 
   /** Text and numbers into an element; each number in a span named by data-field, for the reader's eye and the tests. */
+  // A <dl> of facts, each [name, label, value]: the name goes to data-fact for the tests.
+  function showFacts(id, facts) {
+    $(id).replaceChildren(...facts.flatMap(([name, label, value]) => {
+      const dt = document.createElement('dt');
+      dt.textContent = label;
+      const dd = document.createElement('dd');
+      dd.textContent = value;
+      dd.dataset.fact = name;
+      return [dt, dd];
+    }));
+  }
+
   function appendParts(element, parts) {
     for (const part of parts) {
       if (typeof part === 'string') { element.append(part); continue; }
@@ -1234,14 +1239,7 @@
       ['attributionWindow', 'Attribution window', integer(ad.attributionWindowSeconds) + ' s'],
       ['includeTest', 'Test traffic', ad.includeTest ? 'judged with the rest' : 'left out'],
     ];
-    $('ad-facts').replaceChildren(...facts.flatMap(([name, label, value]) => {
-      const dt = document.createElement('dt');
-      dt.textContent = label;
-      const dd = document.createElement('dd');
-      dd.textContent = value;
-      dd.dataset.fact = name;
-      return [dt, dd];
-    }));
+    showFacts('ad-facts', facts);
     const body = $('ad-events').tBodies[0];
     body.replaceChildren(...ad.events.map((e, i) => {
       const tr = document.createElement('tr');

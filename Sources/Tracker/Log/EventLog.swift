@@ -75,8 +75,8 @@ public final class EventLog: Service, Sendable {
         /// On Citus, one connection per worker for a group's inserts: by default the coordinator
         /// opens a connection per shard a statement touches (a group of 100 ids touches every
         /// shard of `event_ids`), keeps one per worker after the transaction, and commits in two
-        /// phases with every shard's connection, so an append would wait for some thirty new
-        /// connections (about a second). Elsewhere the setting is an unused placeholder.
+        /// phases with every shard's connection, so an append would wait for a new connection
+        /// per shard. Elsewhere the setting is an unused placeholder.
         public var sessionSetup: String {
             var sql = "SET synchronous_commit = on; SET citus.max_adaptive_executor_pool_size = 1"
             if let appendTimeout {

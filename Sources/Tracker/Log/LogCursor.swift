@@ -142,8 +142,8 @@ public struct LogCursor: Sendable {
         }
     }
 
-    /// Prepared once per connection: each reads every partition of the log, and planning them
-    /// anew took a millisecond or more of every report.
+    /// Prepared once per connection: each reads every partition of the log, and planning that
+    /// anew would be a large part of every report.
     enum SQL {
         /// The newest committed event: where `catchUp` stops.
         /// (`events.tx`: a bare `tx` would sort by the output column, the text, where '1000' < '999'.)

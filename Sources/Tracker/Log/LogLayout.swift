@@ -63,7 +63,7 @@ final class CitusLog: Sendable {
     /// The workers' reads, prepared on each worker connection under one name per distinct text.
     /// Every read asks for all of a worker's shards (checkpoints are parameters), so a text
     /// depends only on which shards the worker holds and a connection plans it once: planning a
-    /// union over every shard's daily partitions costs 30-150 ms, several times running it.
+    /// union over every shard's daily partitions costs more than running it.
     private let statements = Mutex<[String: PreparedStatement]>([:])
 
     init(conninfo: String) {
@@ -158,7 +158,7 @@ final class CitusLog: Sendable {
     }
 
     /// The shards grouped by worker, in a stable order.
-    private func byNode(_ shards: [LogShard]) -> [(WorkerNode, [LogShard])] {
+    func byNode(_ shards: [LogShard]) -> [(WorkerNode, [LogShard])] {
         Dictionary(grouping: shards, by: \.node).sorted { $0.key.description < $1.key.description }.map { ($0.key, $0.value) }
     }
 }
@@ -188,13 +188,9 @@ final class WorkerConnections: Sendable {
         }
         let connection = try kept?.connection
             ?? Connection.open(ConnectionString.replacingHost(of: conninfo, host: node.host, port: node.port))
-        do {
-            let value = try body(connection)
-            connection.rollbackIfInTransaction()
-            let k = Kept(connection)
-            idle.withLock { $0[node, default: []].append(k) }
-            return value
-        } catch {
+        // Whatever the body did, the connection leaves no transaction open and is kept only
+        // while it is healthy.
+        defer {
             connection.rollbackIfInTransaction()
             if connection.isHealthy {
                 let k = Kept(connection)
@@ -202,8 +198,8 @@ final class WorkerConnections: Sendable {
             } else {
                 connection.close()
             }
-            throw error
         }
+        return try body(connection)
     }
 }
 
@@ -223,14 +219,10 @@ enum CitusSQL {
         ORDER BY l.shard_id
         """
 
-    /// The projector's planner settings (ProjectorSQL.stepSettings), for reads on a worker, and
-    /// the generic plan from the first run of a prepared read (a custom plan would plan the
-    /// union again on each of the first five runs, for the same plan).
-    static let readSettings = """
-        SET LOCAL jit = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off;
-        SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off;
-        SET LOCAL plan_cache_mode = force_generic_plan
-        """
+    /// The projector's planner settings, for reads on a worker, and the generic plan from the
+    /// first run of a prepared read (a custom plan would plan the union again on each of the
+    /// first five runs, for the same plan).
+    static let readSettings = ProjectorSQL.plannerSettings + "; SET LOCAL plan_cache_mode = force_generic_plan"
 
     /// The checkpoint of the shard at `index` in a read's list: its two parameters.
     private static func position(_ index: Int) -> String {

@@ -61,7 +61,7 @@ enum ProjectionWriter {
             }
             let changedDays = days.filter { $0.value != Measures() }
             guard !changedDays.isEmpty else { continue }
-            try write(changedDays.map { ($0.key, $0.key.quarterHour.day.daysSinceEpoch, $0.value) }, table, .day, on: connection)
+            try writeDays(changedDays.map { ($0.key, $0.key.quarterHour.day.daysSinceEpoch, $0.value) }, table, on: connection)
         }
     }
 
@@ -75,23 +75,14 @@ enum ProjectionWriter {
             blockKey.quarterHour = QuarterHour(index: block * QuarterBlock.quarters)
             blocks[blockKey, default: Array(repeating: Measures(), count: Int(QuarterBlock.quarters))][Int(offset)] &+= values
         }
-        let statements = table.statements(.quarters)
-        let width = statements.width
+        let width = table.statements(.quarters).width
         let rows = blocks.filter { $0.value.contains { $0 != Measures() } }
         guard !rows.isEmpty else { return }
-        var trafficClass = BinaryArray(.int8, capacity: rows.count)
-        var time = BinaryArray(.int8, capacity: rows.count)
-        var adUnit = BinaryArray(.text, capacity: rows.count)
-        var formatId = BinaryArray(.text, capacity: rows.count)
-        var second = BinaryArray(.text, capacity: rows.count)
+        var keys = KeyColumns(capacity: rows.count)
         var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count * QuarterBlock.counts) }
         var emptied = false
         for (key, perQuarter) in rows {
-            trafficClass.append(Int64(key.trafficClass.rawValue))
-            time.append(Int64(key.quarterHour.index / QuarterBlock.quarters))
-            adUnit.append(key.adUnit)
-            formatId.append(key.formatId)
-            if let s = key.secondDimension(table) { second.append(s) }
+            keys.append(key, time: Int64(key.quarterHour.index / QuarterBlock.quarters), table: table)
             var running = Measures()
             for m in 0..<width { measures[m].append(Int64(0)) }
             for values in perQuarter {
@@ -100,15 +91,8 @@ enum ProjectionWriter {
             }
             emptied = emptied || running.min() < 0
         }
-        var parameters = [trafficClass, time, adUnit, formatId]
-        if table != .format { parameters.append(second) }
-        parameters += measures
-        try connection.query(statements.upsert, parameters.map(\.parameter))
-        // Only a subtraction can empty a row (its counts are never negative, so a row whose
-        // half-day totals are all 0 holds nothing).
-        if emptied {
-            try connection.query(statements.deleteEmpty, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
-        }
+        // Its counts are never negative, so a row whose half-day totals are all 0 holds nothing.
+        try upsert(keys, measures, table, .quarters, mayEmpty: emptied, on: connection)
     }
 
     /// The half day (since the epoch) a quarter hour belongs to, and its place in it.
@@ -117,32 +101,53 @@ enum ProjectionWriter {
         return r < 0 ? (q - 1, r + QuarterBlock.quarters) : (q, r)
     }
 
-    /// Upserts `rows` (key, the time value the grain's column takes, measures) into one table.
-    private static func write(_ rows: [(key: ProjectionKey, time: Int32, values: Measures)], _ table: ProjectionTable,
-                              _ grain: ProjectionGrain, on connection: Connection) throws {
-        let statements = table.statements(grain)
-        let width = statements.width
-        var trafficClass = BinaryArray(.int8, capacity: rows.count)
-        var time = BinaryArray(.int8, capacity: rows.count)
-        var adUnit = BinaryArray(.text, capacity: rows.count)
-        var formatId = BinaryArray(.text, capacity: rows.count)
-        var second = BinaryArray(.text, capacity: rows.count)
+    /// Upserts `rows` (key, day since the epoch, measures) into one table's day rows.
+    private static func writeDays(_ rows: [(key: ProjectionKey, time: Int32, values: Measures)], _ table: ProjectionTable,
+                                  on connection: Connection) throws {
+        let width = table.statements(.day).width
+        var keys = KeyColumns(capacity: rows.count)
         var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count) }
         for (key, t, values) in rows {
+            keys.append(key, time: Int64(t), table: table)
+            for m in 0..<width { measures[m].append(values[m]) }
+        }
+        try upsert(keys, measures, table, .day, mayEmpty: rows.contains { $0.values.min() < 0 }, on: connection)
+    }
+
+    /// One upsert of a table's rows in one grain; only a subtraction can empty a row, so the
+    /// empty ones are looked for only when `mayEmpty`.
+    private static func upsert(_ keys: KeyColumns, _ measures: [BinaryArray], _ table: ProjectionTable, _ grain: ProjectionGrain,
+                               mayEmpty: Bool, on connection: Connection) throws {
+        let statements = table.statements(grain)
+        let keyParameters = keys.parameters(table).map(\.parameter)
+        try connection.query(statements.upsert, keyParameters + measures.map(\.parameter))
+        if mayEmpty { try connection.query(statements.deleteEmpty, keyParameters) }
+    }
+
+    /// The key columns of the rows one statement writes, in the statements' order: traffic
+    /// class, time (the grain's column), ad unit, format and, but for the format table, the
+    /// table's second dimension.
+    private struct KeyColumns {
+        var trafficClass: BinaryArray, time: BinaryArray, adUnit: BinaryArray, formatId: BinaryArray, second: BinaryArray
+
+        init(capacity: Int) {
+            trafficClass = BinaryArray(.int8, capacity: capacity)
+            time = BinaryArray(.int8, capacity: capacity)
+            adUnit = BinaryArray(.text, capacity: capacity)
+            formatId = BinaryArray(.text, capacity: capacity)
+            second = BinaryArray(.text, capacity: capacity)
+        }
+
+        mutating func append(_ key: ProjectionKey, time t: Int64, table: ProjectionTable) {
             trafficClass.append(Int64(key.trafficClass.rawValue))
-            time.append(Int64(t))
+            time.append(t)
             adUnit.append(key.adUnit)
             formatId.append(key.formatId)
             if let s = key.secondDimension(table) { second.append(s) }
-            for m in 0..<width { measures[m].append(values[m]) }
         }
-        var parameters = [trafficClass, time, adUnit, formatId]
-        if table != .format { parameters.append(second) }
-        parameters += measures
-        try connection.query(statements.upsert, parameters.map(\.parameter))
-        // Only a subtraction can empty a row.
-        if rows.contains(where: { $0.values.min() < 0 }) {
-            try connection.query(statements.deleteEmpty, parameters.prefix(table == .format ? 4 : 5).map(\.parameter))
+
+        func parameters(_ table: ProjectionTable) -> [BinaryArray] {
+            table == .format ? [trafficClass, time, adUnit, formatId] : [trafficClass, time, adUnit, formatId, second]
         }
     }
 }

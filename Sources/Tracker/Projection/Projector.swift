@@ -292,20 +292,22 @@ enum ProjectorSQL {
     /// request id or ctid, the day tables by primary key. The planner does not always see it:
     /// before autovacuum has analysed today's partition (or after it grew since) it estimates
     /// a few thousand rows behind the checkpoint and sorts the whole partition instead of
-    /// reading the index in order (1 s instead of 40 ms per step of 20 000 events on 300 000
-    /// logged events, docs/PROJECTOR-DESIGN.md). A disabled plan's cost (10^10) is above
-    /// `jit_above_cost`, and compiling a one-row UPDATE with LLVM took 50-90 ms: no JIT (the
-    /// step's statements are short). SET LOCAL ends with the step's transaction. The step's
-    /// commit is durable whatever the database's default (`synchronous_commit = on`): a report
-    /// never shows numbers that a database crash could take back. On Citus, the step's writes
-    /// of per-ad state go to every shard over one connection per worker, not one per shard
-    /// (`EventLog.Configuration.sessionSetup` says why); elsewhere that setting is an unused
-    /// placeholder.
-    static let stepSettings = """
-        SET LOCAL synchronous_commit = on; SET LOCAL jit = off; SET LOCAL enable_sort = off;
-        SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off;
-        SET LOCAL enable_mergejoin = off; SET LOCAL citus.max_adaptive_executor_pool_size = 1
+    /// reading the index in order (docs/PROJECTOR-DESIGN.md). A disabled plan's cost (10^10) is
+    /// above `jit_above_cost`, and compiling a one-row UPDATE with LLVM costs far more than
+    /// running it: no JIT (the step's statements are short). SET LOCAL ends with the
+    /// transaction. Shared with the reads of a Citus worker (`CitusSQL.readSettings`).
+    static let plannerSettings = """
+        SET LOCAL jit = off; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off;
+        SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off
         """
+
+    /// `plannerSettings`, and the step's commit durable whatever the database's default
+    /// (`synchronous_commit = on`): a report never shows numbers that a database crash could
+    /// take back. On Citus, the step's writes of per-ad state go to every shard over one
+    /// connection per worker, not one per shard (`EventLog.Configuration.sessionSetup` says
+    /// why); elsewhere that setting is an unused placeholder.
+    static let stepSettings = "SET LOCAL synchronous_commit = on; " + plannerSettings
+        + "; SET LOCAL citus.max_adaptive_executor_pool_size = 1"
 
     /// Binary columns: the `AdEventColumn`s, then tx and seq (read by `LogBatch`).
     static let nextEvents = """

@@ -27,7 +27,7 @@ struct Horizons {
             shards = try log.shards(on: c)
             let heads: [Int64: LogPosition]
             if case .shards(let h)? = head { heads = h } else { heads = [:] }
-            for (node, nodeShards) in Dictionary(grouping: shards, by: \.node) {
+            for (node, nodeShards) in log.byNode(shards) {
                 let newest = nodeShards.compactMap { heads[$0.id]?.order?.tx }.max()
                 byNode[node] = try log.withWorker(node) { worker in
                     try waitForEnd(of: newest.map(String.init), on: worker)
@@ -62,7 +62,7 @@ struct Horizons {
             var address: [UInt8]
         }
         var merged: [Group: (events: Int64, members: [UInt8])] = [:]
-        for (node, nodeShards) in Dictionary(grouping: shards, by: \.node) {
+        for (node, nodeShards) in log.byNode(shards) {
             let horizon = byNode[node] ?? 0
             let r = try log.withWorker(node) { worker in
                 try worker.query(RebuildSQL.openGroupsOfShards(nodeShards.map(\.table), below: horizon), [since.parameter],

@@ -1,19 +1,10 @@
 extension ReportValue {
-    /// The value as JSON: strings quoted, counts as integers, ratios as numbers.
-    func appendJSON(to out: inout String) {
-        switch self {
-        case .text(let s): JSONText.appendQuoted(s, to: &out)
-        case .count(let n): out += String(n)
-        case .ratio(let r): out += r.isFinite ? String(r) : "0"
-        }
-    }
-
-    /// `appendJSON` into a response body's bytes.
+    /// The value as JSON into a response body's bytes: strings quoted, counts and ratios as
+    /// numbers, written as in CSV (`plain`).
     func appendJSON(to out: inout [UInt8]) {
         switch self {
         case .text(let s): JSONText.appendQuoted(s, to: &out)
-        case .count(let n): out += String(n).utf8
-        case .ratio(let r): out += (r.isFinite ? String(r) : "0").utf8
+        case .count, .ratio: out += plain.utf8
         }
     }
 
@@ -45,7 +36,7 @@ extension ReportResult {
     }
 
     /// `json` as UTF-8 bytes, built as bytes: a report by hour has thousands of rows, and
-    /// appending to a `String` piece by piece took longer than the query.
+    /// appending them to a `String` piece by piece costs more than the query.
     public var jsonBytes: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(128 + rows.count * columns.count * 24)

@@ -252,7 +252,7 @@ enum ReportSQL {
         // segments ($6 block, $7 day, $8 hour label, $9 first and $10 past-last element) say which
         // (LocalSegments, docs/REPORTS.md "Time zones and hours").
         // The slices are taken first (narrow rows), then summed: sorting or hashing the joined
-        // rows with their arrays cost more than the rest of the query.
+        // rows with their arrays would cost more than the rest of the query.
         let slices = summed.enumerated().map { "q.\($1.column)[g.hi] - q.\($1.column)[g.lo] AS m\($0)" }
         let sliceSums = summed.indices.map { "sum(m\($0))" }
         let sliceHaving = sliceSums.map { "\($0) <> 0" }.joined(separator: " OR ")

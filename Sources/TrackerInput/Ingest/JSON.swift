@@ -340,8 +340,7 @@ public enum JSONText {
             case 0x0D: out += [0x5C, 0x72]
             case 0x09: out += [0x5C, 0x74]
             case ..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                out += [0x5C, 0x75, 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 15)]]
+                out += [0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15)]
             default: out.append(b)
             }
         }

@@ -204,7 +204,7 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
             // A group of hex digits, or the dotted IPv4 tail.
             let start = i
             var value: UInt32 = 0
-            while i < n, let h = hexDigit(text[i]), i - start < 4 {
+            while i < n, let h = Hex.value(text[i]).map(UInt32.init), i - start < 4 {
                 value = value << 4 | h
                 i += 1
             }
@@ -243,15 +243,6 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
 
     private static func decimalDigit(_ b: UInt8) -> UInt32? {
         b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") ? UInt32(b - UInt8(ascii: "0")) : nil
-    }
-
-    private static func hexDigit(_ b: UInt8) -> UInt32? {
-        switch b {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(b - UInt8(ascii: "0"))
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt32(b - UInt8(ascii: "a") + 10)
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt32(b - UInt8(ascii: "A") + 10)
-        default: nil
-        }
     }
 }
 
