@@ -43,9 +43,12 @@ struct ScaleOutTests {
             while stream.waitingAtGate < Self.senders, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(10))
             }
+            // The count is read the moment the signal is sent: waiting for the exit first resumes this
+            // task only when the test process has a thread free, and by then the stream may be done.
             stream.openGate()
-            await first.kill9()
+            first.process.signal(SIGKILL)
             let beforeKill = stream.acknowledgedBatches
+            await first.kill9()
             await sending.value
             let retries = try balancer.retries()
             print("scale-out: killed t1 after \(beforeKill) of \(bodies.count) batches; served by \(stream.servedBy); " +
