@@ -104,7 +104,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TrackerTests",
-            dependencies: ["Tracker", "TrackerInput"],
+            dependencies: ["Tracker", "TrackerInput", "TrackerPostgres"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -9,6 +9,10 @@ import Synchronization
 /// runs: cancelling the task ends the wait. As a `Service` the pool closes itself when the
 /// service group shuts down; list it before the services that use it, so they stop first.
 ///
+/// Every decision (lend, open, queue, hand over, expire, close) is `PoolStateMachine`'s,
+/// taken under one lock; this class carries them out: it resumes borrowers, keeps their
+/// deadlines with a timer and runs the libpq work.
+///
 /// libpq calls block, so each pooled connection owns a serial `DispatchQueue` and the
 /// closure runs there, never on Swift's cooperative threads. A connection that broke is
 /// dropped and the next borrower of its slot reconnects, so the pool heals itself after
@@ -22,29 +26,22 @@ public final class ConnectionPool: Service, Sendable {
     /// `DATABASE_URL` carrying its own `options` would replace.
     public let sessionSetup: String?
     private let logger: Logger
-    private let state = Mutex(State())
-
-    private struct State {
-        var idle: [Slot] = []
-        var slotCount = 0
-        var waiters: [(id: Int, continuation: CheckedContinuation<Slot, any Error>)] = []
-        var nextWaiterID = 0
-        var closed = false
-    }
+    private typealias Machine = PoolStateMachine<ContinuousClock.Instant, Slot, CheckedContinuation<Slot, any Error>>
+    private let state: Mutex<Machine>
 
     public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(5),
                 sessionSetup: String? = nil, logger: Logger) {
-        precondition(maxConnections > 0)
         self.conninfo = conninfo
         self.sessionSetup = sessionSetup
         self.maxConnections = maxConnections
         self.acquireTimeout = acquireTimeout
         self.logger = logger
+        state = Mutex(Machine(maxConnections: maxConnections, acquireTimeout: acquireTimeout))
     }
 
     /// Connections lent out, connections idle in the pool, and borrowers waiting for one (for the pool gauges).
     public var usage: (inUse: Int, idle: Int, waiting: Int) {
-        state.withLock { s in (s.slotCount - s.idle.count, s.idle.count, s.waiters.count) }
+        state.withLock { $0.usage }
     }
 
     /// Runs `body` with a connection of its own; the connection goes back to the pool afterwards.
@@ -65,87 +62,59 @@ public final class ConnectionPool: Service, Sendable {
 
     /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.
     public func close() {
-        let (idle, waiters) = state.withLock { s -> ([Slot], [CheckedContinuation<Slot, any Error>]) in
-            s.closed = true
-            defer { s.idle = []; s.waiters = [] }
-            return (s.idle, s.waiters.map(\.continuation))
-        }
+        let (idle, waiters) = state.withLock { $0.close() }
         for slot in idle { slot.close() }
-        for w in waiters { w.resume(throwing: DatabaseError(.poolClosed, serverMessage: "pool closed")) }
+        for w in waiters { w.resume(throwing: Self.closed) }
     }
 
-    private func acquire() async throws -> Slot {
-        enum Next { case slot(Slot), wait }
-        let next: Next = try state.withLock { s in
-            if s.closed { throw DatabaseError(.poolClosed, serverMessage: "pool closed") }
-            if let slot = s.idle.popLast() { return .slot(slot) }
-            if s.slotCount < maxConnections {
-                s.slotCount += 1
-                return .slot(Slot())
-            }
-            return .wait
-        }
-        if case .slot(let slot) = next { return slot }
+    private static var closed: DatabaseError { DatabaseError(.poolClosed, serverMessage: "pool closed") }
 
-        // Wait for a release, at most `acquireTimeout`, or until the borrower's task is cancelled.
-        let id = state.withLock { s in
-            defer { s.nextWaiterID += 1 }
-            return s.nextWaiterID
+    private func acquire() async throws -> Slot {
+        switch state.withLock({ $0.borrow() }) {
+        case .lend(let slot): return slot
+        case .open: return Slot()
+        case .failClosed: throw Self.closed
+        case .mustWait: break
         }
+        let id = state.withLock { $0.makeBorrowID() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                enum Registered { case waiting, served, closed, cancelled }
-                let registered: Registered = state.withLock { s in
-                    if s.closed { return .closed }
-                    if Task.isCancelled { return .cancelled }
-                    if let slot = s.idle.popLast() {
-                        continuation.resume(returning: slot)
-                        return .served
-                    }
-                    s.waiters.append((id, continuation))
-                    return .waiting
+                let action = state.withLock {
+                    $0.wait(id, waiter: continuation, isCancelled: Task.isCancelled, now: .now)
                 }
-                switch registered {
-                case .served: return
-                case .closed: continuation.resume(throwing: DatabaseError(.poolClosed, serverMessage: "pool closed"))
-                case .cancelled: continuation.resume(throwing: CancellationError())
-                case .waiting:
-                    let timeout = acquireTimeout
-                    DispatchQueue.global().asyncAfter(deadline: .now() + Self.interval(timeout)) { [weak self] in
-                        self?.endWait(id, DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(timeout)"))
+                switch action {
+                case .lend(let slot): continuation.resume(returning: slot)
+                case .open: continuation.resume(returning: Slot())
+                case .failClosed: continuation.resume(throwing: Self.closed)
+                case .failCancelled: continuation.resume(throwing: CancellationError())
+                case .queued(let deadline):
+                    // Waits are rare (every connection busy), so a timer task per wait costs
+                    // nothing on the common path; one that wakes after its borrower was served
+                    // finds nothing to expire.
+                    Task { [weak self] in
+                        try? await Task.sleep(until: deadline, clock: .continuous)
+                        self?.expireWaits()
                     }
                 }
             }
         } onCancel: {
-            endWait(id, CancellationError())
+            state.withLock { $0.cancel(id) }?.resume(throwing: CancellationError())
         }
     }
 
-    private static func interval(_ duration: Duration) -> DispatchTimeInterval {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
-    }
-
-    /// Ends waiter `id`'s wait with `error`, unless a release served it first.
-    private func endWait(_ id: Int, _ error: any Error) {
-        let waiter = state.withLock { s -> CheckedContinuation<Slot, any Error>? in
-            guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return s.waiters.remove(at: i).continuation
+    /// Fails the borrowers whose `acquireTimeout` has passed.
+    private func expireWaits() {
+        let expired = state.withLock { $0.expire(now: .now) }
+        for waiter in expired {
+            waiter.resume(throwing: DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(acquireTimeout)"))
         }
-        waiter?.resume(throwing: error)
     }
 
     private func release(_ slot: Slot) {
-        let waiter = state.withLock { s -> CheckedContinuation<Slot, any Error>? in
-            if s.closed { return nil }
-            if !s.waiters.isEmpty { return s.waiters.removeFirst().continuation }
-            s.idle.append(slot)
-            return nil
-        }
-        if let waiter {
-            waiter.resume(returning: slot)
-        } else if state.withLock({ $0.closed }) {
-            slot.close()
+        switch state.withLock({ $0.release(slot) }) {
+        case .handOver(let slot, let waiter): waiter.resume(returning: slot)
+        case .keep: break
+        case .close(let slot): slot.close()
         }
     }
 }

@@ -45,6 +45,10 @@ public enum AppendError: Error, Sendable, Equatable {
 /// waiting (up to `maxGroupEvents`) and store it with one statement and one commit. No
 /// request waits for a timer: a group is simply what arrived while the previous write ran,
 /// so under light load a request is written at once and under heavy load commits are shared.
+///
+/// Which writer writes what, back-pressure, deadlines and the drain are decided by
+/// `EventLogStateMachine` under one lock; this class is its shell: it parks and wakes writers,
+/// runs the SQL, and answers each request with what the machine hands back.
 public final class EventLog: Service, Sendable {
     public struct Configuration: Sendable {
         public var writers = 3
@@ -87,55 +91,20 @@ public final class EventLog: Service, Sendable {
         }
     }
 
-    /// A request's answer, given once: by the write, or by the deadline, whichever comes first.
-    ///
-    /// Deadlines are kept by one sweeper (`enforceDeadlines`), not a timer per request: a task
-    /// and a timer for each append cost more tracker CPU than the rest of the log's work for a
-    /// single-event request (a task per request also wakes a pool thread each time).
-    private final class Reply: Sendable {
-        private let continuation: Mutex<CheckedContinuation<AppendOutcome, any Error>?>
-        /// When the append gives up (`appendTimeout` after it was queued); nil: never.
-        let deadline: ContinuousClock.Instant?
-
-        init(_ continuation: CheckedContinuation<AppendOutcome, any Error>, deadline: ContinuousClock.Instant?) {
-            self.continuation = Mutex(continuation)
-            self.deadline = deadline
-        }
-
-        var isAnswered: Bool { continuation.withLock { $0 == nil } }
-
-        func resume(returning outcome: AppendOutcome) {
-            continuation.withLock { c in defer { c = nil }; return c }?.resume(returning: outcome)
-        }
-
-        func resume(throwing error: any Error) {
-            continuation.withLock { c in defer { c = nil }; return c }?.resume(throwing: error)
-        }
-    }
-
-    private struct Submission {
+    /// An append's events and its caller, waiting for a writer and then for its answer.
+    private struct Submission: Sendable {
         var events: [TrackingEvent]
         var keyName: String
-        var continuation: Reply
+        var continuation: CheckedContinuation<AppendOutcome, any Error>
     }
 
-    private struct State {
-        var queue: [Submission] = []
-        var queuedEvents = 0
-        var idleWriters: [CheckedContinuation<Void, Never>] = []
-        /// Writers between taking a group and finishing its write.
-        var writing = 0
-        var stopping = false
-        /// Every reply with a deadline, in the order queued (so in deadline order: the timeout
-        /// is the same for all), from `deadlinesStart` on; the sweeper drops answered ones.
-        var deadlines: [Reply] = []
-        var deadlinesStart = 0
-    }
+    private typealias Taken = TakenAppend<Submission>
+    private typealias Machine = EventLogStateMachine<ContinuousClock.Instant, Submission, CheckedContinuation<[Taken]?, Never>>
 
     private let pool: ConnectionPool
     private let configuration: Configuration
     private let logger: Logger
-    private let state = Mutex(State())
+    private let state: Mutex<Machine>
     /// Time of one group's statement and commit (the WAL flush included).
     private let commitDuration = Timer(label: "tracker_commit_duration_seconds")
     /// Events and requests sharing one commit: how well group commit groups.
@@ -151,6 +120,9 @@ public final class EventLog: Service, Sendable {
         self.pool = pool
         self.configuration = configuration
         self.logger = logger
+        state = Mutex(Machine(limits: .init(
+            maxGroupEvents: configuration.maxGroupEvents, parallelWriteThreshold: configuration.parallelWriteThreshold,
+            maxQueuedEvents: configuration.maxQueuedEvents, appendTimeout: configuration.appendTimeout)))
     }
 
     /// Events accepted by requests and waiting for a writer (for the queue-depth gauge).
@@ -166,20 +138,10 @@ public final class EventLog: Service, Sendable {
         if events.isEmpty { return AppendOutcome(stored: 0, duplicates: 0) }
         do {
             return try await withCheckedThrowingContinuation { continuation in
-                let timeout = configuration.appendTimeout
-                let result: Result<CheckedContinuation<Void, Never>?, AppendError> = state.withLock { s in
-                    // The clock is read under the lock, so `deadlines` stays in deadline order.
-                    let reply = Reply(continuation, deadline: timeout.map { ContinuousClock.now + $0 })
-                    if s.stopping { return .failure(.shuttingDown) }
-                    if s.queuedEvents + events.count > configuration.maxQueuedEvents { return .failure(.overloaded) }
-                    s.queue.append(Submission(events: events, keyName: keyName, continuation: reply))
-                    s.queuedEvents += events.count
-                    if timeout != nil { s.deadlines.append(reply) }
-                    return .success(Self.mayStartWrite(s, configuration) ? s.idleWriters.popLast() : nil)
-                }
-                switch result {
-                case .failure(let error): continuation.resume(throwing: error)
-                case .success(let writer): writer?.resume()
+                let submission = Submission(events: events, keyName: keyName, continuation: continuation)
+                switch state.withLock({ $0.submit(submission, events: events.count, now: .now) }) {
+                case .refused(let error): continuation.resume(throwing: error)
+                case .accepted(_, let start): start?.writer.resume(returning: start?.group)
                 }
             }
         } catch let error as AppendError {
@@ -222,125 +184,78 @@ public final class EventLog: Service, Sendable {
     }
 
     /// Every tenth of the timeout (at most 100 ms), answers `.databaseUnavailable` to each
-    /// append whose deadline passed, withdrawing its events if no writer took them yet (an
-    /// append whose write is in flight just gets its answer early: that write is one statement,
-    /// and a retry of it counts as duplicates).
+    /// append whose deadline passed (`EventLogStateMachine.expire`). One sweeper, not a timer per
+    /// append: a task and a timer for each cost more than the rest of a single-event append.
     private func enforceDeadlines(_ timeout: Duration) async {
         let period = min(timeout / 10, .milliseconds(100))
         while !Task.isCancelled {
             do { try await Task.sleep(for: period) } catch { return }
-            let now = ContinuousClock.now
-            let expired: [Reply] = state.withLock { s in
-                var expired: [Reply] = []
-                while s.deadlinesStart < s.deadlines.count {
-                    let reply = s.deadlines[s.deadlinesStart]
-                    if !reply.isAnswered {
-                        guard let deadline = reply.deadline, deadline <= now else { break }
-                        if let i = s.queue.firstIndex(where: { $0.continuation === reply }) {
-                            s.queuedEvents -= s.queue[i].events.count
-                            s.queue.remove(at: i)
-                        }
-                        expired.append(reply)
-                    }
-                    s.deadlinesStart += 1
-                }
-                if s.deadlinesStart >= 1024, s.deadlinesStart * 2 >= s.deadlines.count {
-                    s.deadlines.removeFirst(s.deadlinesStart)
-                    s.deadlinesStart = 0
-                }
-                return expired
-            }
-            for reply in expired { reply.resume(throwing: AppendError.databaseUnavailable) }
+            let expired = state.withLock { $0.expire(now: .now) }
+            for submission in expired { submission.continuation.resume(throwing: AppendError.databaseUnavailable) }
         }
     }
 
     /// Stops taking new events; writers finish the queue and return.
     public func stop() {
-        let writers = state.withLock { s in
-            s.stopping = true
-            defer { s.idleWriters = [] }
-            return s.idleWriters
-        }
-        for w in writers { w.resume() }
+        for (writer, group) in state.withLock({ $0.stop() }) { writer.resume(returning: group) }
     }
 
     private func writerLoop() async {
-        while let group = await takeGroup() {
+        var afterWrite = false
+        while let group = await nextGroup(afterWrite: afterWrite) {
             await write(group)
-            state.withLock { $0.writing -= 1 }
+            afterWrite = true
         }
     }
 
-    /// Whether an idle writer should take the queue now (see `parallelWriteThreshold`).
-    private static func mayStartWrite(_ s: State, _ configuration: Configuration) -> Bool {
-        !s.queue.isEmpty && (s.writing == 0 || s.stopping || s.queuedEvents >= configuration.parallelWriteThreshold)
-    }
-
-    /// Waits for work; `nil` once stopping and the queue is empty.
-    private func takeGroup() async -> [Submission]? {
-        while true {
-            enum Step { case group([Submission]), done, wait }
-            let step: Step = state.withLock { s in
-                if s.queue.isEmpty { return s.stopping ? .done : .wait }
-                if !Self.mayStartWrite(s, configuration) { return .wait }
-                var count = 0
-                var n = 0
-                while n < s.queue.count, n == 0 || count + s.queue[n].events.count <= configuration.maxGroupEvents {
-                    count += s.queue[n].events.count
-                    n += 1
-                }
-                let group = Array(s.queue.prefix(n))
-                s.queue.removeFirst(n)
-                s.queuedEvents -= count
-                s.writing += 1
-                return .group(group)
-            }
-            switch step {
-            case .group(let g): return g
-            case .done: return nil
-            case .wait:
-                await withCheckedContinuation { (wake: CheckedContinuation<Void, Never>) in
-                    let resumeNow = state.withLock { s in
-                        if s.stopping || Self.mayStartWrite(s, configuration) { return true }
-                        s.idleWriters.append(wake)
-                        return false
-                    }
-                    if resumeNow { wake.resume() }
-                }
+    /// The next group to write, waiting for one if need be; `nil` once stopping and the queue is empty.
+    private func nextGroup(afterWrite: Bool) async -> [Taken]? {
+        await withCheckedContinuation { (writer: CheckedContinuation<[Taken]?, Never>) in
+            switch state.withLock({ $0.writerReady(writer, afterWrite: afterWrite) }) {
+            case .write(let group): writer.resume(returning: group)
+            case .finish: writer.resume(returning: nil)
+            case .park: break
             }
         }
     }
 
-    private func write(_ group: [Submission]) async {
-        let batch = AppendBatch(group.map { ($0.events, $0.keyName) })
+    /// Answers the appends of `group` still waiting for their answer, each with `answer(i)`
+    /// (its position in the group).
+    private func answer(_ group: [Taken], _ answer: (Int) -> Result<AppendOutcome, any Error>) {
+        let waiting = state.withLock { s in group.map { s.claim($0.id) } }
+        for (i, submission) in waiting.enumerated() {
+            submission?.continuation.resume(with: answer(i))
+        }
+    }
+
+    private func write(_ group: [Taken]) async {
+        let batch = AppendBatch(group.map { ($0.request.events, $0.request.keyName) })
         do {
             let started = ContinuousClock.now
-            let replies = group.map(\.continuation)
-            let stored = try await store(batch, abandoned: { replies.allSatisfy(\.isAnswered) })
+            let ids = group.map(\.id)
+            let stored = try await store(batch, abandoned: { self.state.withLock { $0.allAnswered(ids) } })
             commitDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
-            commitEvents.record(group.reduce(0) { $0 + $1.events.count })
+            commitEvents.record(group.reduce(0) { $0 + $1.request.events.count })
             commitRequests.record(group.count)
-            for (i, submission) in group.enumerated() {
-                submission.continuation.resume(returning: batch.outcome(of: i, stored: stored))
-            }
+            answer(group) { i in .success(batch.outcome(of: i, stored: stored)) }
         } catch {
             let appendError = Self.classify(error)
             if appendError == .failed, group.count > 1 {
                 // Something in the group was refused: write the submissions one by one so
                 // only the one at fault fails, and the others are still acknowledged.
                 logger.warning("group write failed; retrying its submissions one by one", metadata: ["tracker.error": "\(String(reflecting: error))"])
-                for submission in group { await write([submission]) }
+                for taken in group { await write([taken]) }
                 return
             }
-            if appendError == .failed, let submission = group.first, (error as? DatabaseError).map(Self.refusesContent) == true {
+            if appendError == .failed, let taken = group.first, (error as? DatabaseError).map(Self.refusesContent) == true {
                 // The database refused something the validator let through: find the events at
                 // fault by halves, so one bad value costs its own event, not its batch forever.
                 logger.warning("the database refused an event's content; isolating it", metadata: ["tracker.error": "\(String(reflecting: error))"])
-                await isolate(submission)
+                await isolate(taken)
                 return
             }
             logger.error("event append failed", metadata: ["tracker.error": "\(String(reflecting: error))"])
-            for submission in group { submission.continuation.resume(throwing: appendError) }
+            answer(group) { _ in .failure(appendError) }
         }
     }
 
@@ -408,18 +323,20 @@ public final class EventLog: Service, Sendable {
 
     /// Stores a submission in halves down to the single events the database refuses; answers
     /// with what was stored and what was refused (each part is its own commit).
-    private func isolate(_ submission: Submission) async {
+    private func isolate(_ taken: Taken) async {
+        let submission = taken.request
         var stored = 0
         var refused: [RefusedEvent] = []
         do {
             try await storeIsolating(submission.events[...], keyName: submission.keyName, stored: &stored, refused: &refused)
         } catch {
             logger.error("event append failed", metadata: ["tracker.error": "\(String(reflecting: error))"])
-            submission.continuation.resume(throwing: Self.classify(error))
+            answer([taken]) { _ in .failure(Self.classify(error)) }
             return
         }
-        submission.continuation.resume(returning: AppendOutcome(
-            stored: stored, duplicates: submission.events.count - stored - refused.count, refused: refused))
+        answer([taken]) { _ in
+            .success(AppendOutcome(stored: stored, duplicates: submission.events.count - stored - refused.count, refused: refused))
+        }
     }
 
     private func storeIsolating(_ events: ArraySlice<TrackingEvent>, keyName: String, stored: inout Int, refused: inout [RefusedEvent]) async throws {

@@ -1,0 +1,168 @@
+import Testing
+@testable import Tracker
+
+/// The event log's decisions: requests and writers are plain names, events are counts, and
+/// time moves only when the test says.
+struct EventLogStateMachineTests {
+    typealias Machine = EventLogStateMachine<TestInstant, String, String>
+
+    static func machine(maxGroupEvents: Int = 100, parallelWriteThreshold: Int = 50, maxQueuedEvents: Int = 1_000,
+                        appendTimeout: Duration? = .seconds(8)) -> Machine {
+        Machine(limits: .init(maxGroupEvents: maxGroupEvents, parallelWriteThreshold: parallelWriteThreshold,
+                              maxQueuedEvents: maxQueuedEvents, appendTimeout: appendTimeout))
+    }
+
+    /// Submits and returns the id, failing the test on a refusal.
+    static func submit(_ log: inout Machine, _ request: String, events: Int, now: TestInstant = .zero,
+                       sourceLocation: SourceLocation = #_sourceLocation) -> (id: Int, started: (writer: String, group: [String])?) {
+        switch log.submit(request, events: events, now: now) {
+        case .accepted(let id, let start): return (id, start.map { ($0.writer, $0.group.map(\.request)) })
+        case .refused(let error):
+            Issue.record("\(request) refused: \(error)", sourceLocation: sourceLocation)
+            return (-1, nil)
+        }
+    }
+
+    static func requests(_ action: Machine.WriterAction) -> [String]? {
+        if case .write(let group) = action { return group.map(\.request) }
+        return nil
+    }
+
+    @Test func anIdleWriterWritesTheFirstRequestAtOnce() {
+        var log = Self.machine()
+        guard case .park = log.writerReady("w1", afterWrite: false) else { Issue.record("an empty log parks its writer"); return }
+        let first = Self.submit(&log, "a", events: 1)
+        #expect(first.started?.writer == "w1")
+        #expect(first.started?.group == ["a"], "no timer: the first request is written at once")
+        #expect(log.queuedEvents == 0)
+    }
+
+    @Test func requestsArrivingDuringAWriteShareTheNextCommit() {
+        var log = Self.machine()
+        _ = log.writerReady("w1", afterWrite: false)
+        _ = log.writerReady("w2", afterWrite: false)
+        _ = Self.submit(&log, "a", events: 1)   // w2 (the last parked) writes it
+        for r in ["b", "c", "d"] {
+            #expect(Self.submit(&log, r, events: 1).started == nil, "below the threshold, w1 stays parked while a write runs")
+        }
+        #expect(log.queuedEvents == 3)
+        #expect(Self.requests(log.writerReady("w2", afterWrite: true)) == ["b", "c", "d"], "one group, one commit")
+    }
+
+    @Test func aSecondWriterStartsOnlyWhenTheThresholdIsQueued() {
+        var log = Self.machine(parallelWriteThreshold: 50)
+        _ = log.writerReady("w1", afterWrite: false)
+        _ = log.writerReady("w2", afterWrite: false)
+        _ = Self.submit(&log, "first", events: 10)
+        #expect(Self.submit(&log, "small", events: 39).started == nil)
+        let big = Self.submit(&log, "big", events: 11)
+        #expect(big.started?.writer == "w1", "50 events wait: a parallel write starts")
+        #expect(big.started?.group == ["small", "big"])
+    }
+
+    @Test func aGroupHoldsAtMostMaxGroupEventsButAlwaysOneRequest() {
+        var log = Self.machine(maxGroupEvents: 100, parallelWriteThreshold: 10_000)
+        _ = Self.submit(&log, "a", events: 60)
+        _ = Self.submit(&log, "b", events: 30)
+        _ = Self.submit(&log, "c", events: 20)
+        _ = Self.submit(&log, "huge", events: 500)
+        #expect(Self.requests(log.writerReady("w", afterWrite: false)) == ["a", "b"])
+        #expect(Self.requests(log.writerReady("w", afterWrite: true)) == ["c"])
+        #expect(Self.requests(log.writerReady("w", afterWrite: true)) == ["huge"], "a request larger than a group is written alone")
+    }
+
+    @Test func beyondTheQueueLimitARequestIsRefusedAsOverloadedAndNothingOfItIsQueued() {
+        var log = Self.machine(maxQueuedEvents: 100)
+        _ = Self.submit(&log, "a", events: 90)
+        guard case .refused(.overloaded) = log.submit("b", events: 11, now: .zero) else { Issue.record("b is refused"); return }
+        #expect(log.queuedEvents == 90)
+        _ = Self.submit(&log, "c", events: 10)
+        #expect(log.queuedEvents == 100, "exactly the limit is accepted")
+    }
+
+    @Test func aQueuedRequestPastItsDeadlineIsAnsweredAndWithdrawnSoNoWriterStoresIt() {
+        var log = Self.machine(appendTimeout: .seconds(8))
+        var clock = ManualClock()
+        _ = Self.submit(&log, "old", events: 5, now: clock.now)
+        clock.advance(by: .seconds(1))
+        _ = Self.submit(&log, "new", events: 7, now: clock.now)
+        clock.advance(by: .seconds(7) - .microseconds(1))
+        #expect(log.expire(now: clock.now).isEmpty, "a microsecond before its deadline it still waits")
+        clock.advance(by: .microseconds(1))
+        #expect(log.expire(now: clock.now) == ["old"])
+        #expect(log.queuedEvents == 7)
+        #expect(Self.requests(log.writerReady("w", afterWrite: false)) == ["new"], "the withdrawn request is not written")
+    }
+
+    @Test func aRequestBeingWrittenIsAnsweredOnceByTheDeadlineOrByTheWriteWhicheverComesFirst() {
+        var log = Self.machine(appendTimeout: .seconds(8))
+        let a = Self.submit(&log, "a", events: 1).id
+        let b = Self.submit(&log, "b", events: 1, now: .zero.advanced(by: .seconds(5))).id
+        guard case .write(let group) = log.writerReady("w", afterWrite: false) else { Issue.record("a write starts"); return }
+        #expect(!log.allAnswered(group.map(\.id)))
+        #expect(log.expire(now: .zero.advanced(by: .seconds(9))) == ["a"], "the write is slow: a gets its answer early")
+        #expect(!log.allAnswered([a, b]), "b still waits, so the write goes on")
+        #expect(log.claim(a) == nil, "the write's answer does not reach a a second time")
+        #expect(log.claim(b) == "b")
+        #expect(log.allAnswered([a, b]))
+        #expect(log.expire(now: .zero.advanced(by: .seconds(60))).isEmpty, "nor does the deadline reach b")
+    }
+
+    @Test func withoutATimeoutNothingExpires() {
+        var log = Self.machine(appendTimeout: nil)
+        _ = Self.submit(&log, "a", events: 1)
+        #expect(log.expire(now: .zero.advanced(by: .seconds(86_400))).isEmpty)
+        #expect(log.queuedEvents == 1)
+    }
+
+    @Test func stoppingRefusesNewRequestsAndTheWritersDrainWhatWasAcceptedThenEnd() {
+        var log = Self.machine(maxGroupEvents: 10, parallelWriteThreshold: 1_000)
+        _ = log.writerReady("w1", afterWrite: false)
+        _ = Self.submit(&log, "a", events: 1)   // w1 writes a
+        _ = log.writerReady("w2", afterWrite: false)   // parks: a write runs, below the threshold
+        _ = Self.submit(&log, "b", events: 6)
+        _ = Self.submit(&log, "c", events: 6)
+        let woken = log.stop()
+        #expect(woken.map(\.writer) == ["w2"])
+        #expect(woken.first?.group?.map(\.request) == ["b"], "stopping, a parked writer starts at once")
+        guard case .refused(.shuttingDown) = log.submit("d", events: 1, now: .zero) else { Issue.record("d is refused"); return }
+        #expect(Self.requests(log.writerReady("w1", afterWrite: true)) == ["c"], "what was accepted is still written")
+        guard case .finish = log.writerReady("w1", afterWrite: true), case .finish = log.writerReady("w2", afterWrite: true) else {
+            Issue.record("with the queue empty, the writers end"); return
+        }
+    }
+
+    @Test func stoppingAnIdleLogEndsEveryParkedWriter() {
+        var log = Self.machine()
+        _ = log.writerReady("w1", afterWrite: false)
+        _ = log.writerReady("w2", afterWrite: false)
+        let woken = log.stop()
+        #expect(woken.map(\.writer).sorted() == ["w1", "w2"])
+        #expect(woken.allSatisfy { $0.group == nil })
+    }
+
+    @Test func thousandsOfRequestsAreEachAnsweredExactlyOnceInArrivalOrder() {
+        // Many arrivals, some expiring, exercise the dropping of passed arrivals.
+        var log = Self.machine(maxGroupEvents: 7, parallelWriteThreshold: 1_000, appendTimeout: .seconds(1))
+        var clock = ManualClock()
+        var answered: [String] = []
+        var written: [String] = []
+        for n in 0..<5_000 {
+            _ = Self.submit(&log, "r\(n)", events: 1, now: clock.now)
+            clock.advance(by: .milliseconds(1))
+            if n % 3 == 0, case .write(let group) = log.writerReady("w", afterWrite: n > 0) {
+                for taken in group {
+                    if let r = log.claim(taken.id) { answered.append(r); written.append(r) }
+                }
+            }
+            answered += log.expire(now: clock.now)
+        }
+        while case .write(let group) = log.writerReady("w", afterWrite: true) {
+            for taken in group { if let r = log.claim(taken.id) { answered.append(r); written.append(r) } }
+        }
+        #expect(answered.count == 5_000)
+        #expect(Set(answered).count == 5_000, "no request is answered twice")
+        #expect(written == written.sorted { Int($0.dropFirst())! < Int($1.dropFirst())! }, "writers take requests in arrival order")
+        #expect(log.queuedEvents == 0)
+    }
+}
