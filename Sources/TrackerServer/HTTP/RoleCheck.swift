@@ -29,20 +29,24 @@ struct RoleCheck: Service {
     let logger: Logger
 
     func run() async throws {
-        var delay = Duration.seconds(1)
-        while !Task.isCancelled {
-            do {
-                var found: [(use: Use, finding: RoleFinding)] = []
-                for use in uses {
-                    found += try await use.pool.withConnection { try use.role.findings(on: $0) }.map { (use, $0) }
+        // Retried while the database is down, but never past a shutdown: a check still waiting
+        // for the database would hold the whole server's exit.
+        try? await cancelWhenGracefulShutdown {
+            var delay = Duration.seconds(1)
+            while !Task.isCancelled {
+                do {
+                    var found: [(use: Use, finding: RoleFinding)] = []
+                    for use in uses {
+                        found += try await use.pool.withConnection { try use.role.findings(on: $0) }.map { (use, $0) }
+                    }
+                    let messages = Self.messages(found)
+                    warnings.set(messages)
+                    for message in messages { logger.warning("\(message)") }
+                    return
+                } catch {
+                    try? await Task.sleep(for: delay)
+                    delay = min(delay * 2, .seconds(30))
                 }
-                let messages = Self.messages(found)
-                warnings.set(messages)
-                for message in messages { logger.warning("\(message)") }
-                break
-            } catch {
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(30))
             }
         }
         // A service that returns ends the whole server: this one waits for the shutdown.
