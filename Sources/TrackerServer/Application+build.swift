@@ -6,40 +6,43 @@ import Prometheus
 import ServiceLifecycle
 import Tracker
 
-/// Everything the HTTP server needs, built once at startup.
+/// What the routes share, made once by `buildApplication` from a `ServeConfiguration`.
 struct ServerDependencies: Sendable {
     var pool: ConnectionPool
-    /// The projector's connections (PROJECTOR_DATABASE_URL), or `pool`: they read the log's lag.
-    var projectorPool: ConnectionPool? = nil
+    /// The projector's connections (PROJECTOR_DATABASE_URL), if apart from `pool`.
+    var projectorPool: ConnectionPool?
+    /// The reports' connections (REPORT_DATABASE_URL), if apart from `pool`.
+    var reportPool: ConnectionPool?
     var keys: APIKeys
     var log: EventLog
     var migrator: Migrator
     var reports: Reports
     var audit: AdAudit
     var rateLimiter: RateLimiter?
-    var maxConcurrentBatches: Int
     /// The ingest admission places, shared with each connection's `ConnectionGuard` (which
-    /// refuses a batch at its head when all are taken); `nil`: the router makes its own.
-    var admission: Admission? = nil
+    /// refuses a batch at its head when all are taken).
+    var admission: Admission
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
     /// The Prometheus registry `/metrics` serves; `nil` when metrics are off.
-    var metricsRegistry: PrometheusCollectorRegistry? = nil
+    var metricsRegistry: PrometheusCollectorRegistry?
     /// The pools whose connections `/metrics` reports, by name (`primary`, `reports`).
-    var metricsPools: [NamedPool] = []
+    var metricsPools: [NamedPool]
     /// `nil` without `TRACKER_BEACON_SECRET`: the beacon endpoints answer 503.
     var beacons: Beacons?
     /// The in-process projector's state (`nil` with TRACKER_PROJECTOR=off), for `/readyz`.
-    var projectorStatus: ProjectorStatus? = nil
-    var roleWarnings: RoleWarnings? = nil
-    /// The reports' connections (REPORT_DATABASE_URL), if apart from `pool`.
-    var reportPool: ConnectionPool? = nil
+    var projectorStatus: ProjectorStatus?
+    var roleWarnings: RoleWarnings
     /// How a request's client is found and stored with its events.
-    var clients = ClientIdentity(trustedProxies: IPRangeSet([]), truncatesAddresses: false)
+    var clients: ClientIdentity
 
     /// Where the projector's lag is read for `/readyz` and `/metrics`: a connection that may read
     /// the log and the checkpoint, the projector's or else the reports' (tracker_ingest may not).
     var lagPool: ConnectionPool { projectorPool ?? reportPool ?? pool }
+    /// The projector's and retention's connections.
+    var projectionPool: ConnectionPool { projectorPool ?? pool }
+    /// The reports' and the audit's connections.
+    var readPool: ConnectionPool { reportPool ?? pool }
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
@@ -56,7 +59,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     reconciliation.register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
-                admission: deps.admission ?? Admission(limit: deps.maxConcurrentBatches), bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
+                admission: deps.admission, bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
                 metrics: IngestMetrics(), clients: deps.clients)
         .register(on: router)
     BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pool),
@@ -92,19 +95,18 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
     let ingestPool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.writers + 1,
                                     sessionSetup: logConfiguration.sessionSetup, logger: logger)
     let log = EventLog(pool: ingestPool, configuration: logConfiguration, logger: logger)
-    let roleWarnings = RoleWarnings()
-    let admission = Admission(limit: configuration.maxConcurrentBatches)
+    let readPool = reportPool ?? pool
     let deps = ServerDependencies(
         pool: pool,
         projectorPool: projectorPool,
+        reportPool: reportPool,
         keys: APIKeys(pool: pool),
         log: log,
         migrator: Migrator(logger: logger),
-        reports: Reports(pool: reportPool ?? pool, maxWait: configuration.reportWait),
-        audit: AdAudit(pool: reportPool ?? pool, maxWait: configuration.reportWait),
+        reports: Reports(pool: readPool, maxWait: configuration.reportWait),
+        audit: AdAudit(pool: readPool, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
-        maxConcurrentBatches: configuration.maxConcurrentBatches,
-        admission: admission,
+        admission: Admission(limit: configuration.maxConcurrentBatches),
         bodyBudgetBytes: configuration.bodyBudgetBytes,
         chartLibraryPath: configuration.chartLibraryPath,
         metricsRegistry: metricsRegistry,
@@ -113,11 +115,10 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
         beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) },
         projectorStatus: configuration.runProjector ? ProjectorStatus() : nil,
-        roleWarnings: roleWarnings,
-        reportPool: reportPool,
+        roleWarnings: RoleWarnings(),
         clients: configuration.clients)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
-    let quickAnswers = QuickAnswers.Rules(admission: admission, keys: deps.keys, rateLimiter: deps.rateLimiter)
+    let quickAnswers = QuickAnswers.Rules(admission: deps.admission, keys: deps.keys, rateLimiter: deps.rateLimiter)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
         router: buildRouter(deps),
@@ -132,37 +133,33 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         // The pools first: a service group stops its services in reverse order, so every
         // service that uses a pool (the log draining its queue last of all) stops before it closes.
         services: ([pool, ingestPool] + [projectorPool, reportPool].compactMap { $0 }).map { $0 as any Service }
-            + backgroundServices(configuration, pool: pool, projectorPool: projectorPool, log: log,
-                                     projectorStatus: deps.projectorStatus, logger: logger)
-            + [roleCheck(configuration, pool: pool, projectorPool: projectorPool, reportPool: reportPool,
-                         warnings: roleWarnings, logger: logger)],
+            + backgroundServices(configuration, deps, logger: logger)
+            + [roleCheck(configuration, deps, logger: logger)],
         logger: logger)
 }
 
 /// The event log first (it shuts down last), then the optional projector and retention.
-func backgroundServices(_ configuration: ServeConfiguration, pool: ConnectionPool, projectorPool: ConnectionPool? = nil,
-                        log: EventLog, projectorStatus: ProjectorStatus? = nil, logger: Logger) -> [any Service] {
-    var services: [any Service] = [log]
-    if configuration.runProjector {
-        services.append(Projector(pool: projectorPool ?? pool, attributionWindow: configuration.attributionWindow,
-                                  batchSize: configuration.projectorBatchSize,
-                                  status: projectorStatus ?? ProjectorStatus(), logger: logger))
+private func backgroundServices(_ configuration: ServeConfiguration, _ deps: ServerDependencies, logger: Logger) -> [any Service] {
+    var services: [any Service] = [deps.log]
+    if let status = deps.projectorStatus {
+        services.append(Projector(pool: deps.projectionPool, attributionWindow: configuration.attributionWindow,
+                                  batchSize: configuration.projectorBatchSize, status: status, logger: logger))
     }
     if let keepDays = configuration.retentionDays {
-        services.append(RetentionService(pool: projectorPool ?? pool, keepDays: keepDays, logger: logger))
+        services.append(RetentionService(pool: deps.projectionPool, keepDays: keepDays, logger: logger))
     }
     return services
 }
 
 /// Checks each of the server's connections against the role whose work it does.
-func roleCheck(_ configuration: ServeConfiguration, pool: ConnectionPool, projectorPool: ConnectionPool?,
-               reportPool: ConnectionPool?, warnings: RoleWarnings, logger: Logger) -> RoleCheck {
-    var uses = [RoleCheck.Use(role: .ingest, setting: DatabaseRole.ingest.setting, pool: pool)]
-    if configuration.runProjector || configuration.retentionDays != nil {
-        uses.append(RoleCheck.Use(role: .projector, setting: projectorPool == nil ? DatabaseRole.ingest.setting : DatabaseRole.projector.setting,
-                                  pool: projectorPool ?? pool))
+private func roleCheck(_ configuration: ServeConfiguration, _ deps: ServerDependencies, logger: Logger) -> RoleCheck {
+    func setting(_ role: DatabaseRole, ownPool: ConnectionPool?) -> String {
+        (ownPool == nil ? DatabaseRole.ingest : role).setting
     }
-    uses.append(RoleCheck.Use(role: .report, setting: reportPool == nil ? DatabaseRole.ingest.setting : DatabaseRole.report.setting,
-                              pool: reportPool ?? pool))
-    return RoleCheck(uses: uses, warnings: warnings, logger: logger)
+    var uses = [RoleCheck.Use(role: .ingest, setting: DatabaseRole.ingest.setting, pool: deps.pool)]
+    if configuration.runProjector || configuration.retentionDays != nil {
+        uses.append(RoleCheck.Use(role: .projector, setting: setting(.projector, ownPool: deps.projectorPool), pool: deps.projectionPool))
+    }
+    uses.append(RoleCheck.Use(role: .report, setting: setting(.report, ownPool: deps.reportPool), pool: deps.readPool))
+    return RoleCheck(uses: uses, warnings: deps.roleWarnings, logger: logger)
 }

@@ -13,17 +13,14 @@ import Tracker
 /// the API answers while PostgreSQL is down. Behaviour that needs sockets or a real database
 /// (slow clients, kill -9, SIGTERM, stored events) stays in TrackerIntegrationTests.
 struct InProcessRouteTests {
-    /// Routes over a database at a port nothing listens on.
+    /// The tracker as `tracker serve` assembles it, over a database at a port nothing listens on.
     private func withRoutes(_ test: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
-        let logger = Logger(label: "in-process-test")
-        let pool = ConnectionPool(conninfo: "host=127.0.0.1 port=9 dbname=none connect_timeout=2", maxConnections: 2,
-                                  acquireTimeout: .seconds(2), logger: logger)
-        defer { pool.close() }
-        let deps = ServerDependencies(
-            pool: pool, keys: APIKeys(pool: pool), log: EventLog(pool: pool, logger: logger), migrator: Migrator(logger: logger),
-            reports: Reports(pool: pool), audit: AdAudit(pool: pool), rateLimiter: nil, maxConcurrentBatches: 4,
-            bodyBudgetBytes: 1 << 20, chartLibraryPath: "/nonexistent/chart.js", beacons: nil)
-        try await Application(router: buildRouter(deps)).test(.router) { client in try await test(client) }
+        var configuration = ServeConfiguration(databaseURL: "host=127.0.0.1 port=9 dbname=none connect_timeout=2")
+        configuration.poolSize = 2
+        configuration.maxConcurrentBatches = 4
+        configuration.bodyBudgetBytes = 1 << 20
+        configuration.chartLibraryPath = "/nonexistent/chart.js"
+        try await buildApplication(configuration, logger: Logger(label: "in-process-test")).test(.router) { client in try await test(client) }
     }
 
     private func json(_ body: ByteBuffer) -> [String: Any] {

@@ -62,7 +62,7 @@ struct BeaconCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            guard let secrets = try beaconSecrets() else {
+            guard let secrets = try Settings.process.beaconSecrets() else {
                 throw CommandFailure("TRACKER_BEACON_SECRET is not set: export the secret of the trackers that receive the beacons (make one with: openssl rand -base64 32)")
             }
             var event: [(key: String, value: JSONValue)] = []

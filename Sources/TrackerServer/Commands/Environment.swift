@@ -7,52 +7,112 @@ import ArgumentParser
 import Logging
 import Tracker
 
-/// Reads one environment variable.
-func environment(_ name: String) -> String? {
-    getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
-}
+/// The settings the environment gives, each read through one rule with its default: `tracker
+/// serve` resolves its whole `ServeConfiguration` from one `Settings`, the other commands read
+/// the few they use, and the tests hand a dictionary instead of the process's environment, so
+/// the rules they exercise are the ones a deployment meets.
+struct Settings: Sendable {
+    private let values: [String: String]
 
-/// A positive integer from the environment variable `name`, `nil` when it is unset.
-func positiveInt(_ name: String) throws -> Int? {
-    guard let value = environment(name) else { return nil }
-    guard let n = Int(value), n > 0 else { throw ValidationError("\(name) must be a positive integer, got '\(value)'") }
-    return n
-}
-
-/// `TRACKER_PROJECTOR_BATCH_SIZE`: log events per projector transaction (default 20000).
-func projectorBatchSize() throws -> Int {
-    try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? Projector.defaultBatchSize
-}
-
-/// `TRACKER_REPORT_WAIT` in seconds (default 5, 0 = never wait): how long a report waits for the
-/// projections to include every event committed when it was asked (see `Reports`).
-func reportWait() throws -> Duration {
-    guard let value = environment("TRACKER_REPORT_WAIT") else { return LogCursor.defaultReportWait }
-    guard let seconds = Double(value), seconds >= 0, seconds <= 3600 else {
-        throw ValidationError("TRACKER_REPORT_WAIT must be a number of seconds from 0 to 3600, got '\(value)'")
+    /// Settings from `values`; an empty value counts as unset.
+    init(_ values: [String: String]) {
+        self.values = values.filter { !$0.value.isEmpty }
     }
-    return .milliseconds(Int64(seconds * 1000))
-}
 
-/// `TRACKER_BEACON_SECRET` and `TRACKER_BEACON_PREVIOUS_SECRET`: `nil` when beacons are off;
-/// a secret too short to be safe stops the command rather than signing with it.
-func beaconSecrets() throws -> BeaconSecrets? {
-    guard let current = environment("TRACKER_BEACON_SECRET") else {
-        if environment("TRACKER_BEACON_PREVIOUS_SECRET") != nil {
-            throw ValidationError("TRACKER_BEACON_PREVIOUS_SECRET is set without TRACKER_BEACON_SECRET: a rotation keeps the old secret next to a new one")
+    /// The process's environment.
+    static var process: Settings {
+        var values: [String: String] = [:]
+        var entry = environ
+        while let pointer = entry.pointee {
+            let text = String(cString: pointer)
+            if let equals = text.firstIndex(of: "=") {
+                values[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            entry += 1
         }
-        return nil
+        return Settings(values)
     }
-    do {
-        return try BeaconSecrets(current: current, previous: environment("TRACKER_BEACON_PREVIOUS_SECRET"))
-    } catch {
-        throw ValidationError(error.description)
-    }
-}
 
-/// `TRACKER_ATTRIBUTION_WINDOW` in seconds (PROTOCOL.md: default 1 hour). Changing it needs `tracker rebuild`.
-func attributionWindow() throws -> Duration {
-    try positiveInt("TRACKER_ATTRIBUTION_WINDOW").map { .seconds($0) } ?? AdContribution.defaultAttributionWindow
+    /// The value of `name`, `nil` when unset or empty.
+    func string(_ name: String) -> String? { values[name] }
+
+    /// A positive integer, `nil` when unset.
+    func positiveInt(_ name: String) throws -> Int? {
+        guard let value = values[name] else { return nil }
+        guard let n = Int(value), n > 0 else { throw ValidationError("\(name) must be a positive integer, got '\(value)'") }
+        return n
+    }
+
+    /// The database: `flag` (`--database-url`) if given, else `DATABASE_URL`.
+    func databaseURL(flag: String?) throws -> String {
+        if let flag { return flag }
+        if let url = values["DATABASE_URL"] { return url }
+        throw ValidationError("no database: pass --database-url or set DATABASE_URL (e.g. postgresql://tracker@127.0.0.1:5432/tracker)")
+    }
+
+    /// `TRACKER_PROJECTOR_BATCH_SIZE`: log events per projector transaction.
+    func projectorBatchSize() throws -> Int {
+        try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? Projector.defaultBatchSize
+    }
+
+    /// `TRACKER_REPORT_WAIT` in seconds (0 = never wait): how long a report waits for the
+    /// projections to include every event committed when it was asked (see `Reports`).
+    func reportWait() throws -> Duration {
+        guard let value = values["TRACKER_REPORT_WAIT"] else { return LogCursor.defaultReportWait }
+        guard let seconds = Double(value), seconds >= 0, seconds <= 3600 else {
+            throw ValidationError("TRACKER_REPORT_WAIT must be a number of seconds from 0 to 3600, got '\(value)'")
+        }
+        return .milliseconds(Int64(seconds * 1000))
+    }
+
+    /// `TRACKER_BEACON_SECRET` and `TRACKER_BEACON_PREVIOUS_SECRET`: `nil` when beacons are off;
+    /// a secret too short to be safe stops the command rather than signing with it.
+    func beaconSecrets() throws -> BeaconSecrets? {
+        guard let current = values["TRACKER_BEACON_SECRET"] else {
+            if values["TRACKER_BEACON_PREVIOUS_SECRET"] != nil {
+                throw ValidationError("TRACKER_BEACON_PREVIOUS_SECRET is set without TRACKER_BEACON_SECRET: a rotation keeps the old secret next to a new one")
+            }
+            return nil
+        }
+        do {
+            return try BeaconSecrets(current: current, previous: values["TRACKER_BEACON_PREVIOUS_SECRET"])
+        } catch {
+            throw ValidationError(error.description)
+        }
+    }
+
+    /// `TRACKER_ATTRIBUTION_WINDOW` in seconds. Changing it needs `tracker rebuild`.
+    func attributionWindow() throws -> Duration {
+        try positiveInt("TRACKER_ATTRIBUTION_WINDOW").map { .seconds($0) } ?? AdContribution.defaultAttributionWindow
+    }
+
+    /// `TRACKER_TRUSTED_PROXIES` and `TRACKER_IP_STORAGE`.
+    func clientIdentity() throws -> ClientIdentity {
+        var proxies = IPRangeSet([])
+        if let text = values["TRACKER_TRUSTED_PROXIES"] {
+            do {
+                proxies = try ForwardedFor.trustedProxies(text)
+            } catch {
+                throw ValidationError("TRACKER_TRUSTED_PROXIES: \(error)")
+            }
+        }
+        let truncates: Bool
+        switch values["TRACKER_IP_STORAGE"]?.lowercased() {
+        case nil, "full": truncates = false
+        case "truncated": truncates = true
+        case let other?: throw ValidationError("TRACKER_IP_STORAGE must be full or truncated, got '\(other)'")
+        }
+        return ClientIdentity(trustedProxies: proxies, truncatesAddresses: truncates)
+    }
+
+    /// `TRACKER_METRICS`: whether `/metrics` is served.
+    func metricsOn() throws -> Bool {
+        switch values["TRACKER_METRICS"]?.lowercased() {
+        case nil, "on": return true
+        case "off": return false
+        case let other?: throw ValidationError("TRACKER_METRICS must be on or off, got '\(other)'")
+        }
+    }
 }
 
 /// Options every command that talks to PostgreSQL shares.
@@ -61,9 +121,7 @@ struct DatabaseOptions: ParsableArguments {
     var databaseURL: String?
 
     func resolved() throws -> String {
-        if let databaseURL { return databaseURL }
-        if let url = environment("DATABASE_URL") { return url }
-        throw ValidationError("no database: pass --database-url or set DATABASE_URL (e.g. postgresql://tracker@127.0.0.1:5432/tracker)")
+        try Settings.process.databaseURL(flag: databaseURL)
     }
 
     /// A pool on the database (one connection unless asked for more); the command closes it.
@@ -74,7 +132,7 @@ struct DatabaseOptions: ParsableArguments {
     /// One connection for reading projections: an explicit --database-url wins, otherwise the
     /// read replica (REPORT_DATABASE_URL) when one is configured, otherwise DATABASE_URL.
     func reportPool() throws -> ConnectionPool {
-        let url = try databaseURL ?? environment("REPORT_DATABASE_URL") ?? resolved()
+        let url = try databaseURL ?? Settings.process.string("REPORT_DATABASE_URL") ?? resolved()
         return ConnectionPool(conninfo: url, maxConnections: 1, logger: makeLogger())
     }
 }
@@ -88,9 +146,10 @@ func makeLogger(label: String = "tracker") -> Logger {
 /// Bootstraps `LineLogHandler` for the command about to run: servers log to standard output,
 /// other commands to standard error (see `LogSettings`).
 func bootstrapLogging(for command: any ParsableCommand) throws {
+    let environment = Settings.process
     let settings = try LogSettings.resolve(server: command is ServeCommand || command is ProjectCommand,
-                                           format: environment("TRACKER_LOG_FORMAT"),
-                                           level: environment("TRACKER_LOG_LEVEL"))
+                                           format: environment.string("TRACKER_LOG_FORMAT"),
+                                           level: environment.string("TRACKER_LOG_LEVEL"))
     LoggingSystem.bootstrap { label in
         LineLogHandler(label: label, format: settings.format, stream: settings.stream, level: settings.level)
     }

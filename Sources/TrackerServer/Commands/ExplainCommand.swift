@@ -32,7 +32,7 @@ struct ExplainCommand: AsyncParsableCommand {
     func run() async throws {
         let pool = try database.reportPool()
         defer { pool.close() }
-        guard let (explanation, lag) = try await AdAudit(pool: pool, maxWait: try reportWait())
+        guard let (explanation, lag) = try await AdAudit(pool: pool, maxWait: try Settings.process.reportWait())
             .explain(requestId: requestId, includeTest: includeTest) else {
             throw CommandFailure("no stored event has the requestId '\(requestId)' (or the projector has not reached it yet)")
         }

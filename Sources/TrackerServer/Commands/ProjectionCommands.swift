@@ -25,8 +25,8 @@ struct ProjectCommand: AsyncParsableCommand {
         let logger = makeLogger()
         let pool = try database.pool(maxConnections: 2, logger: logger)
         defer { pool.close() }
-        let projector = Projector(pool: pool, attributionWindow: try attributionWindow(),
-                                  batchSize: try projectorBatchSize(), status: ProjectorStatus(endsTheRun: true), logger: logger)
+        let projector = Projector(pool: pool, attributionWindow: try Settings.process.attributionWindow(),
+                                  batchSize: try Settings.process.projectorBatchSize(), status: ProjectorStatus(endsTheRun: true), logger: logger)
         if once {
             let n = try await projector.catchUp()
             print("projected \(n) events")
@@ -62,8 +62,8 @@ struct RebuildCommand: AsyncParsableCommand {
         let started = ContinuousClock.now
         // When each phase began, so the summary can say where the time went.
         let phases = Mutex<[(name: String, began: Duration)]>([])
-        let rebuild = Rebuild(pool: pool, attributionWindow: try attributionWindow(),
-                              eventsPerFile: try positiveInt("TRACKER_REBUILD_FILE_EVENTS") ?? Rebuild.defaultEventsPerFile, logger: logger)
+        let rebuild = Rebuild(pool: pool, attributionWindow: try Settings.process.attributionWindow(),
+                              eventsPerFile: try Settings.process.positiveInt("TRACKER_REBUILD_FILE_EVENTS") ?? Rebuild.defaultEventsPerFile, logger: logger)
         let total = try await rebuild.run(discardingDroppedDays: discardDroppedDays) { p in
             phases.withLock { if $0.last?.name != p.phase { $0.append((p.phase, p.elapsed)) } }
             if terminal { ProgressBar.draw(p) }

@@ -74,7 +74,7 @@ struct ReportCommand: AsyncParsableCommand {
         }
         let result: ReportResult
         do {
-            result = try await Reports(pool: pool, maxWait: try reportWait()).run(query)
+            result = try await Reports(pool: pool, maxWait: try Settings.process.reportWait()).run(query)
         } catch let error as ReportQueryError {
             throw ValidationError(error.description)
         } catch let error as ReportError {
@@ -113,7 +113,7 @@ extension ReportCommand {
         }
         let result: ReconciliationResult
         do {
-            result = try await Reconciliations(pool: pool).report(query, reports: Reports(pool: pool, maxWait: try reportWait()))
+            result = try await Reconciliations(pool: pool).report(query, reports: Reports(pool: pool, maxWait: try Settings.process.reportWait()))
         } catch ReconciliationError.invalidParameter(let message) {
             throw ValidationError(message)
         } catch let error as ReconciliationError {

@@ -37,7 +37,7 @@ struct RolesCommand: AsyncParsableCommand {
             var passwords: [(DatabaseRole, String)] = []
             var generated = false
             for role in DatabaseRole.allCases {
-                if let given = environment(role.passwordSetting) {
+                if let given = Settings.process.string(role.passwordSetting) {
                     passwords.append((role, given))
                 } else {
                     passwords.append((role, DatabaseRole.generatePassword()))

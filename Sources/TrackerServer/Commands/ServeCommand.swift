@@ -7,39 +7,80 @@ import Logging
 import Prometheus
 import Tracker
 
-/// Resolved settings of `tracker serve`.
+/// Everything `tracker serve` runs with, read once (`init(settings:…)`) and handed whole to
+/// `buildApplication`; a value made with `init(databaseURL:)` has every default.
 struct ServeConfiguration: Sendable {
-    var host: String
-    var port: Int
+    var host = ServeDefaults.host
+    var port = ServeDefaults.port
     var databaseURL: String
-    var poolSize: Int
-    var writers: Int
-    var rateLimit: Int?
-    var attributionWindow: Duration
-    var runProjector: Bool
-    var projectorBatchSize: Int
-    var reportDatabaseURL: String?
+    var poolSize = ServeDefaults.poolSize
+    var writers = ServeDefaults.writers
+    /// Events per second per key; `nil`: no limit.
+    var rateLimit: Int? = nil
+    var attributionWindow = AdContribution.defaultAttributionWindow
+    var runProjector = true
+    var projectorBatchSize = Projector.defaultBatchSize
+    var reportDatabaseURL: String? = nil
     /// The projector's and retention's connection (the tracker_projector role); `nil`: `databaseURL`.
     var projectorDatabaseURL: String? = nil
-    var retentionDays: Int?
-    var maxConcurrentBatches: Int
-    var reportWait: Duration
+    var retentionDays: Int? = nil
+    var maxConcurrentBatches = ServeDefaults.maxConcurrentBatches
+    var reportWait = LogCursor.defaultReportWait
     /// A connection with no request in progress (or a header still arriving) is closed after this.
-    var idleTimeout: Duration
+    var idleTimeout = Duration.seconds(ServeDefaults.idleTimeoutSeconds)
     /// A request must arrive whole within this time of its head.
-    var requestTimeout: Duration
-    var bodyBudgetBytes: Int
+    var requestTimeout = Duration.seconds(ServeDefaults.requestTimeoutSeconds)
+    var bodyBudgetBytes = ServeDefaults.bodyBufferMiB * 1024 * 1024
     /// An append not committed within this time gets 503 (a frozen or locked database).
-    var appendTimeout: Duration
-    var connections: ConnectionLimits
-    var chartLibraryPath: String
+    var appendTimeout = Duration.seconds(ServeDefaults.appendTimeoutSeconds)
+    var connections = ConnectionLimits(maxConnections: ServeDefaults.maxConnections, acceptLimit: ServeDefaults.maxConnections)
+    var chartLibraryPath = DashboardRoutes.defaultChartLibraryPath
     /// `TRACKER_BEACON_SECRET` (and `TRACKER_BEACON_PREVIOUS_SECRET`); `nil` turns beacons off.
-    var beaconSecrets: BeaconSecrets?
+    var beaconSecrets: BeaconSecrets? = nil
     /// How a request's client is found and stored (`TRACKER_TRUSTED_PROXIES`, `TRACKER_IP_STORAGE`).
     var clients = ClientIdentity(trustedProxies: IPRangeSet([]), truncatesAddresses: false)
+    /// `GET /metrics` (`TRACKER_METRICS`).
+    var metrics = true
+
+    init(databaseURL: String) {
+        self.databaseURL = databaseURL
+    }
+
+    /// Every setting from `settings`, the flags winning where given. `descriptorLimit` is the
+    /// process's limit on open files, which bounds the connections the server accepts.
+    init(settings: Settings, host: String? = nil, port: Int? = nil, databaseURL: String? = nil, descriptorLimit: Int) throws {
+        self.init(databaseURL: try settings.databaseURL(flag: databaseURL))
+        self.host = host ?? settings.string("TRACKER_HOST") ?? ServeDefaults.host
+        self.port = try port ?? settings.string("TRACKER_PORT").map { value in
+            guard let p = Int(value), (0...65535).contains(p) else { throw ValidationError("TRACKER_PORT must be a port number, got '\(value)'") }
+            return p
+        } ?? ServeDefaults.port
+        // Read once: the pool's size also bounds the connections the server accepts.
+        poolSize = try settings.positiveInt("TRACKER_DB_POOL_SIZE") ?? ServeDefaults.poolSize
+        writers = try settings.positiveInt("TRACKER_WRITERS") ?? ServeDefaults.writers
+        rateLimit = try settings.positiveInt("TRACKER_RATE_LIMIT")
+        attributionWindow = try settings.attributionWindow()
+        runProjector = settings.string("TRACKER_PROJECTOR") != "off"
+        projectorBatchSize = try settings.projectorBatchSize()
+        reportDatabaseURL = settings.string("REPORT_DATABASE_URL")
+        projectorDatabaseURL = settings.string("PROJECTOR_DATABASE_URL")
+        retentionDays = try settings.positiveInt("TRACKER_RETENTION_DAYS")
+        maxConcurrentBatches = try settings.positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? ServeDefaults.maxConcurrentBatches
+        reportWait = try settings.reportWait()
+        idleTimeout = .seconds(try settings.positiveInt("TRACKER_IDLE_TIMEOUT") ?? ServeDefaults.idleTimeoutSeconds)
+        requestTimeout = .seconds(try settings.positiveInt("TRACKER_REQUEST_TIMEOUT") ?? ServeDefaults.requestTimeoutSeconds)
+        bodyBudgetBytes = (try settings.positiveInt("TRACKER_BODY_BUFFER_MIB") ?? ServeDefaults.bodyBufferMiB) * 1024 * 1024
+        appendTimeout = .seconds(try settings.positiveInt("TRACKER_APPEND_TIMEOUT") ?? ServeDefaults.appendTimeoutSeconds)
+        connections = ConnectionLimits.resolve(descriptorLimit: descriptorLimit, poolSize: poolSize,
+                                               requested: try settings.positiveInt("TRACKER_MAX_CONNECTIONS"))
+        chartLibraryPath = settings.string("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath
+        beaconSecrets = try settings.beaconSecrets()
+        clients = try settings.clientIdentity()
+        metrics = try settings.metricsOn()
+    }
 }
 
-/// The defaults of `tracker serve`'s settings, written once: `resolve()` falls back to them and
+/// The defaults of `tracker serve`'s settings, written once: `ServeConfiguration` falls back to them and
 /// the command's help prints them.
 enum ServeDefaults {
     static let host = "127.0.0.1"
@@ -159,68 +200,14 @@ struct ServeCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
 
     func resolve() throws -> ServeConfiguration {
-        let port = try port ?? environment("TRACKER_PORT").map { value in
-            guard let p = Int(value), (0...65535).contains(p) else { throw ValidationError("TRACKER_PORT must be a port number, got '\(value)'") }
-            return p
-        } ?? ServeDefaults.port
-        // Read once: the pool's size also bounds the connections the server accepts.
-        let poolSize = try positiveInt("TRACKER_DB_POOL_SIZE") ?? ServeDefaults.poolSize
-        return ServeConfiguration(
-            host: host ?? environment("TRACKER_HOST") ?? ServeDefaults.host,
-            port: port,
-            databaseURL: try database.resolved(),
-            poolSize: poolSize,
-            writers: try positiveInt("TRACKER_WRITERS") ?? ServeDefaults.writers,
-            rateLimit: try positiveInt("TRACKER_RATE_LIMIT"),
-            attributionWindow: try attributionWindow(),
-            runProjector: environment("TRACKER_PROJECTOR") != "off",
-            projectorBatchSize: try projectorBatchSize(),
-            reportDatabaseURL: environment("REPORT_DATABASE_URL"),
-            projectorDatabaseURL: environment("PROJECTOR_DATABASE_URL"),
-            retentionDays: try positiveInt("TRACKER_RETENTION_DAYS"),
-            maxConcurrentBatches: try positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? ServeDefaults.maxConcurrentBatches,
-            reportWait: try reportWait(),
-            idleTimeout: .seconds(try positiveInt("TRACKER_IDLE_TIMEOUT") ?? ServeDefaults.idleTimeoutSeconds),
-            requestTimeout: .seconds(try positiveInt("TRACKER_REQUEST_TIMEOUT") ?? ServeDefaults.requestTimeoutSeconds),
-            bodyBudgetBytes: (try positiveInt("TRACKER_BODY_BUFFER_MIB") ?? ServeDefaults.bodyBufferMiB) * 1024 * 1024,
-            appendTimeout: .seconds(try positiveInt("TRACKER_APPEND_TIMEOUT") ?? ServeDefaults.appendTimeoutSeconds),
-            connections: ConnectionLimits.resolve(descriptorLimit: raiseDescriptorLimit(),
-                                                  poolSize: poolSize,
-                                                  requested: try positiveInt("TRACKER_MAX_CONNECTIONS")),
-            chartLibraryPath: environment("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath,
-            beaconSecrets: try beaconSecrets(),
-            clients: try clientIdentity())
-    }
-
-    /// `TRACKER_TRUSTED_PROXIES` and `TRACKER_IP_STORAGE`.
-    func clientIdentity() throws -> ClientIdentity {
-        var proxies = IPRangeSet([])
-        if let text = environment("TRACKER_TRUSTED_PROXIES"), !text.isEmpty {
-            do {
-                proxies = try ForwardedFor.trustedProxies(text)
-            } catch {
-                throw ValidationError("TRACKER_TRUSTED_PROXIES: \(error)")
-            }
-        }
-        let truncates: Bool
-        switch environment("TRACKER_IP_STORAGE")?.lowercased() {
-        case nil, "", "full": truncates = false
-        case "truncated": truncates = true
-        case let other?: throw ValidationError("TRACKER_IP_STORAGE must be full or truncated, got '\(other)'")
-        }
-        return ClientIdentity(trustedProxies: proxies, truncatesAddresses: truncates)
+        try ServeConfiguration(settings: .process, host: host, port: port, databaseURL: database.databaseURL,
+                               descriptorLimit: raiseDescriptorLimit())
     }
 
     func run() async throws {
         let configuration = try resolve()
-        let logger = makeLogger()
-        let metricsRegistry: PrometheusCollectorRegistry?
-        switch environment("TRACKER_METRICS")?.lowercased() {
-        case nil, "on": metricsRegistry = PrometheusMetrics.bootstrap()
-        case "off": metricsRegistry = nil
-        case let other?: throw ValidationError("TRACKER_METRICS must be on or off, got '\(other)'")
-        }
-        let app = buildApplication(configuration, logger: logger, metricsRegistry: metricsRegistry)
+        let app = buildApplication(configuration, logger: makeLogger(),
+                                   metricsRegistry: configuration.metrics ? PrometheusMetrics.bootstrap() : nil)
         try await app.runService()
     }
 }

@@ -4,13 +4,13 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
+import Testing
 import Tracker
 @testable import TrackerServer
 
-/// The tracker's routes in this process over a test database (HummingbirdTesting's router
-/// mode), for tests of statuses, headers and bodies: no binary to spawn, no socket. A
-/// projector steps beside them, as inside `tracker serve`. What needs a socket or a process
-/// (slow clients, the connection guard's early answers, kill -9, SIGTERM) uses `withTracker`.
+/// The tracker in this process over a test database, for tests of statuses, headers and bodies:
+/// no binary to spawn, no socket. What needs a socket or a process (slow clients, the
+/// connection guard's early answers, kill -9, SIGTERM) uses `withTracker`.
 struct InProcessTracker {
     let client: any TestClientProtocol
 
@@ -32,6 +32,18 @@ struct InProcessTracker {
         }
     }
 
+    /// Sends one request over a socket of its own, bytes exactly as given (a `Content-Length`
+    /// that does not match the body, say, which the test client would correct); `.live` only.
+    /// The socket blocks, so it runs on a thread of its own, never one the server's tasks need.
+    func rawRequest(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) async throws -> HTTPClient.Response {
+        let port = try #require(client.port, "rawRequest needs the .live mode")
+        return try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                continuation.resume(with: Result { try HTTPClient(port: port).request(method, path, headers: headers, body: body) })
+            }
+        }
+    }
+
     func postEvents(_ body: Data, key: String, headers extra: [String: String] = [:]) async throws -> HTTPClient.Response {
         var headers = ["Authorization": "Bearer \(key)", "Content-Type": "application/json"]
         for (k, v) in extra { headers[k] = v }
@@ -44,35 +56,27 @@ struct TestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Runs `body` against the routes of a tracker on `db` with the server's default settings.
-func withInProcessTracker(_ db: TestDatabase, _ body: @escaping @Sendable (InProcessTracker) async throws -> Void) async throws {
-    let logger = Logger(label: "in-process-tracker")
-    let pool = ConnectionPool(conninfo: db.url, maxConnections: 8, logger: logger)
-    defer { pool.close() }
-    let log = EventLog(pool: pool, logger: logger)
-    let status = ProjectorStatus()
-    let deps = ServerDependencies(
-        pool: pool, keys: APIKeys(pool: pool), log: log, migrator: Migrator(logger: logger),
-        reports: Reports(pool: pool), audit: AdAudit(pool: pool), rateLimiter: nil, maxConcurrentBatches: 256,
-        bodyBudgetBytes: 256 << 20, chartLibraryPath: DashboardRoutes.defaultChartLibraryPath, beacons: nil,
-        projectorStatus: status)
-    // The services `tracker serve` runs beside its routes: the log's writers and a projector.
-    let writing = Task { try? await log.run() }
-    let projector = Projector(pool: pool, pollInterval: .milliseconds(20), status: status, logger: logger)
-    let projecting = Task { try? await projector.run() }
-    func stop() async {
-        projecting.cancel()
-        writing.cancel()
-        await projecting.value
-        await writing.value
-    }
-    do {
-        try await Application(router: buildRouter(deps)).test(.router) { client in
-            try await body(InProcessTracker(client: client))
+/// Runs `body` against a tracker on `db` assembled in this process exactly as `tracker serve`
+/// assembles it (`ServeConfiguration` from `environment`, then `buildApplication`), with its
+/// services running (the log's writers, the projector, the pools). `.live` (the default)
+/// serves on a loopback port through the real HTTP server and connection guard; `.router`
+/// skips the socket. `environment` holds serve's settings (`TRACKER_…`); as with
+/// `TrackerProcess`, the database logins are the least-privileged roles unless
+/// `leastPrivilege` is false, and `/metrics` is off (the metrics system is bootstrapped once
+/// per process, by the `tracker` binary).
+func withInProcessTracker(_ db: TestDatabase, environment: [String: String] = [:], leastPrivilege: Bool = true,
+                          mode: TestingSetup = .live,
+                          _ body: @escaping @Sendable (InProcessTracker) async throws -> Void) async throws {
+    var settings = ["DATABASE_URL": db.url, "TRACKER_METRICS": "off", "TRACKER_HOST": "127.0.0.1", "TRACKER_PORT": "0"]
+    if leastPrivilege {
+        for role in DatabaseRole.allCases {
+            settings[role.setting] = ConnectionString.replacingLogin(of: db.url, user: role.rawValue, password: "trusted")
         }
-    } catch {
-        await stop()
-        throw error
     }
-    await stop()
+    for (name, value) in environment { settings[name] = value }
+    let configuration = try ServeConfiguration(settings: Settings(settings), descriptorLimit: 4096)
+    let app = buildApplication(configuration, logger: Logger(label: "in-process-tracker"))
+    try await app.test(mode) { client in
+        try await body(InProcessTracker(client: client))
+    }
 }
