@@ -11,9 +11,9 @@ DECLARE
   ids uuid[]; types text[]; rids text[]; units text[]; fmts text[]; nulls text[]; srcs text[];
   bools bool[]; jsons jsonb[]; ts timestamptz[]; keys text[]; stored bigint;
 BEGIN
-  FOREACH variant IN ARRAY ARRAY['arrays only', 'on conflict (tracker_append)', 'plain (tracker_append_new)',
+  FOREACH variant IN ARRAY ARRAY['arrays only', 'on conflict (tracker_append_checking_conflicts)', 'plain (tracker_append_plain)',
                                  'log only', 'event_ids only',
-                                 'arrays only', 'on conflict (tracker_append)', 'plain (tracker_append_new)',
+                                 'arrays only', 'on conflict (tracker_append_checking_conflicts)', 'plain (tracker_append_plain)',
                                  'log only', 'event_ids only'] LOOP
     t0 := clock_timestamp();
     FOR g IN 1..groups LOOP
@@ -25,7 +25,7 @@ BEGIN
         INTO ids, types, rids, units, fmts, nulls, srcs, bools, jsons, ts, keys
         FROM generate_series(1, n) i;
       -- The tracker's two statements (EventLogSQL in Sources/Tracker/Log/AppendBatch.swift), with
-      -- the arrays inlined; tracker_append's stored ids are counted here instead of sent.
+      -- the arrays inlined; tracker_append_checking_conflicts's stored ids are counted here instead of sent.
       IF variant LIKE 'on conflict%' THEN
         WITH fresh AS (INSERT INTO event_ids (id) SELECT id FROM unnest(ids) AS u(id) ORDER BY id
                        ON CONFLICT DO NOTHING RETURNING id),

@@ -144,7 +144,7 @@ enum EventLogSQL {
     /// The arrays are unnested once, straight into the log's insert: `event_ids` reads only the
     /// id array, so no 18-column copy of the group is materialised for two readers (as a CTE
     /// both parts read was). Binary result: the stored ids' 16 bytes each.
-    static let appendCheckingConflicts = PreparedStatement(name: "tracker_append", sql: """
+    static let appendCheckingConflicts = PreparedStatement(name: "tracker_append_checking_conflicts", sql: """
         WITH fresh AS (
             INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
             ON CONFLICT DO NOTHING RETURNING id
@@ -164,7 +164,7 @@ enum EventLogSQL {
     /// scan is sorted by it, so this adds no sort). PostgreSQL
     /// runs a data-modifying `WITH` to completion even though nothing reads it, so both inserts
     /// happen, in one statement and one commit.
-    static let appendPlain = PreparedStatement(name: "tracker_append_new", sql: """
+    static let appendPlain = PreparedStatement(name: "tracker_append_plain", sql: """
         WITH ids AS (
             INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
         )

@@ -1,9 +1,20 @@
 /// The per-ad memory (`ad_state`): what one step reads from it, computes, and writes back.
 enum AdStateStore {
+    /// How a step names the `ad_state` rows it read when it writes them back.
+    enum RowKey {
+        /// By `ctid`, the row's place: the cheapest way back to a row on one node.
+        case rowID
+        /// By request id: on Citus a `ctid` names a row only within one shard.
+        case requestId
+
+        fileprivate var element: BinaryArray.Element { self == .requestId ? .text : .tid }
+        fileprivate var load: String { self == .requestId ? AdStateSQL.loadByRequestId : AdStateSQL.load }
+        fileprivate var update: String { self == .requestId ? AdStateSQL.updateByRequestId : AdStateSQL.update }
+    }
+
     /// One ad a step changes: its stored state (if any) and what it becomes.
     private struct Change {
-        /// The row's key (its ctid, or on Citus its request id: a ctid names a row only within
-        /// one shard) and its events as stored; `nil` for an ad new to the projections.
+        /// The row's key (`RowKey`) and its events as stored; `nil` for an ad new to the projections.
         var stored: (row: [UInt8], events: [AdEvent])?
         var events: [AdEvent]
     }
@@ -14,10 +25,10 @@ enum AdStateStore {
     ///
     /// An id the ad already has is a retry the log stored again because retention forgot its
     /// id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
-    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, keyedByRequestId: Bool,
+    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey,
                         strings: inout StringTable, on connection: Connection) throws {
         let load = { (ads: Set<String>, strings: inout StringTable) in
-            try Self.load(ads, keyedByRequestId: keyedByRequestId, strings: &strings, on: connection)
+            try Self.load(ads, rowKey: rowKey, strings: &strings, on: connection)
         }
         var changes = try load(Set(batch.events.keys), &strings)
 
@@ -83,7 +94,7 @@ enum AdStateStore {
 
         var delta = Contribution(), removed = Contribution()
         var newAds = BinaryArray(.text), newStates = BinaryArray(.bytea)
-        var changedRows = BinaryArray(keyedByRequestId ? .text : .tid), changedStates = BinaryArray(.bytea)
+        var changedRows = BinaryArray(rowKey.element), changedStates = BinaryArray(.bytea)
         var inserted = 0, updated = 0
         var buffer: [UInt8] = []
         for (ad, change) in changes {
@@ -104,8 +115,7 @@ enum AdStateStore {
         }
         if inserted > 0 { try connection.query(AdStateSQL.insert, [newAds.parameter, newStates.parameter]) }
         if updated > 0 {
-            try connection.query(keyedByRequestId ? AdStateSQL.updateByRequestId : AdStateSQL.update,
-                                 [changedRows.parameter, changedStates.parameter])
+            try connection.query(rowKey.update, [changedRows.parameter, changedStates.parameter])
         }
         delta.subtract(removed)
         delta.removeZeros()
@@ -119,12 +129,12 @@ enum AdStateStore {
     }
 
     /// The stored states of `ads` (those that have one), each unchanged so far.
-    private static func load(_ ads: Set<String>, keyedByRequestId: Bool, strings: inout StringTable,
+    private static func load(_ ads: Set<String>, rowKey: RowKey, strings: inout StringTable,
                              on connection: Connection) throws -> [String: Change] {
         guard !ads.isEmpty else { return [:] }
         var requestIds = BinaryArray(.text, capacity: ads.count)
         for ad in ads { requestIds.append(ad) }
-        let stored = try connection.query(keyedByRequestId ? AdStateSQL.loadByRequestId : AdStateSQL.load, [requestIds.parameter],
+        let stored = try connection.query(rowKey.load, [requestIds.parameter],
                                           binaryResults: true)
         var out: [String: Change] = [:]
         out.reserveCapacity(stored.rowCount)

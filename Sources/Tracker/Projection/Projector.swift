@@ -162,7 +162,7 @@ public final class Projector: Service, Sendable {
             guard rows.rowCount > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch([rows], shardColumn: false, strings: &strings)
-            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, keyedByRequestId: false, strings: &strings, on: connection)
+            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID, strings: &strings, on: connection)
             try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
             return StepOutcome(consumed: rows.rowCount, more: rows.rowCount == limit)
         case .citus(let log):
@@ -174,7 +174,7 @@ public final class Projector: Service, Sendable {
             guard consumed > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch(results, shardColumn: true, strings: &strings)
-            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, keyedByRequestId: true, strings: &strings, on: connection)
+            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId, strings: &strings, on: connection)
             var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8)
             for (shard, last) in batch.shardEnds {
                 ids.append(shard)
@@ -188,12 +188,12 @@ public final class Projector: Service, Sendable {
     }
 
     /// Folds a step's events into the projections (in the caller's transaction).
-    private static func project(_ batch: LogBatch, ivtRules: Int, window: Duration, labellers: LabellerCache, keyedByRequestId: Bool,
+    private static func project(_ batch: LogBatch, ivtRules: Int, window: Duration, labellers: LabellerCache, rowKey: AdStateStore.RowKey,
                                 strings: inout StringTable, on connection: Connection) throws {
         guard !batch.events.isEmpty else { return }
         let labeller = try labellers.labeller(version: ivtRules, on: connection)
         try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
-                                 labeller: labeller, keyedByRequestId: keyedByRequestId, strings: &strings, on: connection)
+                                 labeller: labeller, rowKey: rowKey, strings: &strings, on: connection)
     }
 
     /// Locks the state row and returns the checkpoint and the invalid-traffic rule set of the

@@ -75,7 +75,9 @@ func withInProcessTracker(_ db: TestDatabase, environment: [String: String] = [:
     }
     for (name, value) in environment { settings[name] = value }
     let configuration = try ServeConfiguration(settings: Settings(settings), descriptorLimit: 4096)
-    let app = buildApplication(configuration, logger: Logger(label: "in-process-tracker"))
+    var logger = Logger(label: "in-process-tracker")
+    logger.logLevel = .warning
+    let app = buildApplication(configuration, logger: logger)
     try await app.test(mode) { client in
         try await body(InProcessTracker(client: client))
     }

@@ -9,6 +9,7 @@ import Foundation
 /// same event ids until the server has them, with backoff that honours `Retry-After`.
 /// docs/CLIENT.md describes the guarantees.
 public final class AdTracker: Sendable {
+    /// The settings this tracker was made with.
     public let configuration: Configuration
     /// What happens to the events: deliveries, rejections with the server's message, drops,
     /// retries, stops. One consumer; the newest 1024 are kept while nobody reads.
@@ -23,6 +24,7 @@ public final class AdTracker: Sendable {
         /// Another `AdTracker` (in this or another process) uses the queue folder.
         case queueInUse(path: String)
 
+        /// What went wrong, in a sentence for a log.
         public var description: String {
             switch self {
             case .queueInUse(let path): "the queue folder \(path) is in use by another AdTracker; give each one its own folder"
@@ -98,6 +100,7 @@ public final class AdTracker: Sendable {
         queue.resume()
     }
 
+    /// The counts so far: events queued, delivered, rejected, dropped, requests and retries.
     public var statistics: Statistics {
         queue.statistics
     }
@@ -107,11 +110,18 @@ public final class AdTracker: Sendable {
     ///
     /// - Parameters:
     ///   - requestId: the ad response this ad object belongs to; one loaded ad, one id.
+    ///   - adUnit: the ad unit path the ad was requested for.
+    ///   - format: the custom native format it is rendered with.
+    ///   - eea: whether the user is in the EEA.
+    ///   - reservation: whether a reservation (direct) line item served it.
+    ///   - test: whether it is a test ad (reports leave those out unless asked).
     ///   - source: who detects this ad's events unless a call says otherwise: `.app` for a
     ///     custom native ad (the app calls recordImpression / performClickOnAsset), `.sdk` for
     ///     a system format the ads SDK tracks, `.mediation` when a mediation adapter handles
     ///     impressions and clicks itself.
     ///   - adapter: the mediation adapter or network that served it, if any.
+    ///   - attributes: attributes every event of this ad carries.
+    /// - Returns: the ad, to record its impressions, clicks and AdChoices events on.
     public func adLoaded(requestId: String, adUnit: String, format: NativeAdFormat, eea: Bool = false,
                          reservation: Bool = false, test: Bool = false, source: EventSource = .app, adapter: String? = nil,
                          attributes: [String: AttributeValue] = [:]) -> TrackedAd {
@@ -122,7 +132,7 @@ public final class AdTracker: Sendable {
     }
 
     /// An ad whose `ad_loaded` was recorded elsewhere (another screen, an adapter): its events
-    /// only need the same fields.
+    /// only need the same fields. The parameters are `adLoaded`'s.
     public func ad(requestId: String, adUnit: String, format: NativeAdFormat, eea: Bool = false, reservation: Bool = false,
                    test: Bool = false, source: EventSource = .app, adapter: String? = nil,
                    attributes: [String: AttributeValue] = [:]) -> TrackedAd {

@@ -38,6 +38,11 @@ extension AdTracker {
         /// one file at a time.
         public var segmentBytes: Int = 256 * 1024
 
+        /// A configuration with every other setting at its default.
+        /// - Parameters:
+        ///   - endpoint: The tracker's base URL, e.g. `https://tracker.example.com`.
+        ///   - ingestKey: A key of ingest scope (`tracker keys create --scope ingest`).
+        ///   - queueDirectory: Where events wait on disk until the tracker acknowledged them.
         public init(endpoint: URL, ingestKey: String, queueDirectory: URL) {
             self.endpoint = endpoint
             self.ingestKey = ingestKey
@@ -55,8 +60,13 @@ extension AdTracker {
         /// An event older than this (by the device clock) is dropped unsent (7 days).
         public var maxAge: Duration = .seconds(7 * 86_400)
 
+        /// The defaults above.
         public init() {}
 
+        /// - Parameters:
+        ///   - maxEvents: Events kept on disk at most; the oldest are dropped beyond it.
+        ///   - maxBytes: Bytes kept on disk at most.
+        ///   - maxAge: Age (by the device clock) past which an event is dropped unsent.
         public init(maxEvents: Int, maxBytes: Int, maxAge: Duration) {
             self.maxEvents = maxEvents
             self.maxBytes = maxBytes
@@ -75,8 +85,13 @@ extension AdTracker {
         /// cannot silence the client for days.
         public var maxRetryAfter: Duration = .seconds(3600)
 
+        /// The defaults above.
         public init() {}
 
+        /// - Parameters:
+        ///   - initial: The first pause after a failed delivery.
+        ///   - maximum: The longest pause, however many deliveries failed.
+        ///   - maxRetryAfter: The longest `Retry-After` obeyed.
         public init(initial: Duration, maximum: Duration, maxRetryAfter: Duration = .seconds(3600)) {
             self.initial = initial
             self.maximum = maximum

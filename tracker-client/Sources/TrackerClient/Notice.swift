@@ -29,6 +29,7 @@ extension AdTracker {
 
     /// One event the server will never store, and its words for why.
     public struct RejectedEvent: Sendable, Hashable {
+        /// The event's id, as `AdTracker` returned it when the event was recorded.
         public var id: UUID
         /// The HTTP status of the answer that refused it: `200` for a per-event rejection in a
         /// receipt, `400` or `413` when a batch of this event alone was refused, `0` when the
@@ -68,6 +69,7 @@ extension AdTracker {
         public var status: Int
         /// The server's error code, e.g. `unauthorized`.
         public var error: String?
+        /// The server's message, naming the field and the rule.
         public var message: String?
     }
 
@@ -109,6 +111,7 @@ extension AdTracker {
         public var pendingInMemory = 0
         /// Requests sent, and how many of them failed and were retried.
         public var requests = 0
+        /// Requests that failed and were sent again.
         public var retries = 0
     }
 }
