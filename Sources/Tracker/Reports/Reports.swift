@@ -42,33 +42,32 @@ public struct Reports: Sendable {
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         var parameters: [Parameter] = [.text(query.from.description), .text(query.to.description), .text(classes),
                                        query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null]
-        let sql: String
         var dimensions = spec.dimensions
-        switch (query.isUTCDays, query.granularity) {
-        case (true, _):
-            sql = spec.sql
-        case (false, let granularity):
+        var local: LocalSegments.Segments?
+        if !query.isUTCDays {
             let segments = try await LocalSegments.shared.segments(zone: query.timeZone, from: query.from, to: query.to,
-                                                                   byHour: granularity == .hour, pool: pool)
-            parameters += segments.parameters
-            if granularity == .hour {
-                sql = spec.localHourSQL
-                dimensions.insert("hour", at: 1)
-            } else {
-                sql = spec.localDaySQL
-            }
+                                                                   byHour: query.granularity == .hour, pool: pool)
+            parameters += [.text(String(segments.firstBlock)), .text(String(segments.lastBlock))]
+            if query.granularity == .hour { dimensions.insert("hour", at: 1) }
+            local = segments
         }
         let columns = dimensions.count
-        let needsQuarterHours = !query.isUTCDays
         let arguments = parameters
-        let (rows, ivtRules): ([[ReportValue]], Int) = try await pool.withConnection { connection in
+        let (rows, ivtRules): ([[ReportValue]], Int) = try await pool.withConnection { [local] connection in
             let state = try connection.query(ReportSQL.projectionState)
-            if needsQuarterHours, state.string(0, 0) != "t" {
+            if local != nil, state.string(0, 0) != "t" {
                 throw ReportError.quarterHoursMissing
             }
             let ivtRules = Int(state.int64(0, 1) ?? 0)
-            let r = try connection.query(sql, arguments, binaryResults: false)
             var out: [[ReportValue]] = []
+            if let local {
+                let r = try connection.query(spec.localRowsSQL, arguments, binaryResults: true)
+                for (labels, counts) in try local.sum(r, dimensions: spec.dimensions.count - 1) {
+                    out.append(labels.map(ReportValue.text) + spec.measures(counts))
+                }
+                return (out, ivtRules)
+            }
+            let r = try connection.query(spec.sql, arguments, binaryResults: false)
             out.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
                 var dims: [ReportValue] = (0..<columns).map { .text(r.string(row, $0) ?? "") }
@@ -144,10 +143,9 @@ enum ReportSQL {
         var measureNames: [String]
         /// UTC days, from the day table.
         var sql: String
-        /// Local days, from the quarters table and the segments of `LocalSegments` ($6 on).
-        var localDaySQL: String
-        /// Local hours, likewise; the hour is the second column.
-        var localHourSQL: String
+        /// Local days or hours: the quarters table's half-day rows of the range ($6 first and $7
+        /// last half day), which `LocalSegments.Segments.sum` slices and sums.
+        var localRowsSQL: String
         /// Turns the summed counts (in SELECT order) into the report's measures.
         var measures: @Sendable ([Int64]) -> [ReportValue]
     }
@@ -177,16 +175,13 @@ enum ReportSQL {
           AND ($5::text IS NULL OR format_id = $5::text)
         """
 
-    /// The row filters of a local-time report; the half days come from the segments ($6 on),
-    /// whose days are those asked ($1 to $2) already. No condition on the segments' own
-    /// columns: the planner then counts them from the array and joins the half-day rows by a
-    /// hash, reading each row once (with a filter on them it would guess one segment and read
-    /// the rows again for every segment, an index scan per local hour). $1 and $2 stay
-    /// referenced so that every report takes the same parameters.
+    /// The row filters of a local-time report: the half days $6 to $7 of the segments, whose
+    /// days are those asked ($1 to $2) already. $1 and $2 stay referenced so that every report
+    /// takes the same parameters.
     static let quartersFilters = """
         WHERE $1::date <= $2::date
-          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $11::int8 * interval '12 hours'
-                                  AND timestamptz '1970-01-01 00:00:00+00' + $12::int8 * interval '12 hours'
+          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $6::int8 * interval '12 hours'
+                                  AND timestamptz '1970-01-01 00:00:00+00' + $7::int8 * interval '12 hours'
           AND traffic_class = ANY($3::int2[])
           AND ($4::text IS NULL OR ad_unit = $4::text)
           AND ($5::text IS NULL OR format_id = $5::text)
@@ -248,35 +243,16 @@ enum ReportSQL {
             HAVING \(having)
             ORDER BY day, \(order)
             """
-        // A local day or hour is a slice of one or two half-day rows of running counts: the
-        // segments ($6 block, $7 day, $8 hour label, $9 first and $10 past-last element) say which
-        // (LocalSegments, docs/REPORTS.md "Time zones and hours").
-        // The slices are taken first (narrow rows), then summed: sorting or hashing the joined
-        // rows with their arrays would cost more than the rest of the query.
-        let slices = summed.enumerated().map { "q.\($1.column)[g.hi] - q.\($1.column)[g.lo] AS m\($0)" }
-        let sliceSums = summed.indices.map { "sum(m\($0))" }
-        let sliceHaving = sliceSums.map { "\($0) <> 0" }.joined(separator: " OR ")
-        func local(_ labels: [String]) -> String {
-            let keys = (labels + dims).joined(separator: ", ")
-            let order = labels.map { "\($0) COLLATE \"C\"" } + dims.map { "\($0) COLLATE \"C\"" }
-            return """
-                WITH s AS MATERIALIZED (
-                    SELECT \(labels.map { "g.\($0)" }.joined(separator: ", ")), \(dims.map { "q.\($0)" }.joined(separator: ", ")),
-                           \(slices.joined(separator: ", "))
-                    FROM unnest($6::int8[], $7::text[], $8::text[], $9::int4[], $10::int4[]) AS g(block, day, hour, lo, hi)
-                    JOIN \(M.table.tableName(.quarters)) AS q
-                      ON q.quarters_from = timestamptz '1970-01-01 00:00:00+00' + g.block * interval '12 hours'
-                    \(quartersFilters)
-                )
-                SELECT \(keys), \(sliceSums.joined(separator: ", "))
-                FROM s
-                GROUP BY \(keys)
-                HAVING \(sliceHaving)
-                ORDER BY \(order.joined(separator: ", "))
-                """
-        }
-        let localDaySQL = local(["day"])
-        let localHourSQL = local(["day", "hour"])
+        // A local day or hour is a slice of one or two half-day rows of running counts
+        // (LocalSegments, docs/REPORTS.md "Time zones and hours"). The rows are read whole, a
+        // few per key and half day, and sliced and summed here: in SQL each slice read two
+        // elements of every measure's array, and that cost more than everything else.
+        let localRowsSQL = """
+            SELECT (extract(epoch FROM q.quarters_from)::int8 / 43200), \(dims.map { "q.\($0)" }.joined(separator: ", ")),
+                   \(summed.map { "q.\($0.column)" }.joined(separator: ", "))
+            FROM \(M.table.tableName(.quarters)) AS q
+            \(quartersFilters)
+            """
         let names = columns.map { column in
             switch column {
             case .sum(let m): m.name
@@ -292,8 +268,7 @@ enum ReportSQL {
                 }
             }
         }
-        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localDaySQL: localDaySQL,
-                    localHourSQL: localHourSQL, measures: measures)
+        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localRowsSQL: localRowsSQL, measures: measures)
     }
 }
 
@@ -314,11 +289,56 @@ final class LocalSegments: Sendable {
         var byHour: Bool
     }
 
-    /// The segments as the report's parameters $6 to $12: half days (since the epoch), day
-    /// labels, hour labels ("" by day), first and past-last array element of each slice (1-based),
-    /// and the first and last half day (the rows' range).
+    /// A report's segments: for each half day (since the epoch) the slices of its rows that make
+    /// a local day or hour, and the range of half days the rows come from.
     struct Segments: Sendable {
-        var parameters: [Parameter]
+        struct Slice: Sendable {
+            /// The day label, and the hour label when by hour.
+            var labels: [String]
+            /// First and past-last element of the running counts (0-based): the slice's count is
+            /// `counts[end] - counts[start]`.
+            var start: Int
+            var end: Int
+        }
+
+        var slices: [Int64: [Slice]] = [:]
+        var firstBlock: Int64 = 0
+        var lastBlock: Int64 = -1
+
+        /// The report's rows from the half-day rows `r` (`Spec.localRowsSQL`, binary: the half
+        /// day, `dimensions` key columns, then one array of running counts per summed measure):
+        /// each slice's counts summed by labels and key, rows whose counts are all zero left
+        /// out, in bytewise order of labels and key.
+        func sum(_ r: QueryResult, dimensions: Int) throws -> [(labels: [String], counts: [Int64])] {
+            let measures = r.columnCount - 1 - dimensions
+            var sums: [[String]: [Int64]] = [:]
+            var strings = StringTable()
+            var counts: [[Int64]] = Array(repeating: [], count: measures)
+            for row in 0..<r.rowCount {
+                guard let block = ByteReader.int64(r.bytes(row, 0)) else { throw Self.unreadable }
+                guard let slices = slices[block] else { continue }
+                let key = (1...dimensions).map { strings.string(r.bytes(row, $0)) }
+                for m in 0..<measures {
+                    guard ByteReader.int64Array(r.bytes(row, 1 + dimensions + m), into: &counts[m]) else { throw Self.unreadable }
+                }
+                for slice in slices {
+                    var total = sums[slice.labels + key] ?? Array(repeating: 0, count: measures)
+                    for m in 0..<measures {
+                        let c = counts[m]
+                        guard slice.end < c.count else { throw Self.unreadable }
+                        total[m] += c[slice.end] - c[slice.start]
+                    }
+                    sums[slice.labels + key] = total
+                }
+            }
+            return sums.filter { $0.value.contains { $0 != 0 } }
+                .map { (labels: $0.key, counts: $0.value) }
+                .sorted { a, b in a.labels.lexicographicallyPrecedes(b.labels) { $0.utf8.lexicographicallyPrecedes($1.utf8) } }
+        }
+
+        private static var unreadable: DatabaseError {
+            DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable half-day row")
+        }
     }
 
     /// Kept segments; a few hundred ranges and zones at most in practice, emptied past that.
@@ -330,22 +350,17 @@ final class LocalSegments: Sendable {
         if let known = kept.withLock({ $0[key] }) { return known }
         let segments = try await pool.withConnection { connection in
             let r = try connection.query(Self.sql, [key.from, key.to, zone, byHour ? "true" : "false", zone == "UTC" ? "true" : "false"])
-            var blocks = BinaryArray(.int8, capacity: r.rowCount), days = BinaryArray(.text), hours = BinaryArray(.text)
-            var lo = BinaryArray(.int4, capacity: r.rowCount), hi = BinaryArray(.int4, capacity: r.rowCount)
-            var first = Int64.max, last = Int64.min
+            var segments = Segments(firstBlock: .max, lastBlock: .min)
             for row in 0..<r.rowCount {
                 guard let block = r.int64(row, 0), let day = r.string(row, 1), let start = r.int64(row, 3), let end = r.int64(row, 4) else {
                     throw DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable segment")
                 }
-                blocks.append(block)
-                days.append(day)
-                hours.append(r.string(row, 2) ?? "")
-                lo.append(Int32(start))
-                hi.append(Int32(end))
-                (first, last) = (min(first, block), max(last, block))
+                let labels = byHour ? [day, r.string(row, 2) ?? ""] : [day]
+                segments.slices[block, default: []].append(.init(labels: labels, start: Int(start) - 1, end: Int(end) - 1))
+                (segments.firstBlock, segments.lastBlock) = (min(segments.firstBlock, block), max(segments.lastBlock, block))
             }
-            return Segments(parameters: [blocks.parameter, days.parameter, hours.parameter, lo.parameter, hi.parameter,
-                                         .text(String(first == .max ? 0 : first)), .text(String(last == .min ? -1 : last))])
+            if segments.slices.isEmpty { (segments.firstBlock, segments.lastBlock) = (0, -1) }
+            return segments
         }
         kept.withLock { cache in
             if cache.count >= Self.keptLimit { cache.removeAll() }
