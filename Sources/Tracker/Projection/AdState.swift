@@ -173,24 +173,6 @@ struct ByteReader {
         return strings.string(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count]))
     }
 
-    /// A binary one-dimensional `int8[]` without nulls, its elements put in `elements` (emptied
-    /// first); `false` when the bytes are anything else.
-    static func int64Array(_ bytes: UnsafeRawBufferPointer, into elements: inout [Int64]) -> Bool {
-        elements.removeAll(keepingCapacity: true)
-        var reader = ByteReader(bytes)
-        // Dimensions, a has-nulls flag and the element type; then the length and lower bound.
-        guard let header = reader.take(12), header.count == 12 else { return false }
-        if header.allSatisfy({ $0 == 0 }) { return reader.isAtEnd }   // an empty array: no dimension
-        guard header[0] == 0, header[1] == 0, header[2] == 0, header[3] == 1, let dimension = reader.take(8) else { return false }
-        let count = Int(dimension[0]) << 24 | Int(dimension[1]) << 16 | Int(dimension[2]) << 8 | Int(dimension[3])
-        elements.reserveCapacity(count)
-        for _ in 0..<count {
-            guard let length = reader.take(4), length.elementsEqual([0, 0, 0, 8]), let value = reader.i64() else { return false }
-            elements.append(value)
-        }
-        return reader.isAtEnd
-    }
-
     /// The whole value as an integer (binary int8, xid8) or `nil` when it is not 8 bytes.
     static func int64(_ bytes: UnsafeRawBufferPointer) -> Int64? {
         guard bytes.count == 8 else { return nil }

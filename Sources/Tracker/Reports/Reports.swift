@@ -47,7 +47,7 @@ public struct Reports: Sendable {
         if !query.isUTCDays {
             let segments = try await LocalSegments.shared.segments(zone: query.timeZone, from: query.from, to: query.to,
                                                                    byHour: query.granularity == .hour, pool: pool)
-            parameters += [.text(String(segments.firstBlock)), .text(String(segments.lastBlock))]
+            parameters += segments.parameters
             if query.granularity == .hour { dimensions.insert("hour", at: 1) }
             local = segments
         }
@@ -61,7 +61,7 @@ public struct Reports: Sendable {
             let ivtRules = Int(state.int64(0, 1) ?? 0)
             var out: [[ReportValue]] = []
             if let local {
-                let r = try connection.query(spec.localRowsSQL, arguments, binaryResults: true)
+                let r = try connection.query(spec.localSlices, arguments, binaryResults: true)
                 for (labels, counts) in try local.sum(r, dimensions: spec.dimensions.count - 1) {
                     out.append(labels.map(ReportValue.text) + spec.measures(counts))
                 }
@@ -143,9 +143,9 @@ enum ReportSQL {
         var measureNames: [String]
         /// UTC days, from the day table.
         var sql: String
-        /// Local days or hours: the quarters table's half-day rows of the range ($6 first and $7
-        /// last half day), which `LocalSegments.Segments.sum` slices and sums.
-        var localRowsSQL: String
+        /// Local days or hours: each slice of the segments ($6 on) of each half-day row, numbered
+        /// by its segment, which `LocalSegments.Segments.sum` sums by label and key.
+        var localSlices: String
         /// Turns the summed counts (in SELECT order) into the report's measures.
         var measures: @Sendable ([Int64]) -> [ReportValue]
     }
@@ -175,13 +175,16 @@ enum ReportSQL {
           AND ($5::text IS NULL OR format_id = $5::text)
         """
 
-    /// The row filters of a local-time report: the half days $6 to $7 of the segments, whose
-    /// days are those asked ($1 to $2) already. $1 and $2 stay referenced so that every report
-    /// takes the same parameters.
+    /// The row filters of a local-time report; the half days come from the segments ($6 on),
+    /// whose days are those asked ($1 to $2) already. No condition on the segments' own
+    /// columns: the planner then counts them from the array and joins the half-day rows by a
+    /// hash, reading each row once (with a filter on them it would guess one segment and read
+    /// the rows again for every segment, an index scan per local hour). $1 and $2 stay
+    /// referenced so that every report takes the same parameters.
     static let quartersFilters = """
         WHERE $1::date <= $2::date
-          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $6::int8 * interval '12 hours'
-                                  AND timestamptz '1970-01-01 00:00:00+00' + $7::int8 * interval '12 hours'
+          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $9::int8 * interval '12 hours'
+                                  AND timestamptz '1970-01-01 00:00:00+00' + $10::int8 * interval '12 hours'
           AND traffic_class = ANY($3::int2[])
           AND ($4::text IS NULL OR ad_unit = $4::text)
           AND ($5::text IS NULL OR format_id = $5::text)
@@ -201,7 +204,7 @@ enum ReportSQL {
     static func spec(_ kind: ReportKind) -> Spec {
         switch kind {
         case .summary:
-            spec(["adUnit", "formatId"], [
+            spec(kind, ["adUnit", "formatId"], [
                 .sum(FormatMeasure.impressions), .sum(.duplicateImpressions), .sum(.staleImpressions), .sum(.clicks),
                 .sum(.duplicateClicks), .sum(.attributedClicks),
                 .computed("unattributedClicks") { .count($0[.clicks] - $0[.attributedClicks]) },
@@ -210,23 +213,23 @@ enum ReportSQL {
                 .sum(.givtImpressions), .sum(.givtClicks),
             ])
         case .assets:
-            spec(["adUnit", "formatId", "assetKey"], AssetMeasure.allCases.map(Column.sum))
+            spec(kind, ["adUnit", "formatId", "assetKey"], AssetMeasure.allCases.map(Column.sum))
         case .sources:
-            spec(["adUnit", "adapter"], SourceMeasure.allCases.map(Column.sum))
+            spec(kind, ["adUnit", "adapter"], SourceMeasure.allCases.map(Column.sum))
         case .adchoices:
-            spec(["adUnit", "formatId"], [
+            spec(kind, ["adUnit", "formatId"], [
                 .sum(FormatMeasure.eeaReservationImpressions), .sum(.withAdChoices),
                 .computed("share") { ratio($0[.withAdChoices], $0[.eeaReservationImpressions]) },
                 .sum(.adchoicesClicks),
             ])
         case .ivt:
-            spec(["adUnit", "formatId", "label"], IVTMeasure.allCases.map(Column.sum))
+            spec(kind, ["adUnit", "formatId", "label"], IVTMeasure.allCases.map(Column.sum))
         }
     }
 
     /// A report over `M`'s table: one row per day and `dimensions`, in that order (bytewise),
     /// leaving out rows whose summed measures are all zero.
-    static func spec<M: ProjectionMeasure>(_ dimensions: [String], _ columns: [Column<M>]) -> Spec {
+    static func spec<M: ProjectionMeasure>(_ kind: ReportKind, _ dimensions: [String], _ columns: [Column<M>]) -> Spec {
         let summed: [M] = columns.compactMap { if case .sum(let m) = $0 { m } else { nil } }
         let position = Dictionary(uniqueKeysWithValues: summed.enumerated().map { ($1, $0) })
         let dims = dimensions.map { dimensionColumns[$0]! }
@@ -243,14 +246,18 @@ enum ReportSQL {
             HAVING \(having)
             ORDER BY day, \(order)
             """
-        // A local day or hour is a slice of one or two half-day rows of running counts
-        // (LocalSegments, docs/REPORTS.md "Time zones and hours"). The rows are read whole, a
-        // few per key and half day, and sliced and summed here: in SQL each slice read two
-        // elements of every measure's array, and that cost more than everything else.
-        let localRowsSQL = """
-            SELECT (extract(epoch FROM q.quarters_from)::int8 / 43200), \(dims.map { "q.\($0)" }.joined(separator: ", ")),
-                   \(summed.map { "q.\($0.column)" }.joined(separator: ", "))
-            FROM \(M.table.tableName(.quarters)) AS q
+        // A local day or hour is a slice of one or two half-day rows of running counts: the
+        // segments ($6 half day, $7 first and $8 past-last element, numbered in that order) say
+        // which (LocalSegments, docs/REPORTS.md "Time zones and hours"). PostgreSQL takes the
+        // slices, a few elements of each row's arrays; the tracker sums them by label and key,
+        // filters and sorts (in SQL the numeric sums and the sort of the labels were most of a
+        // 7-day hourly report's time).
+        let slices = summed.map { "q.\($0.column)[g.hi] - q.\($0.column)[g.lo]" }
+        let localSlices = """
+            SELECT g.n::int8, \(dims.map { "q.\($0)" }.joined(separator: ", ")), \(slices.joined(separator: ", "))
+            FROM unnest($6::int8[], $7::int4[], $8::int4[]) WITH ORDINALITY AS g(block, lo, hi, n)
+            JOIN \(M.table.tableName(.quarters)) AS q
+              ON q.quarters_from = timestamptz '1970-01-01 00:00:00+00' + g.block * interval '12 hours'
             \(quartersFilters)
             """
         let names = columns.map { column in
@@ -268,7 +275,7 @@ enum ReportSQL {
                 }
             }
         }
-        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localRowsSQL: localRowsSQL, measures: measures)
+        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localSlices: localSlices, measures: measures)
     }
 }
 
@@ -289,55 +296,57 @@ final class LocalSegments: Sendable {
         var byHour: Bool
     }
 
-    /// A report's segments: for each half day (since the epoch) the slices of its rows that make
-    /// a local day or hour, and the range of half days the rows come from.
+    /// A report's segments: which slice of which half day makes which local day or hour.
     struct Segments: Sendable {
-        struct Slice: Sendable {
-            /// The day label, and the hour label when by hour.
-            var labels: [String]
-            /// First and past-last element of the running counts (0-based): the slice's count is
-            /// `counts[end] - counts[start]`.
-            var start: Int
-            var end: Int
-        }
+        /// The report's distinct labels (the day, and the hour when by hour).
+        var labels: [[String]] = []
+        /// Each segment's labels (a position in `labels`), by its number less one: the half
+        /// days of one local day are two segments with one label.
+        var labelOfSegment: [Int] = []
+        /// Each label's place in bytewise order of the labels.
+        var labelRank: [Int] = []
+        /// $6 to $10 of `Spec.localSlices`: half days, first and past-last element (1-based) of
+        /// each segment, and the first and last half day (the rows' range).
+        var parameters: [Parameter] = []
 
-        var slices: [Int64: [Slice]] = [:]
-        var firstBlock: Int64 = 0
-        var lastBlock: Int64 = -1
-
-        /// The report's rows from the half-day rows `r` (`Spec.localRowsSQL`, binary: the half
-        /// day, `dimensions` key columns, then one array of running counts per summed measure):
-        /// each slice's counts summed by labels and key, rows whose counts are all zero left
-        /// out, in bytewise order of labels and key.
+        /// The report's rows from `r` (`Spec.localSlices`, binary: the segment's number, the
+        /// `dimensions` key columns, then the slice's counts): summed by labels and key, rows
+        /// whose counts are all zero left out, in bytewise order of labels and key.
         func sum(_ r: QueryResult, dimensions: Int) throws -> [(labels: [String], counts: [Int64])] {
             let measures = r.columnCount - 1 - dimensions
-            var sums: [[String]: [Int64]] = [:]
-            var strings = StringTable()
-            var counts: [[Int64]] = Array(repeating: [], count: measures)
-            for row in 0..<r.rowCount {
-                guard let block = ByteReader.int64(r.bytes(row, 0)) else { throw Self.unreadable }
-                guard let slices = slices[block] else { continue }
-                let key = (1...dimensions).map { strings.string(r.bytes(row, $0)) }
-                for m in 0..<measures {
-                    guard ByteReader.int64Array(r.bytes(row, 1 + dimensions + m), into: &counts[m]) else { throw Self.unreadable }
-                }
-                for slice in slices {
-                    var total = sums[slice.labels + key] ?? Array(repeating: 0, count: measures)
-                    for m in 0..<measures {
-                        let c = counts[m]
-                        guard slice.end < c.count else { throw Self.unreadable }
-                        total[m] += c[slice.end] - c[slice.start]
-                    }
-                    sums[slice.labels + key] = total
-                }
+            struct Key: Hashable {
+                var label: Int
+                var dimensions: [String]
             }
-            return sums.filter { $0.value.contains { $0 != 0 } }
-                .map { (labels: $0.key, counts: $0.value) }
-                .sorted { a, b in a.labels.lexicographicallyPrecedes(b.labels) { $0.utf8.lexicographicallyPrecedes($1.utf8) } }
+            var sums: [Key: [Int64]] = [:]
+            sums.reserveCapacity(r.rowCount)
+            var strings = StringTable()
+            for row in 0..<r.rowCount {
+                guard let n = ByteReader.int64(r.bytes(row, 0)), n >= 1, n <= labelOfSegment.count else { throw Self.unreadable }
+                let key = Key(label: labelOfSegment[Int(n) - 1], dimensions: (1...dimensions).map { strings.string(r.bytes(row, $0)) })
+                var total = sums[key] ?? Array(repeating: 0, count: measures)
+                for m in 0..<measures {
+                    guard let count = ByteReader.int64(r.bytes(row, 1 + dimensions + m)) else { throw Self.unreadable }
+                    total[m] += count
+                }
+                sums[key] = total
+            }
+            // Bytewise order, compared as ranks: the distinct labels and key values are few, the
+            // rows many (comparing their strings was a quarter of an hourly report's time).
+            let values = Set(sums.keys.lazy.flatMap(\.dimensions)).sorted(by: Self.bytewise)
+            let valueRank = Dictionary(uniqueKeysWithValues: values.enumerated().map { ($1, $0) })
+            let rows = sums.compactMap { key, counts -> (order: [Int], labels: [String], counts: [Int64])? in
+                guard counts.contains(where: { $0 != 0 }) else { return nil }
+                return ([labelRank[key.label]] + key.dimensions.map { valueRank[$0]! }, labels[key.label] + key.dimensions, counts)
+            }
+            return rows.sorted { $0.order.lexicographicallyPrecedes($1.order) }.map { ($0.labels, $0.counts) }
         }
 
+        /// Bytewise (PostgreSQL's `COLLATE "C"`) order of strings.
+        static func bytewise(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+
         private static var unreadable: DatabaseError {
-            DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable half-day row")
+            DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable slice")
         }
     }
 
@@ -350,16 +359,35 @@ final class LocalSegments: Sendable {
         if let known = kept.withLock({ $0[key] }) { return known }
         let segments = try await pool.withConnection { connection in
             let r = try connection.query(Self.sql, [key.from, key.to, zone, byHour ? "true" : "false", zone == "UTC" ? "true" : "false"])
-            var segments = Segments(firstBlock: .max, lastBlock: .min)
+            var segments = Segments()
+            var blocks = BinaryArray(.int8, capacity: r.rowCount)
+            var lo = BinaryArray(.int4, capacity: r.rowCount), hi = BinaryArray(.int4, capacity: r.rowCount)
+            var first = Int64.max, last = Int64.min
+            var positions: [[String]: Int] = [:]
             for row in 0..<r.rowCount {
                 guard let block = r.int64(row, 0), let day = r.string(row, 1), let start = r.int64(row, 3), let end = r.int64(row, 4) else {
                     throw DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable segment")
                 }
                 let labels = byHour ? [day, r.string(row, 2) ?? ""] : [day]
-                segments.slices[block, default: []].append(.init(labels: labels, start: Int(start) - 1, end: Int(end) - 1))
-                (segments.firstBlock, segments.lastBlock) = (min(segments.firstBlock, block), max(segments.lastBlock, block))
+                if let known = positions[labels] {
+                    segments.labelOfSegment.append(known)
+                } else {
+                    positions[labels] = segments.labels.count
+                    segments.labelOfSegment.append(segments.labels.count)
+                    segments.labels.append(labels)
+                }
+                blocks.append(block)
+                lo.append(Int32(start))
+                hi.append(Int32(end))
+                (first, last) = (min(first, block), max(last, block))
             }
-            if segments.slices.isEmpty { (segments.firstBlock, segments.lastBlock) = (0, -1) }
+            let order = segments.labels.indices.sorted {
+                segments.labels[$0].lexicographicallyPrecedes(segments.labels[$1], by: Segments.bytewise)
+            }
+            segments.labelRank = Array(repeating: 0, count: order.count)
+            for (rank, label) in order.enumerated() { segments.labelRank[label] = rank }
+            segments.parameters = [blocks.parameter, lo.parameter, hi.parameter,
+                                   .text(String(first == .max ? 0 : first)), .text(String(last == .min ? -1 : last))]
             return segments
         }
         kept.withLock { cache in
