@@ -105,7 +105,7 @@ struct PoolStateMachine<Instant: InstantProtocol, Slot, Waiter> where Instant.Du
     }
 
     /// Borrow `id`'s task was cancelled: the waiter to fail, unless it is not waiting (served,
-    /// timed out, or not arrived yet, in which case `borrow` sees the cancellation itself).
+    /// timed out, or not arrived yet, in which case `wait` sees the cancellation itself).
     mutating func cancel(_ id: BorrowID) -> Waiter? {
         guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
         return waiters.remove(at: i).waiter

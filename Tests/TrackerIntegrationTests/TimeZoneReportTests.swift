@@ -74,6 +74,37 @@ struct TimeZoneReportTests {
         }
     }
 
+    /// Two ad units whose names are the same text to Swift but not the same bytes (é, and e with
+    /// a combining accent) are two rows in every zone, as in UTC, in bytewise order.
+    ///
+    /// A known defect: the projector keys its rows (`ProjectionKey`) and its ads (request ids)
+    /// by Swift `String`, whose equality is Unicode canonical equivalence, so it merges the two
+    /// ad units (in UTC as in every zone, in a step as in a rebuild) under whichever spelling
+    /// came first. The reports themselves keep values apart by their bytes.
+    @Test func adUnitsThatDifferOnlyInTheirBytesAreTwoRowsInEveryZone() async throws {
+        try await withTestDatabase { db in
+            let composed = "/6499/caf\u{E9}", decomposed = "/6499/cafe\u{301}"
+            let at = Self.utc(2026, 11, 10, 15, 0)
+            try await db.append([Events.make(.impression, ad: "a", at: at, adUnit: composed),
+                                 Events.make(.impression, ad: "b", at: at, adUnit: decomposed),
+                                 Events.make(.impression, ad: "c", at: at, adUnit: decomposed)])
+            try await db.projector().catchUp()
+            let day = Day(year: 2026, month: 11, day: 10)!
+            let reports = Reports(pool: db.pool)
+            try await withKnownIssue("the projector merges strings that are canonically equivalent") {
+            for zone in ["UTC", "America/New_York", "Asia/Kolkata"] {
+                for granularity in [ReportGranularity.day, .hour] where !(zone == "UTC" && granularity == .hour) {
+                    let report = try await reports.run(try ReportQuery(kind: .summary, from: day, to: day, timeZone: zone, granularity: granularity))
+                    let units = report.rows.map { row -> String in if case .text(let u) = row[granularity == .hour ? 2 : 1] { u } else { "" } }
+                    #expect(units.map { Array($0.utf8) } == [Array(decomposed.utf8), Array(composed.utf8)], "\(zone) by \(granularity)")
+                    let impressions = report.rows.map { $0[granularity == .hour ? 4 : 3] }
+                    #expect(impressions == [.count(2), .count(1)], "\(zone) by \(granularity)")
+                }
+            }
+            }
+        }
+    }
+
     /// Without `tz` (or with `tz=UTC`) and by day, every report is what it was before time
     /// zones: the same bytes, read from the day tables.
     @Test func utcByDayIsTheReportOfUTCDays() async throws {

@@ -46,7 +46,8 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
     private var pending: [AppendID: Pending] = [:]
     /// Appends in arrival order with their deadlines (the timeout is the same for all, so this
     /// is deadline order too). Writers take from `nextToTake`, deadlines are checked from
-    /// `nextToExpire`; entries before both are dropped now and then.
+    /// `nextToExpire` (never behind `nextToTake` once checked); entries before the cursors are
+    /// dropped now and then.
     private var arrivals: [(id: AppendID, deadline: Instant?)] = []
     private var nextToTake = 0
     private var nextToExpire = 0
@@ -133,9 +134,15 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
             }
             nextToExpire += 1
         }
+        // Everything before `nextToExpire` is answered: writers need not walk it, and it can be
+        // dropped even while every writer is stuck in a write that does not end.
+        nextToTake = max(nextToTake, nextToExpire)
         compactArrivals()
         return expired
     }
+
+    /// Arrivals kept for the cursors (for tests: what the machine's memory grows with).
+    var keptArrivals: Int { arrivals.count }
 
     /// An idle writer should take the queue now. A second writer starts only when
     /// `parallelWriteThreshold` events wait: fewer wait for the write in flight, so small

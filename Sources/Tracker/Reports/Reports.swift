@@ -204,7 +204,7 @@ enum ReportSQL {
     static func spec(_ kind: ReportKind) -> Spec {
         switch kind {
         case .summary:
-            spec(kind, ["adUnit", "formatId"], [
+            spec(["adUnit", "formatId"], [
                 .sum(FormatMeasure.impressions), .sum(.duplicateImpressions), .sum(.staleImpressions), .sum(.clicks),
                 .sum(.duplicateClicks), .sum(.attributedClicks),
                 .computed("unattributedClicks") { .count($0[.clicks] - $0[.attributedClicks]) },
@@ -213,23 +213,23 @@ enum ReportSQL {
                 .sum(.givtImpressions), .sum(.givtClicks),
             ])
         case .assets:
-            spec(kind, ["adUnit", "formatId", "assetKey"], AssetMeasure.allCases.map(Column.sum))
+            spec(["adUnit", "formatId", "assetKey"], AssetMeasure.allCases.map(Column.sum))
         case .sources:
-            spec(kind, ["adUnit", "adapter"], SourceMeasure.allCases.map(Column.sum))
+            spec(["adUnit", "adapter"], SourceMeasure.allCases.map(Column.sum))
         case .adchoices:
-            spec(kind, ["adUnit", "formatId"], [
+            spec(["adUnit", "formatId"], [
                 .sum(FormatMeasure.eeaReservationImpressions), .sum(.withAdChoices),
                 .computed("share") { ratio($0[.withAdChoices], $0[.eeaReservationImpressions]) },
                 .sum(.adchoicesClicks),
             ])
         case .ivt:
-            spec(kind, ["adUnit", "formatId", "label"], IVTMeasure.allCases.map(Column.sum))
+            spec(["adUnit", "formatId", "label"], IVTMeasure.allCases.map(Column.sum))
         }
     }
 
     /// A report over `M`'s table: one row per day and `dimensions`, in that order (bytewise),
     /// leaving out rows whose summed measures are all zero.
-    static func spec<M: ProjectionMeasure>(_ kind: ReportKind, _ dimensions: [String], _ columns: [Column<M>]) -> Spec {
+    static func spec<M: ProjectionMeasure>(_ dimensions: [String], _ columns: [Column<M>]) -> Spec {
         let summed: [M] = columns.compactMap { if case .sum(let m) = $0 { m } else { nil } }
         let position = Dictionary(uniqueKeysWithValues: summed.enumerated().map { ($1, $0) })
         let dims = dimensions.map { dimensionColumns[$0]! }
@@ -316,14 +316,23 @@ final class LocalSegments: Sendable {
             let measures = r.columnCount - 1 - dimensions
             struct Key: Hashable {
                 var label: Int
-                var dimensions: [String]
+                /// The key's values as numbers of `values`.
+                var dimensions: [Int]
             }
+            // Values are told apart by their bytes, as PostgreSQL's GROUP BY does (two Swift
+            // strings can be equal with different bytes: é and e + ◌́).
+            var values: [String] = [], numbers: [[UInt8]: Int] = [:]
             var sums: [Key: [Int64]] = [:]
             sums.reserveCapacity(r.rowCount)
-            var strings = StringTable()
             for row in 0..<r.rowCount {
                 guard let n = ByteReader.int64(r.bytes(row, 0)), n >= 1, n <= labelOfSegment.count else { throw Self.unreadable }
-                let key = Key(label: labelOfSegment[Int(n) - 1], dimensions: (1...dimensions).map { strings.string(r.bytes(row, $0)) })
+                let key = Key(label: labelOfSegment[Int(n) - 1], dimensions: (1...dimensions).map { column in
+                    let bytes = Array(r.bytes(row, column))
+                    if let number = numbers[bytes] { return number }
+                    numbers[bytes] = values.count
+                    values.append(String(decoding: bytes, as: UTF8.self))
+                    return values.count - 1
+                })
                 var total = sums[key] ?? Array(repeating: 0, count: measures)
                 for m in 0..<measures {
                     guard let count = ByteReader.int64(r.bytes(row, 1 + dimensions + m)) else { throw Self.unreadable }
@@ -333,11 +342,14 @@ final class LocalSegments: Sendable {
             }
             // Bytewise order, compared as ranks: the distinct labels and key values are few, the
             // rows many (comparing their strings was a quarter of an hourly report's time).
-            let values = Set(sums.keys.lazy.flatMap(\.dimensions)).sorted(by: Self.bytewise)
-            let valueRank = Dictionary(uniqueKeysWithValues: values.enumerated().map { ($1, $0) })
+            var valueRank = Array(repeating: 0, count: values.count)
+            for (rank, number) in numbers.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }).map(\.value).enumerated() {
+                valueRank[number] = rank
+            }
             let rows = sums.compactMap { key, counts -> (order: [Int], labels: [String], counts: [Int64])? in
                 guard counts.contains(where: { $0 != 0 }) else { return nil }
-                return ([labelRank[key.label]] + key.dimensions.map { valueRank[$0]! }, labels[key.label] + key.dimensions, counts)
+                return ([labelRank[key.label]] + key.dimensions.map { valueRank[$0] },
+                        labels[key.label] + key.dimensions.map { values[$0] }, counts)
             }
             return rows.sorted { $0.order.lexicographicallyPrecedes($1.order) }.map { ($0.labels, $0.counts) }
         }

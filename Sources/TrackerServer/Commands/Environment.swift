@@ -19,19 +19,19 @@ struct Settings: Sendable {
         self.values = values.filter { !$0.value.isEmpty }
     }
 
-    /// The process's environment.
-    static var process: Settings {
+    /// The process's environment, read once (the first of duplicate entries wins, as with `getenv`).
+    static let process: Settings = {
         var values: [String: String] = [:]
         var entry = environ
         while let pointer = entry.pointee {
             let text = String(cString: pointer)
-            if let equals = text.firstIndex(of: "=") {
+            if let equals = text.firstIndex(of: "="), values[String(text[..<equals])] == nil {
                 values[String(text[..<equals])] = String(text[text.index(after: equals)...])
             }
             entry += 1
         }
         return Settings(values)
-    }
+    }()
 
     /// The value of `name`, `nil` when unset or empty.
     func string(_ name: String) -> String? { values[name] }

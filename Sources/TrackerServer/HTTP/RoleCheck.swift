@@ -15,7 +15,8 @@ final class RoleWarnings: Sendable {
 }
 
 /// Checks each connection of the server against the role whose work it does
-/// (`DatabaseRole.warnings`). Retries until the database answers, then waits for the shutdown.
+/// (`DatabaseRole.warnings`). Retries until the database answers or the server shuts down,
+/// then waits for the shutdown.
 struct RoleCheck: Service {
     struct Use: Sendable {
         var role: DatabaseRole

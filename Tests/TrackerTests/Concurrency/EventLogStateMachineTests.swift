@@ -108,6 +108,26 @@ struct EventLogStateMachineTests {
         #expect(log.expire(now: .zero.advanced(by: .seconds(60))).isEmpty, "nor does the deadline reach b")
     }
 
+    @Test func whileEveryWriterIsStuckExpiredRequestsAreForgottenAndTheNextWriteTakesOnlyNewOnes() {
+        // One writer, stuck in a write that never ends (a synchronous standby gone, say):
+        // requests keep arriving and expiring; what is kept must not grow with them.
+        var log = Self.machine(parallelWriteThreshold: 1_000_000, maxQueuedEvents: 10, appendTimeout: .seconds(1))
+        var clock = ManualClock()
+        _ = log.writerReady("w", afterWrite: false)
+        _ = Self.submit(&log, "stuck", events: 1, now: clock.now)   // taken at once by w
+        var expired = 0
+        for n in 0..<20_000 {
+            _ = Self.submit(&log, "r\(n)", events: 1, now: clock.now)
+            clock.advance(by: .milliseconds(100))
+            expired += log.expire(now: clock.now).count
+        }
+        // A request expires a second (ten arrivals) after it came: the last nine still wait.
+        #expect(expired == 20_000 - 9 + 1, "every request but the last second's expired (the stuck one too)")
+        #expect(log.queuedEvents == 9)
+        #expect(log.keptArrivals < 2_048, "answered arrivals are dropped though no writer took them")
+        #expect(Self.requests(log.writerReady("w", afterWrite: true))?.first == "r19991", "the write takes the oldest unanswered")
+    }
+
     @Test func withoutATimeoutNothingExpires() {
         var log = Self.machine(appendTimeout: nil)
         _ = Self.submit(&log, "a", events: 1)
