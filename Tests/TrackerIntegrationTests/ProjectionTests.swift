@@ -335,17 +335,8 @@ func runTrackerCommand(_ arguments: [String], environment: [String: String] = [:
 
 /// Polls /readyz until the projections have caught up with the log.
 func waitUntilCaughtUp(_ tracker: TrackerProcess) async throws {
-    try await waitUntilCaughtUp { try tracker.client.request("GET", "/readyz") }
-}
-
-func waitUntilCaughtUp(_ tracker: InProcessTracker) async throws {
-    try await waitUntilCaughtUp { try await tracker.request("GET", "/readyz") }
-}
-
-/// Polls `/readyz` (`readiness`) until the projection lag is 0, at most 15 s.
-private func waitUntilCaughtUp(_ readiness: () async throws -> HTTPClient.Response) async throws {
     let caughtUp = try await eventually(within: .seconds(15)) { () -> Bool? in
-        let lag = try await readiness().json["projectionLag"] as? [String: Any]
+        let lag = try tracker.client.request("GET", "/readyz").json["projectionLag"] as? [String: Any]
         return lag?["events"] as? Int == 0 ? true : nil
     }
     #expect(caughtUp == true, "the projector did not catch up within 15 s")

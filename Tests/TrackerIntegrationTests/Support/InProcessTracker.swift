@@ -4,7 +4,6 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
-import Testing
 import Tracker
 @testable import TrackerServer
 
@@ -32,18 +31,6 @@ struct InProcessTracker {
         }
     }
 
-    /// Sends one request over a socket of its own, bytes exactly as given (a `Content-Length`
-    /// that does not match the body, say, which the test client would correct); `.live` only.
-    /// The socket blocks, so it runs on a thread of its own, never one the server's tasks need.
-    func rawRequest(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) async throws -> HTTPClient.Response {
-        let port = try #require(client.port, "rawRequest needs the .live mode")
-        return try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread {
-                continuation.resume(with: Result { try HTTPClient(port: port).request(method, path, headers: headers, body: body) })
-            }
-        }
-    }
-
     func postEvents(_ body: Data, key: String, headers extra: [String: String] = [:]) async throws -> HTTPClient.Response {
         var headers = ["Authorization": "Bearer \(key)", "Content-Type": "application/json"]
         for (k, v) in extra { headers[k] = v }
@@ -58,14 +45,14 @@ struct TestFailure: Error, CustomStringConvertible {
 
 /// Runs `body` against a tracker on `db` assembled in this process exactly as `tracker serve`
 /// assembles it (`ServeConfiguration` from `environment`, then `buildApplication`), with its
-/// services running (the log's writers, the projector, the pools). `.live` (the default)
-/// serves on a loopback port through the real HTTP server and connection guard; `.router`
-/// skips the socket. `environment` holds serve's settings (`TRACKER_…`); as with
+/// services running (the log's writers, the projector, the pools). `.router` (the default)
+/// answers without a socket; `.live` serves on a loopback port through the real HTTP server
+/// and connection guard. `environment` holds serve's settings (`TRACKER_…`); as with
 /// `TrackerProcess`, the database logins are the least-privileged roles unless
 /// `leastPrivilege` is false, and `/metrics` is off (the metrics system is bootstrapped once
 /// per process, by the `tracker` binary).
 func withInProcessTracker(_ db: TestDatabase, environment: [String: String] = [:], leastPrivilege: Bool = true,
-                          mode: TestingSetup = .live,
+                          mode: TestingSetup = .router,
                           _ body: @escaping @Sendable (InProcessTracker) async throws -> Void) async throws {
     var settings = ["DATABASE_URL": db.url, "TRACKER_METRICS": "off", "TRACKER_HOST": "127.0.0.1", "TRACKER_PORT": "0"]
     if leastPrivilege {
