@@ -120,9 +120,7 @@ public final class EventLog: Service, Sendable {
         self.pool = pool
         self.configuration = configuration
         self.logger = logger
-        state = Mutex(Machine(limits: .init(
-            maxGroupEvents: configuration.maxGroupEvents, parallelWriteThreshold: configuration.parallelWriteThreshold,
-            maxQueuedEvents: configuration.maxQueuedEvents, appendTimeout: configuration.appendTimeout)))
+        state = Mutex(Machine(configuration))
     }
 
     /// Events accepted by requests and waiting for a writer (for the queue-depth gauge).

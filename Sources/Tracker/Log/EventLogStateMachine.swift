@@ -25,13 +25,6 @@ extension TakenAppend: Sendable where Request: Sendable {}
 struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Instant.Duration == Duration {
     typealias AppendID = Int
 
-    struct Limits {
-        var maxGroupEvents: Int
-        var parallelWriteThreshold: Int
-        var maxQueuedEvents: Int
-        var appendTimeout: Duration?
-    }
-
     typealias Taken = TakenAppend<Request>
 
     private struct Pending {
@@ -41,7 +34,8 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
         var taken = false
     }
 
-    let limits: Limits
+    /// The log's limits: group size, parallel-write threshold, queue bound, append timeout.
+    let limits: EventLog.Configuration
     /// Appends not answered yet, queued or being written.
     private var pending: [AppendID: Pending] = [:]
     /// Appends in arrival order with their deadlines (the timeout is the same for all, so this
@@ -59,7 +53,7 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
     private var idleWriters: [Writer] = []
     private(set) var isStopping = false
 
-    init(limits: Limits) {
+    init(_ limits: EventLog.Configuration) {
         self.limits = limits
     }
 

@@ -51,7 +51,6 @@ public struct Reports: Sendable {
             if query.granularity == .hour { dimensions.insert("hour", at: 1) }
             local = segments
         }
-        let columns = dimensions.count
         let arguments = parameters
         let (rows, ivtRules): ([[ReportValue]], Int) = try await pool.withConnection { [local] connection in
             let state = try connection.query(ReportSQL.projectionState)
@@ -68,6 +67,7 @@ public struct Reports: Sendable {
                 return (out, ivtRules)
             }
             let r = try connection.query(spec.sql, arguments, binaryResults: false)
+            let columns = spec.dimensions.count
             out.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
                 var dims: [ReportValue] = (0..<columns).map { .text(r.string(row, $0) ?? "") }
@@ -250,8 +250,8 @@ enum ReportSQL {
         // segments ($6 half day, $7 first and $8 past-last element, numbered in that order) say
         // which (LocalSegments, docs/REPORTS.md "Time zones and hours"). PostgreSQL takes the
         // slices, a few elements of each row's arrays; the tracker sums them by label and key,
-        // filters and sorts (in SQL the numeric sums and the sort of the labels were most of a
-        // 7-day hourly report's time).
+        // filters and sorts, with integer sums and ranks where SQL would sum numerics and sort
+        // collated text.
         let slices = summed.map { "q.\($0.column)[g.hi] - q.\($0.column)[g.lo]" }
         let localSlices = """
             SELECT g.n::int8, \(dims.map { "q.\($0)" }.joined(separator: ", ")), \(slices.joined(separator: ", "))
@@ -316,12 +316,12 @@ final class LocalSegments: Sendable {
             let measures = r.columnCount - 1 - dimensions
             struct Key: Hashable {
                 var label: Int
-                /// The key's values as numbers of `values`.
+                /// The key's values, numbered in the order they first appear.
                 var dimensions: [Int]
             }
             // Values are told apart by their bytes, as PostgreSQL's GROUP BY does (two Swift
             // strings can be equal with different bytes: é and e + ◌́).
-            var values: [String] = [], numbers: [[UInt8]: Int] = [:]
+            var valueBytes: [[UInt8]] = [], numbers: [[UInt8]: Int] = [:]
             var sums: [Key: [Int64]] = [:]
             sums.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
@@ -329,9 +329,9 @@ final class LocalSegments: Sendable {
                 let key = Key(label: labelOfSegment[Int(n) - 1], dimensions: (1...dimensions).map { column in
                     let bytes = Array(r.bytes(row, column))
                     if let number = numbers[bytes] { return number }
-                    numbers[bytes] = values.count
-                    values.append(String(decoding: bytes, as: UTF8.self))
-                    return values.count - 1
+                    numbers[bytes] = valueBytes.count
+                    valueBytes.append(bytes)
+                    return valueBytes.count - 1
                 })
                 var total = sums[key] ?? Array(repeating: 0, count: measures)
                 for m in 0..<measures {
@@ -340,12 +340,10 @@ final class LocalSegments: Sendable {
                 }
                 sums[key] = total
             }
-            // Bytewise order, compared as ranks: the distinct labels and key values are few, the
-            // rows many (comparing their strings was a quarter of an hourly report's time).
-            var valueRank = Array(repeating: 0, count: values.count)
-            for (rank, number) in numbers.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }).map(\.value).enumerated() {
-                valueRank[number] = rank
-            }
+            // Bytewise order, compared as ranks: the distinct labels and key values are few and
+            // the rows many, so each string is compared once, not once per pair of rows.
+            let valueRank = Self.ranks(valueBytes) { $0.lexicographicallyPrecedes($1) }
+            let values = valueBytes.map { String(decoding: $0, as: UTF8.self) }
             let rows = sums.compactMap { key, counts -> (order: [Int], labels: [String], counts: [Int64])? in
                 guard counts.contains(where: { $0 != 0 }) else { return nil }
                 return ([labelRank[key.label]] + key.dimensions.map { valueRank[$0] },
@@ -354,8 +352,12 @@ final class LocalSegments: Sendable {
             return rows.sorted { $0.order.lexicographicallyPrecedes($1.order) }.map { ($0.labels, $0.counts) }
         }
 
-        /// Bytewise (PostgreSQL's `COLLATE "C"`) order of strings.
-        static func bytewise(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+        /// Each item's place in `items` sorted by `precedes`.
+        static func ranks<T>(_ items: [T], by precedes: (T, T) -> Bool) -> [Int] {
+            var rank = Array(repeating: 0, count: items.count)
+            for (place, index) in items.indices.sorted(by: { precedes(items[$0], items[$1]) }).enumerated() { rank[index] = place }
+            return rank
+        }
 
         private static var unreadable: DatabaseError {
             DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable slice")
@@ -393,11 +395,8 @@ final class LocalSegments: Sendable {
                 hi.append(Int32(end))
                 (first, last) = (min(first, block), max(last, block))
             }
-            let order = segments.labels.indices.sorted {
-                segments.labels[$0].lexicographicallyPrecedes(segments.labels[$1], by: Segments.bytewise)
-            }
-            segments.labelRank = Array(repeating: 0, count: order.count)
-            for (rank, label) in order.enumerated() { segments.labelRank[label] = rank }
+            // Bytewise, as PostgreSQL's COLLATE "C" (the labels are ASCII).
+            segments.labelRank = Segments.ranks(segments.labels) { $0.lexicographicallyPrecedes($1) }
             segments.parameters = [blocks.parameter, lo.parameter, hi.parameter,
                                    .text(String(first == .max ? 0 : first)), .text(String(last == .min ? -1 : last))]
             return segments

@@ -46,18 +46,19 @@ struct ServeConfiguration: Sendable {
         self.databaseURL = databaseURL
     }
 
-    /// Every setting from `settings`, the flags winning where given. `descriptorLimit` is the
+    /// Every setting from `settings`, the flags winning where given, the defaults above where
+    /// neither says anything. `descriptorLimit` is the
     /// process's limit on open files, which bounds the connections the server accepts.
     init(settings: Settings, host: String? = nil, port: Int? = nil, databaseURL: String? = nil, descriptorLimit: Int) throws {
         self.init(databaseURL: try settings.databaseURL(flag: databaseURL))
-        self.host = host ?? settings.string("TRACKER_HOST") ?? ServeDefaults.host
+        self.host = host ?? settings.string("TRACKER_HOST") ?? self.host
         self.port = try port ?? settings.string("TRACKER_PORT").map { value in
             guard let p = Int(value), (0...65535).contains(p) else { throw ValidationError("TRACKER_PORT must be a port number, got '\(value)'") }
             return p
-        } ?? ServeDefaults.port
+        } ?? self.port
         // Read once: the pool's size also bounds the connections the server accepts.
-        poolSize = try settings.positiveInt("TRACKER_DB_POOL_SIZE") ?? ServeDefaults.poolSize
-        writers = try settings.positiveInt("TRACKER_WRITERS") ?? ServeDefaults.writers
+        poolSize = try settings.positiveInt("TRACKER_DB_POOL_SIZE") ?? poolSize
+        writers = try settings.positiveInt("TRACKER_WRITERS") ?? writers
         rateLimit = try settings.positiveInt("TRACKER_RATE_LIMIT")
         attributionWindow = try settings.attributionWindow()
         runProjector = settings.string("TRACKER_PROJECTOR") != "off"
@@ -65,15 +66,15 @@ struct ServeConfiguration: Sendable {
         reportDatabaseURL = settings.string("REPORT_DATABASE_URL")
         projectorDatabaseURL = settings.string("PROJECTOR_DATABASE_URL")
         retentionDays = try settings.positiveInt("TRACKER_RETENTION_DAYS")
-        maxConcurrentBatches = try settings.positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? ServeDefaults.maxConcurrentBatches
+        maxConcurrentBatches = try settings.positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? maxConcurrentBatches
         reportWait = try settings.reportWait()
-        idleTimeout = .seconds(try settings.positiveInt("TRACKER_IDLE_TIMEOUT") ?? ServeDefaults.idleTimeoutSeconds)
-        requestTimeout = .seconds(try settings.positiveInt("TRACKER_REQUEST_TIMEOUT") ?? ServeDefaults.requestTimeoutSeconds)
-        bodyBudgetBytes = (try settings.positiveInt("TRACKER_BODY_BUFFER_MIB") ?? ServeDefaults.bodyBufferMiB) * 1024 * 1024
-        appendTimeout = .seconds(try settings.positiveInt("TRACKER_APPEND_TIMEOUT") ?? ServeDefaults.appendTimeoutSeconds)
+        idleTimeout = try settings.positiveInt("TRACKER_IDLE_TIMEOUT").map { .seconds($0) } ?? idleTimeout
+        requestTimeout = try settings.positiveInt("TRACKER_REQUEST_TIMEOUT").map { .seconds($0) } ?? requestTimeout
+        bodyBudgetBytes = try settings.positiveInt("TRACKER_BODY_BUFFER_MIB").map { $0 * 1024 * 1024 } ?? bodyBudgetBytes
+        appendTimeout = try settings.positiveInt("TRACKER_APPEND_TIMEOUT").map { .seconds($0) } ?? appendTimeout
         connections = ConnectionLimits.resolve(descriptorLimit: descriptorLimit, poolSize: poolSize,
                                                requested: try settings.positiveInt("TRACKER_MAX_CONNECTIONS"))
-        chartLibraryPath = settings.string("TRACKER_CHARTJS_PATH") ?? DashboardRoutes.defaultChartLibraryPath
+        chartLibraryPath = settings.string("TRACKER_CHARTJS_PATH") ?? chartLibraryPath
         beaconSecrets = try settings.beaconSecrets()
         clients = try settings.clientIdentity()
         metrics = try settings.metricsOn()

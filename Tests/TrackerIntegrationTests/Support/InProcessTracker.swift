@@ -55,11 +55,7 @@ func withInProcessTracker(_ db: TestDatabase, environment: [String: String] = [:
                           mode: TestingSetup = .router,
                           _ body: @escaping @Sendable (InProcessTracker) async throws -> Void) async throws {
     var settings = ["DATABASE_URL": db.url, "TRACKER_METRICS": "off", "TRACKER_HOST": "127.0.0.1", "TRACKER_PORT": "0"]
-    if leastPrivilege {
-        for role in DatabaseRole.allCases {
-            settings[role.setting] = ConnectionString.replacingLogin(of: db.url, user: role.rawValue, password: "trusted")
-        }
-    }
+    if leastPrivilege { settings.merge(leastPrivilegeLogins(db.url)) { $1 } }
     for (name, value) in environment { settings[name] = value }
     let configuration = try ServeConfiguration(settings: Settings(settings), descriptorLimit: 4096)
     var logger = Logger(label: "in-process-tracker")

@@ -2,6 +2,15 @@ import Foundation
 import Testing
 import Tracker
 
+/// `databaseURL` with each role's login for its setting (DATABASE_URL as tracker_ingest,
+/// PROJECTOR_DATABASE_URL as tracker_projector, REPORT_DATABASE_URL as tracker_report), as
+/// production connects; the test cluster trusts local logins, so no password is checked.
+func leastPrivilegeLogins(_ databaseURL: String) -> [String: String] {
+    Dictionary(uniqueKeysWithValues: DatabaseRole.allCases.map {
+        ($0.setting, ConnectionString.replacingLogin(of: databaseURL, user: $0.rawValue, password: "trusted"))
+    })
+}
+
 /// The real `tracker serve` binary, started on a free loopback port.
 final class TrackerProcess: Sendable {
     let port: Int
@@ -11,9 +20,7 @@ final class TrackerProcess: Sendable {
     /// `port` fixes the port, e.g. to restart a tracker where a load balancer expects it;
     /// `descriptorLimit` starts it with that soft and hard limit on open files (as a container's ulimit).
     /// With `leastPrivilege` (the default) the server connects as the roles `tracker migrate`
-    /// creates, as production does: `databaseURL`'s login replaced by tracker_ingest (DATABASE_URL),
-    /// tracker_projector (PROJECTOR_DATABASE_URL) and tracker_report (REPORT_DATABASE_URL); the
-    /// test cluster trusts local logins, so no password is checked. `environment` wins over both.
+    /// creates (`leastPrivilegeLogins`). `environment` wins over both.
     init(databaseURL: String, port: Int? = nil, environment extra: [String: String] = [:],
          descriptorLimit: Int? = nil, leastPrivilege: Bool = true) async throws {
         let binary = try #require(TestEnvironment.binary, "run the integration tests through scripts/test.sh")
@@ -23,11 +30,7 @@ final class TrackerProcess: Sendable {
         env["DATABASE_URL"] = databaseURL
         env["PROJECTOR_DATABASE_URL"] = nil
         env["REPORT_DATABASE_URL"] = nil
-        if leastPrivilege {
-            for role in DatabaseRole.allCases {
-                env[role.setting] = ConnectionString.replacingLogin(of: databaseURL, user: role.rawValue, password: "trusted")
-            }
-        }
+        if leastPrivilege { env.merge(leastPrivilegeLogins(databaseURL)) { $1 } }
         env["TRACKER_LOG_LEVEL"] = "warning"
         for (k, v) in extra { env[k] = v }
         output = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-\(port).log")

@@ -8,8 +8,12 @@ struct EventLogStateMachineTests {
 
     static func machine(maxGroupEvents: Int = 100, parallelWriteThreshold: Int = 50, maxQueuedEvents: Int = 1_000,
                         appendTimeout: Duration? = .seconds(8)) -> Machine {
-        Machine(limits: .init(maxGroupEvents: maxGroupEvents, parallelWriteThreshold: parallelWriteThreshold,
-                              maxQueuedEvents: maxQueuedEvents, appendTimeout: appendTimeout))
+        var limits = EventLog.Configuration()
+        limits.maxGroupEvents = maxGroupEvents
+        limits.parallelWriteThreshold = parallelWriteThreshold
+        limits.maxQueuedEvents = maxQueuedEvents
+        limits.appendTimeout = appendTimeout
+        return Machine(limits)
     }
 
     /// Submits and returns the id, failing the test on a refusal.
