@@ -24,42 +24,67 @@ pg_cpu() {
   } | awk -v t="$tick" '{s += $1} END {printf "%.2f", s / t}'
 }
 events() { sql "SELECT count(*) FROM events"; }
+# load OUT COMMAND...: runs the load generator with its output in OUT and prints its CPU
+# seconds (user + system): what the load itself takes of the cores it shares with the tracker
+# and PostgreSQL.
+load() {
+  local out=$1 TIMEFORMAT='%U %S'; shift
+  { time "$@" >"$out"; } 2>&1 | tail -1 | awk '{printf "%.2f", $1 + $2}'
+}
 
 TRACKER_PROJECTOR=off TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 
+# Each phase's figures are kept apart: batch_* for batches, single_* for single events.
 n0=$(events); t0=$(cpu "$server_pid"); p0=$(pg_cpu); w0=$(sql "SELECT pg_current_wal_lsn()"); s0=$(date +%s.%N)
-wrk -t2 -c16 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 100 3 >"$dir/wrk.txt"
+batch_wrk=$(load "$dir/wrk.txt" wrk -t2 -c16 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 100 3)
 n1=$(events); t1=$(cpu "$server_pid"); p1=$(pg_cpu); s1=$(date +%s.%N)
 wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
-n=$((n1 - n0))
+n=$((n1 - n0)); batch_tracker=$(echo "$t1 - $t0" | bc -l); batch_pg=$(echo "$p1 - $p0" | bc -l); batch_secs=$(echo "$s1 - $s0" | bc -l)
 [ "$n" -gt 0 ] || { echo "no event was stored" >&2; cat "$dir/wrk.txt" >&2; exit 1; }
 # The same with one event per request (clients that do not batch): the cost per request.
 n0=$(events); t0=$(cpu "$server_pid"); p0=$(pg_cpu); s0=$(date +%s.%N)
-wrk -t2 -c32 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 1 4 >"$dir/wrk-single.txt"
+single_wrk=$(load "$dir/wrk-single.txt" wrk -t2 -c32 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 1 4)
 n1=$(events); t1=$(cpu "$server_pid"); p1=$(pg_cpu); s1=$(date +%s.%N)
-single=$((n1 - n0))
+single=$((n1 - n0)); single_tracker=$(echo "$t1 - $t0" | bc -l); single_pg=$(echo "$p1 - $p0" | bc -l); single_secs=$(echo "$s1 - $s0" | bc -l)
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
+cores=$(nproc)
+# per COUNT SECONDS: microseconds per event of each CPU figure given after (tracker, PostgreSQL,
+# load generator) and of the cores' time none of them used.
+per() {
+  local count=$1 secs=$2; shift 2
+  local used=0 x
+  for x in "$@"; do printf '%.1f ' "$(echo "$x * 1000000 / $count" | bc -l)"; used=$(echo "$used + $x" | bc -l); done
+  printf '%.1f\n' "$(echo "($cores * $secs - $used) * 1000000 / $count" | bc -l)"
+}
 
 log_bytes=$(sql "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'events'::regclass")
 ids_bytes=$(sql "SELECT pg_total_relation_size('event_ids')")
-echo "ingest: $n events in $(echo "$s1 - $s0" | bc -l | cut -c1-5) s = $(echo "$n / ($s1 - $s0)" | bc) events/s on this machine ($(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+echo "ingest: $n events in $(printf '%.1f' "$batch_secs") s = $(echo "$n / $batch_secs" | bc) events/s on this machine ($cores cores, load $(cut -d' ' -f1 /proc/loadavg))"
 grep "non-2xx" "$dir/wrk.txt" | sed 's/^/  /'
-printf '  tracker CPU: %.1f µs/event = %.0f events per core-second\n' "$(echo "($t1 - $t0) * 1000000 / $n" | bc -l)" "$(echo "$n / ($t1 - $t0)" | bc -l)"
-printf '  PostgreSQL CPU: %.1f µs/event = %.0f events per core-second\n' "$(echo "($p1 - $p0) * 1000000 / $n" | bc -l)" "$(echo "$n / ($p1 - $p0)" | bc -l)"
+read -r tr pg lg idle <<<"$(per "$n" "$batch_secs" "$batch_tracker" "$batch_pg" "$batch_wrk")"
+printf '  tracker CPU: %s µs/event = %.0f events per core-second\n' "$tr" "$(echo "$n / $batch_tracker" | bc -l)"
+printf '  PostgreSQL CPU: %s µs/event = %.0f events per core-second\n' "$pg" "$(echo "$n / $batch_pg" | bc -l)"
+printf '  the load generator (wrk): %s µs/event; no process busy: %s µs/event of the %d cores\n' "$lg" "$idle" "$cores"
 total=$(events)
 printf '  WAL: %.0f bytes/event; log (heap + index): %.0f bytes/event; event_ids: %.0f bytes/event\n' \
   "$(echo "$wal / $n" | bc -l)" "$(echo "$log_bytes / $total" | bc -l)" "$(echo "$ids_bytes / $total" | bc -l)"
 
-echo "single-event requests: $single in $(echo "$s1 - $s0" | bc -l | cut -c1-5) s = $(echo "$single / ($s1 - $s0)" | bc) requests/s"
+echo "single-event requests: $single in $(printf '%.1f' "$single_secs") s = $(echo "$single / $single_secs" | bc) requests/s"
 grep "non-2xx" "$dir/wrk-single.txt" | sed 's/^/  /'
-printf '  tracker CPU: %.1f µs/request; PostgreSQL CPU: %.1f µs/request\n' \
-  "$(echo "($t1 - $t0) * 1000000 / $single" | bc -l)" "$(echo "($p1 - $p0) * 1000000 / $single" | bc -l)"
+read -r tr pg lg idle <<<"$(per "$single" "$single_secs" "$single_tracker" "$single_pg" "$single_wrk")"
+printf '  tracker CPU: %s µs/request; PostgreSQL CPU: %s µs/request; the load generator (wrk): %s µs/request; no process busy: %s µs/request of the %d cores\n' \
+  "$tr" "$pg" "$lg" "$idle" "$cores"
 
+sleep 1  # the stopped server's backends reaped first (see below)
 p0=$(pg_cpu); w0=$(sql "SELECT pg_current_wal_lsn()")
 TIMEFORMAT='%R %U %S'
 times=$( { time "$bin" project --once >/dev/null 2>&1; } 2>&1 )
+# A backend's CPU reaches the postmaster's count of its children only once it has exited and
+# been reaped, a moment after its client ends: read too early, the projector's PostgreSQL CPU
+# read 0.
+sleep 1
 p1=$(pg_cpu)
 wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
 read -r real user sys <<<"$times"
