@@ -35,7 +35,7 @@ public struct BinaryArray {
     }
 
     /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
-    fileprivate static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
+    static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
 
     public let element: Element
     private var bytes: [UInt8]

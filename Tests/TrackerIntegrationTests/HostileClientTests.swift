@@ -46,7 +46,7 @@ import Tracker
                     bodyPrefix: first, declaredLength: first.count)
                 // Generous: at the start of the whole suite one run took over 10 s to get there.
                 let waiting = try await eventually(within: .seconds(40)) { () -> Bool? in
-                    let n = try await db.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO event_ids%'")
+                    let n = try await db.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%event_ids (id)%'")
                     return n == "1" ? true : nil
                 }
                 try #require(waiting == true, "the first batch never reached its write")

@@ -5,18 +5,18 @@ import Testing
 struct AppendStrategyTests {
     @Test func groupsTryThePlainInsertUntilOneMeetsAStoredId() {
         var strategy = AppendStrategy()
-        #expect(strategy.triesPlainInsert)
+        #expect(strategy.triesPlainAppend)
         for _ in 0..<100 { strategy.record(metStoredId: false) }
-        #expect(strategy.triesPlainInsert)
+        #expect(strategy.triesPlainAppend)
         strategy.record(metStoredId: true)
-        #expect(!strategy.triesPlainInsert)
+        #expect(!strategy.triesPlainAppend)
     }
 
     @Test func afterAConflictTheNextGroupsCheckForConflictsUntilEnoughFoundNone() {
         var strategy = AppendStrategy()
         strategy.record(metStoredId: true)
         var cautious = 0
-        while !strategy.triesPlainInsert {
+        while !strategy.triesPlainAppend {
             cautious += 1
             strategy.record(metStoredId: false)
         }
@@ -29,8 +29,8 @@ struct AppendStrategyTests {
         for _ in 0..<(AppendStrategy.cautiousGroups - 1) { strategy.record(metStoredId: false) }
         strategy.record(metStoredId: true)   // one more retry: the count starts again
         for _ in 0..<(AppendStrategy.cautiousGroups - 1) { strategy.record(metStoredId: false) }
-        #expect(!strategy.triesPlainInsert)
+        #expect(!strategy.triesPlainAppend)
         strategy.record(metStoredId: false)
-        #expect(strategy.triesPlainInsert)
+        #expect(strategy.triesPlainAppend)
     }
 }

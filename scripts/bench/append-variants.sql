@@ -1,5 +1,7 @@
--- What PostgreSQL spends on each way of writing a group of events (docs/PERFORMANCE.md,
--- "The plain insert"). Run on a migrated, otherwise idle database:
+-- What PostgreSQL spends on each statement that can write a group of events (docs/PERFORMANCE.md,
+-- "Batches: goal met with the plain insert"). The log now writes a group with binary COPY,
+-- which a DO block cannot send; bench-capacity.sh measures that ("The append as binary COPY").
+-- Run on a migrated, otherwise idle database:
 --   psql "$DATABASE_URL" -f scripts/bench/append-variants.sql
 -- Each variant writes 300 groups of 500 new events, one commit per group, inside the server
 -- (no client, no network), and prints milliseconds per 1 000 events; 'arrays only' is the
@@ -11,9 +13,9 @@ DECLARE
   ids uuid[]; types text[]; rids text[]; units text[]; fmts text[]; nulls text[]; srcs text[];
   bools bool[]; jsons jsonb[]; ts timestamptz[]; keys text[]; stored bigint;
 BEGIN
-  FOREACH variant IN ARRAY ARRAY['arrays only', 'on conflict (tracker_append_checking_conflicts)', 'plain (tracker_append_plain)',
+  FOREACH variant IN ARRAY ARRAY['arrays only', 'on conflict (tracker_append_checking_conflicts)', 'plain insert (before COPY)',
                                  'log only', 'event_ids only',
-                                 'arrays only', 'on conflict (tracker_append_checking_conflicts)', 'plain (tracker_append_plain)',
+                                 'arrays only', 'on conflict (tracker_append_checking_conflicts)', 'plain insert (before COPY)',
                                  'log only', 'event_ids only'] LOOP
     t0 := clock_timestamp();
     FOR g IN 1..groups LOOP

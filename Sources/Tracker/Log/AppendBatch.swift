@@ -7,80 +7,85 @@ struct AppendBatch {
     /// after submission; `sent[s]` is submission `s`'s part of it.
     private var firstOccurrence: [Int] = []
     private var sent: [Range<Int>] = []
-    private var submissions: [[TrackingEvent]]
-    /// Every column's array but the user agents' numbers, which `parameters(userAgentIds:)` adds.
-    private let columns: [Parameter]
-    /// The user agent of every event sent, in order (`nil`: none recorded).
-    private var userAgentOfRow: [String?] = []
+    private let submissions: [[TrackingEvent]]
+    private let keyNames: [String]
     /// The distinct user agents the group's events carry.
     private(set) var userAgents: Set<String> = []
 
     init(_ group: [(events: [TrackingEvent], keyName: String)]) {
         submissions = group.map(\.events)
+        keyNames = group.map(\.keyName)
         let total = group.reduce(0) { $0 + $1.events.count }
         var seen = Set<PackedUUID>(minimumCapacity: total)
-        var id = BinaryArray(.uuid, capacity: total)
-        var type = BinaryArray(.text, capacity: total)
-        var requestId = BinaryArray(.text, capacity: total)
-        var adUnit = BinaryArray(.text, capacity: total)
-        var formatId = BinaryArray(.text, capacity: total)
-        var assetKey = BinaryArray(.text, capacity: total)
-        var clickAction = BinaryArray(.text, capacity: total)
-        var source = BinaryArray(.text, capacity: total)
-        var adapter = BinaryArray(.text, capacity: total)
-        var eea = BinaryArray(.bool, capacity: total)
-        var reservation = BinaryArray(.bool, capacity: total)
-        var test = BinaryArray(.bool, capacity: total)
-        var attributes = BinaryArray(.jsonb, capacity: total)
-        var occurredAt = BinaryArray(.timestamptz, capacity: total)
-        var sentAt = BinaryArray(.timestamptz, capacity: total)
-        var receivedAt = BinaryArray(.timestamptz, capacity: total)
-        var correctedAt = BinaryArray(.timestamptz, capacity: total)
-        var keyName = BinaryArray(.text, capacity: total)
-        var clientIP = BinaryArray(.inet, capacity: total)
+        firstOccurrence.reserveCapacity(total)
         sent.reserveCapacity(group.count)
-        userAgentOfRow.reserveCapacity(total)
         for submission in group {
             let start = firstOccurrence.count
             for (i, e) in submission.events.enumerated() where seen.insert(e.id).inserted {
                 firstOccurrence.append(i)
-                id.append(e.id)
-                type.append(e.type.rawValue)
-                requestId.append(e.requestId)
-                adUnit.append(e.adUnit)
-                formatId.append(e.formatId)
-                assetKey.append(e.assetKey)
-                clickAction.append(e.clickAction?.rawValue)
-                source.append(e.source.rawValue)
-                adapter.append(e.adapter)
-                eea.append(e.eea)
-                reservation.append(e.reservation)
-                test.append(e.test)
-                attributes.append(e.attributesJSON)
-                occurredAt.append(e.occurredAt)
-                sentAt.append(e.sentAt)
-                receivedAt.append(e.receivedAt)
-                correctedAt.append(e.correctedAt)
-                keyName.append(submission.keyName)
-                clientIP.append(e.clientIP)
-                userAgentOfRow.append(e.userAgent)
                 if let agent = e.userAgent { userAgents.insert(agent) }
             }
             sent.append(start..<firstOccurrence.count)
         }
-        columns = [id, type, requestId, adUnit, formatId, assetKey, clickAction, source, adapter,
-                   eea, reservation, test, attributes, occurredAt, sentAt, receivedAt, correctedAt, keyName, clientIP]
-            .map(\.parameter)
     }
 
-    /// The append statement's parameters ($1 to $20), the user agents given by their numbers
-    /// in `user_agents` (`ids` holds every one of `userAgents`).
-    func parameters(userAgentIds ids: [String: Int32]) -> [Parameter] {
-        var numbers = BinaryArray(.int4, capacity: userAgentOfRow.count)
-        for agent in userAgentOfRow {
-            if let agent, let n = ids[agent] { numbers.append(n) } else { numbers.appendNull() }
+    /// Every event sent, in the group's order, with the key name of its submission.
+    private func forEachSent(_ body: (TrackingEvent, String) -> Void) {
+        for (s, range) in sent.enumerated() {
+            for i in firstOccurrence[range] { body(submissions[s][i], keyNames[s]) }
         }
-        return columns + [numbers.parameter]
+    }
+
+    /// The conflict-checking statement's parameters ($1 to $20): every column as an array, the
+    /// user agents given by their numbers in `user_agents` (`ids` holds every one of `userAgents`).
+    func parameters(userAgentIds ids: [String: Int32]) -> [Parameter] {
+        var columns = LogColumnArrays(capacity: firstOccurrence.count)
+        writeRows(into: &columns, userAgentIds: ids)
+        return columns.parameters
+    }
+
+    /// The plain append's data: the ids for `event_ids`, ascending (`EventLogSQL.appendCheckingConflicts`
+    /// says why), and the log's rows in the group's order, both as binary COPY data.
+    func copyData(userAgentIds ids: [String: Int32]) -> (ids: [UInt8], events: [UInt8]) {
+        var rows = LogCopyRows(capacity: firstOccurrence.count)
+        writeRows(into: &rows, userAgentIds: ids)
+        var sorted: [PackedUUID] = []
+        sorted.reserveCapacity(firstOccurrence.count)
+        forEachSent { e, _ in sorted.append(e.id) }
+        sorted.sort()
+        var idRows = BinaryCopyRows(capacity: sorted.count * 22)
+        for id in sorted {
+            idRows.beginRow(fields: 1)
+            idRows.append(id)
+        }
+        return (idRows.finished, rows.copy.finished)
+    }
+
+    /// Every event sent as a row of the log, its fields in the log's column order.
+    private func writeRows(into sink: inout some LogRowSink, userAgentIds ids: [String: Int32]) {
+        forEachSent { e, key in
+            sink.beginRow()
+            sink.field(e.id)
+            sink.field(e.type.rawValue)
+            sink.field(e.requestId)
+            sink.field(e.adUnit)
+            sink.field(e.formatId)
+            sink.field(e.assetKey)
+            sink.field(e.clickAction?.rawValue)
+            sink.field(e.source.rawValue)
+            sink.field(e.adapter)
+            sink.field(e.eea)
+            sink.field(e.reservation)
+            sink.field(e.test)
+            sink.field(jsonb: e.attributesJSON)
+            sink.field(e.occurredAt)
+            sink.field(e.sentAt)
+            sink.field(e.receivedAt)
+            sink.field(e.correctedAt)
+            sink.field(key)
+            sink.field(e.clientIP)
+            sink.field(e.userAgent.flatMap { ids[$0] })
+        }
     }
 
     /// How many ids the write sends (each id once).
@@ -98,21 +103,79 @@ struct AppendBatch {
     }
 }
 
+/// Where the fields of a log row go, in the log's column order (`EventLogSQL.columns`): the
+/// COPY rows of the plain append, or the column arrays of the conflict-checking statement.
+/// `AppendBatch.writeRows` lists the fields once for both.
+private protocol LogRowSink {
+    mutating func beginRow()
+    mutating func field(_ value: PackedUUID)
+    mutating func field(_ value: String?)
+    mutating func field(_ value: Bool)
+    mutating func field(jsonb value: String?)
+    mutating func field(_ value: Timestamp?)
+    mutating func field(_ value: IPAddress?)
+    mutating func field(_ value: Int32?)
+}
+
+/// Rows of the log as binary COPY data.
+private struct LogCopyRows: LogRowSink {
+    private(set) var copy: BinaryCopyRows
+
+    init(capacity: Int) {
+        copy = BinaryCopyRows(capacity: capacity * 320)
+    }
+
+    mutating func beginRow() { copy.beginRow(fields: 20) }
+    mutating func field(_ value: PackedUUID) { copy.append(value) }
+    mutating func field(_ value: String?) { copy.append(value) }
+    mutating func field(_ value: Bool) { copy.append(value) }
+    mutating func field(jsonb value: String?) { copy.append(jsonb: value) }
+    mutating func field(_ value: Timestamp?) { copy.append(value) }
+    mutating func field(_ value: IPAddress?) { copy.append(value) }
+    mutating func field(_ value: Int32?) { if let value { copy.append(value) } else { copy.appendNull() } }
+}
+
+/// Rows of the log as one binary array per column.
+private struct LogColumnArrays: LogRowSink {
+    private var arrays: [BinaryArray]
+    private var column = 0
+
+    init(capacity: Int) {
+        let elements: [BinaryArray.Element] = [.uuid, .text, .text, .text, .text, .text, .text, .text, .text, .bool, .bool, .bool,
+                                               .jsonb, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .inet, .int4]
+        arrays = elements.map { BinaryArray($0, capacity: capacity) }
+    }
+
+    var parameters: [Parameter] { arrays.map(\.parameter) }
+
+    mutating func beginRow() { column = 0 }
+    mutating func field(_ value: PackedUUID) { arrays[column].append(value); column += 1 }
+    mutating func field(_ value: String?) { arrays[column].append(value); column += 1 }
+    mutating func field(_ value: Bool) { arrays[column].append(value); column += 1 }
+    mutating func field(jsonb value: String?) { arrays[column].append(value); column += 1 }
+    mutating func field(_ value: Timestamp?) { arrays[column].append(value); column += 1 }
+    mutating func field(_ value: IPAddress?) { arrays[column].append(value); column += 1 }
+    mutating func field(_ value: Int32?) {
+        if let value { arrays[column].append(value) } else { arrays[column].appendNull() }
+        column += 1
+    }
+}
+
 /// What a group's write stored.
 enum StoredIds {
-    /// Every id it sent: the plain insert (`EventLogSQL.appendPlain`) commits all or nothing.
+    /// Every id it sent: the plain append (`EventLogSQL.appendByCopy`) commits all or nothing.
     case all
     /// The ids the conflict-checking statement (`EventLogSQL.appendCheckingConflicts`) returned.
     case only(Set<PackedUUID>)
 }
 
-/// Which statement a group is written with: the plain insert while groups meet no stored id,
-/// the conflict-checking one for a while after one did.
+/// How a group is written: the plain append (two binary COPYs) while groups meet no stored
+/// id, the conflict-checking statement for a while after one did.
 ///
 /// Almost every group holds only new ids (a stored id comes back only when a client retries
-/// a request whose answer it lost), and a plain insert costs PostgreSQL a quarter to a third less
-/// than `ON CONFLICT DO NOTHING` with the join that picks the new ids (docs/PERFORMANCE.md).
-/// A plain insert that meets a stored id fails whole and is written again with the
+/// a request whose answer it lost), and the plain append costs PostgreSQL far less than
+/// `ON CONFLICT DO NOTHING` with the join that picks the new ids (docs/PERFORMANCE.md).
+/// A plain append that meets a stored id fails whole and is written again with the
 /// conflict-checking statement; during a burst of retries every group would pay twice, so
 /// after a conflict the next `cautiousGroups` groups go straight to that statement, and
 /// each of them that met a stored id starts the count again.
@@ -121,8 +184,8 @@ struct AppendStrategy: Sendable {
     /// Groups still to write with the conflict-checking statement.
     private(set) var remainingCautious = 0
 
-    /// Whether the next group tries the plain insert.
-    var triesPlainInsert: Bool { remainingCautious == 0 }
+    /// Whether the next group tries the plain append.
+    var triesPlainAppend: Bool { remainingCautious == 0 }
 
     /// Records a group's write: whether it met an id the log already held.
     mutating func record(metStoredId: Bool) {
@@ -155,24 +218,23 @@ enum EventLogSQL {
         RETURNING id
         """)
 
-    /// Inserts a group whose ids are all new; fails whole with a unique violation (23505,
-    /// `event_ids_pkey`) when one is stored already, and then nothing of it is stored.
+    /// The plain append, the cheap path of `AppendStrategy`, for a group whose ids are all new:
+    /// a COPY of the ids into `event_ids`, then one of the rows into the log, sent as one query
+    /// string, so one implicit transaction (`AppendBatch.copyData` makes their data).
+    /// It fails whole with a unique violation (23505, `event_ids_pkey`) when an id is stored
+    /// already, and then nothing of the group is stored.
     ///
-    /// The cheap path of `AppendStrategy`: no `ON CONFLICT` pre-check, no join of the stored ids
-    /// with the group, no result. The ids go into `event_ids` in ascending order, for the reason
-    /// given at `appendCheckingConflicts`; the log keeps the group's order (`ord`: PostgreSQL knows an ordinality
-    /// scan is sorted by it, so this adds no sort). PostgreSQL
-    /// runs a data-modifying `WITH` to completion even though nothing reads it, so both inserts
-    /// happen, in one statement and one commit.
-    static let appendPlain = PreparedStatement(name: "tracker_append_plain", sql: """
-        WITH ids AS (
-            INSERT INTO event_ids (id) SELECT id FROM unnest($1::uuid[]) AS u(id) ORDER BY id
-        )
-        \(insertIntoLog) WITH ORDINALITY AS i(\(columns), ord)
-        ORDER BY i.ord
-        """)
+    /// COPY, unlike `INSERT … SELECT FROM unnest(…)`, writes the rows a page at a time (one WAL
+    /// record per page of the log, not one per row), reads binary fields instead of arrays,
+    /// and materialises nothing: no `ON CONFLICT` pre-check, no join, no result either
+    /// (docs/PERFORMANCE.md, "The append as binary COPY"). The ids go in ascending order, for
+    /// the reason given at `appendCheckingConflicts`; the log's rows in the group's order, which
+    /// their sequence numbers follow.
+    static let appendByCopy = """
+        COPY event_ids (id) FROM STDIN (FORMAT binary); COPY events (\(columns)) FROM STDIN (FORMAT binary)
+        """
 
-    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $20).
+    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $20) and of a row of the log's COPY in `appendByCopy`.
     private static let columns = """
         id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea, \
         reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, \
@@ -213,7 +275,7 @@ enum EventLogSQL {
     /// The unique index whose 23505 means "an id of the group is stored already".
     static let idConstraint = "event_ids_pkey"
 
-    /// Whether the plain insert failed because an id of the group is stored already. On a
+    /// Whether the plain append failed because an id of the group is stored already. On a
     /// distributed log (Citus) a worker's violation arrives as 23505 with the shard's index
     /// (`event_ids_pkey_102336`), or, from a multi-shard insert, as XX000 whose text varies with
     /// the server's language: any XX000 sends the group to the conflict-checking statement,

@@ -45,3 +45,22 @@ extension IPAddress {
         self.init(bytes: bytes[4...])
     }
 }
+
+extension BinaryCopyRows {
+    mutating func append(_ value: Timestamp) {
+        append(microsecondsSince1970: value.microseconds)
+    }
+
+    mutating func append(_ value: Timestamp?) {
+        if let value { append(value) } else { appendNull() }
+    }
+
+    mutating func append(_ value: PackedUUID) {
+        append(uuid: value.high, value.low)
+    }
+
+    mutating func append(_ value: IPAddress?) {
+        guard let value else { return appendNull() }
+        append(bytes: value.inetBinary)
+    }
+}

@@ -42,7 +42,7 @@ public enum AppendError: Error, Sendable, Equatable {
 /// The append-only event log: durable, idempotent appends grouped into few large writes.
 ///
 /// Requests enqueue their validated events; `writers` tasks each take everything that is
-/// waiting (up to `maxGroupEvents`) and store it with one statement and one commit. No
+/// waiting (up to `maxGroupEvents`) and store it in one transaction and one commit. No
 /// request waits for a timer: a group is simply what arrived while the previous write ran,
 /// so under light load a request is written at once and under heavy load commits are shared.
 ///
@@ -62,7 +62,7 @@ public final class EventLog: Service, Sendable {
         public var maxQueuedEvents = 100_000
         /// An append not committed within this time fails with `.databaseUnavailable` (a 503):
         /// a frozen or locked database must not hold requests for ever. Events still queued
-        /// are withdrawn, so nothing of them is stored; a write already sent is one statement,
+        /// are withdrawn, so nothing of them is stored; a write already sent is one transaction,
         /// so it commits whole or not at all, and a retry of it counts as duplicates.
         /// `nil`: no deadline.
         public var appendTimeout: Duration? = .seconds(8)
@@ -72,7 +72,7 @@ public final class EventLog: Service, Sendable {
         /// durable commits whatever the database's or role's default (`synchronous_commit=off`
         /// there would make a 200 a lie), and statement and lock timeouts inside the append's
         /// deadline, so PostgreSQL itself cancels a write stuck behind a lock (nothing stored).
-        /// A group written twice (its plain insert met a stored id) may finish after the
+        /// A group written twice (its plain append met a stored id) may finish after the
         /// deadline; the second statement is skipped when every request of the group has had
         /// its answer by then.
         ///
@@ -110,7 +110,7 @@ public final class EventLog: Service, Sendable {
     /// Events and requests sharing one commit: how well group commit groups.
     private let commitEvents = Recorder(label: "tracker_commit_events")
     private let commitRequests = Recorder(label: "tracker_commit_requests")
-    /// Groups whose plain insert met an id already stored and were written again.
+    /// Groups whose plain append met an id already stored and were written again.
     private let commitConflicts = Counter(label: "tracker_commit_conflicts_total")
     private let strategy = Mutex(AppendStrategy())
     /// The numbers of the user agents the log stores (`user_agents`).
@@ -276,12 +276,12 @@ public final class EventLog: Service, Sendable {
         }
     }
 
-    /// One group, one commit: the plain insert unless `strategy` says a stored id is likely;
-    /// the conflict-checking statement when it is, or when the plain insert met one.
+    /// One group, one commit: the plain append unless `strategy` says a stored id is likely;
+    /// the conflict-checking statement when it is, or when the plain append met one.
     private func insert(_ batch: AppendBatch, on connection: Connection, abandoned: () -> Bool) throws -> StoredIds {
-        let parameters = batch.parameters(userAgentIds: try userAgentNumbers.numbers(for: batch.userAgents, on: connection))
-        if strategy.withLock({ $0.triesPlainInsert }) {
-            if try Self.insertAllNew(parameters, on: connection) { return .all }
+        let agents = try userAgentNumbers.numbers(for: batch.userAgents, on: connection)
+        if strategy.withLock({ $0.triesPlainAppend }) {
+            if try Self.appendAllNew(batch.copyData(userAgentIds: agents), on: connection) { return .all }
             // An id is stored already (a retry): nothing of the group was; write it again below.
             commitConflicts.increment()
             if abandoned() {
@@ -289,15 +289,15 @@ public final class EventLog: Service, Sendable {
                 return .only([])
             }
         }
-        let stored = try Self.insertCheckingConflicts(parameters, on: connection)
+        let stored = try Self.insertCheckingConflicts(batch.parameters(userAgentIds: agents), on: connection)
         strategy.withLock { $0.record(metStoredId: stored.count < batch.sentCount) }
         return .only(stored)
     }
 
-    /// The plain insert; `false` when it met a stored id (and stored nothing).
-    private static func insertAllNew(_ parameters: [Parameter], on connection: Connection) throws(DatabaseError) -> Bool {
+    /// The plain append; `false` when it met a stored id (and stored nothing).
+    private static func appendAllNew(_ data: (ids: [UInt8], events: [UInt8]), on connection: Connection) throws(DatabaseError) -> Bool {
         do {
-            _ = try connection.query(EventLogSQL.appendPlain, parameters)
+            try connection.copyIn(EventLogSQL.appendByCopy, each: [data.ids, data.events])
             return true
         } catch {
             if EventLogSQL.metStoredId(error) { return false }
@@ -306,7 +306,7 @@ public final class EventLog: Service, Sendable {
     }
 
     /// Whether the next group is written with the conflict-checking statement (for tests).
-    var checksConflictsNext: Bool { !strategy.withLock { $0.triesPlainInsert } }
+    var checksConflictsNext: Bool { !strategy.withLock { $0.triesPlainAppend } }
 
     private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<PackedUUID> {
         let result = try connection.query(EventLogSQL.appendCheckingConflicts, parameters, binaryResults: true)

@@ -115,7 +115,7 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
 
     /// Time has reached `now`: the requests whose deadline passed, to answer `databaseUnavailable`.
     /// Those still queued are withdrawn, so nothing of them is stored; those a writer has get
-    /// their answer early (their write is one statement, and a retry of it counts duplicates).
+    /// their answer early (their write is one transaction, and a retry of it counts duplicates).
     mutating func expire(now: Instant) -> [Request] {
         var expired: [Request] = []
         while nextToExpire < arrivals.count {

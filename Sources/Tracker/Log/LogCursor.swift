@@ -162,7 +162,7 @@ public struct LogCursor: Sendable {
         /// of an index condition on (tx, seq); joined in as a row it scanned the whole log.
         /// Column 2 estimates the events behind from `event_seq` (every logged event took a number;
         /// off by the 64 numbers each writer connection caches, and by the rows of groups whose
-        /// plain insert met a stored id and rolled back: an estimate, used beyond the count's cap).
+        /// plain append met a stored id and rolled back: an estimate, used beyond the count's cap).
         static let lag = PreparedStatement(name: "tracker_log_lag", sql: """
             SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
                    (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)
