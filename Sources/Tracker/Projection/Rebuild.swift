@@ -123,8 +123,8 @@ public struct Rebuild: Sendable {
                 // horizon is projected by the catch-up into a group already over the limit,
                 // which is where the incremental projector puts it too.
                 let groups = try layout.citus != nil
-                    ? c.query(RebuildSQL.highRateGroupsOfTheWholeLog, [.text(String(limit))], binaryResults: true)
-                    : c.query(RebuildSQL.highRateGroups, [.text(horizon), .text(String(limit))], binaryResults: true)
+                    ? c.query(RebuildSQL.highRateGroups(belowHorizon: false), [.text(String(limit))], binaryResults: true)
+                    : c.query(RebuildSQL.highRateGroups(belowHorizon: true), [.text(String(limit)), .text(horizon)], binaryResults: true)
                 for row in 0..<groups.rowCount {
                     guard let minute = ByteReader.int64(groups.bytes(row, 0)), let agent = ByteReader.int32(groups.bytes(row, 1)) else {
                         throw DatabaseError(.unexpectedResult, serverMessage: "rebuild: an unreadable high_rate group")
@@ -294,15 +294,6 @@ enum RebuildSQL {
         SELECT create_distributed_table('tracker_rebuild.ad_state', 'request_id', colocate_with => 'public.events')
         """
 
-    /// `highRateGroups` over every row of the log (Citus layout: no one horizon).
-    static let highRateGroupsOfTheWholeLog = """
-        SELECT (extract(epoch FROM date_trunc('minute', received_at)) / 60)::bigint, user_agent_id, client_ip
-        FROM public.events
-        WHERE user_agent_id IS NOT NULL AND client_ip IS NOT NULL
-        GROUP BY 1, 2, 3
-        HAVING count(*) > $1::int
-        """
-
     /// The log's size as the planner estimates it, or from its bytes (about 200 per event) for a
     /// partition not analysed yet: it sizes the spill files and the first progress bar.
     static let estimatedEvents = """
@@ -329,15 +320,18 @@ enum RebuildSQL {
                 make_interval(secs => $3::bigint / 1000000.0), $4::int)
         """
 
-    /// The groups of the log below horizon $1 with more than $2 events (binary: minute as
-    /// minutes since 1970, user agent, address): every event of them is `high_rate`.
-    static let highRateGroups = """
+    /// The groups of the log with more than $1 events (binary: minute as minutes since 1970,
+    /// user agent, address): every event of them is `high_rate`. `belowHorizon`: only the rows
+    /// below horizon $2; without it every row (the Citus layout, which has no one horizon).
+    static func highRateGroups(belowHorizon: Bool) -> String {
+        """
         SELECT (extract(epoch FROM date_trunc('minute', received_at)) / 60)::bigint, user_agent_id, client_ip
         FROM public.events
-        WHERE tx < $1::xid8 AND user_agent_id IS NOT NULL AND client_ip IS NOT NULL
+        WHERE \(belowHorizon ? "tx < $2::xid8 AND " : "")user_agent_id IS NOT NULL AND client_ip IS NOT NULL
         GROUP BY 1, 2, 3
-        HAVING count(*) > $2::int
+        HAVING count(*) > $1::int
         """
+    }
 
     /// The groups of minutes from $3 on (those that may still take events) with their counts,
     /// and their members while they hold no more than $2 (`ClientMinutes`' layout).
