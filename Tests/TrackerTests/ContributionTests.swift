@@ -312,6 +312,19 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         #expect(t.attributedClicks == 1)
     }
 
+    @Test func assetKeysThatDifferOnlyInTheirBytesAreTwoAssets() {
+        // The same text to Swift's `==` (é, and e with a combining accent), two keys to the
+        // reports, which keep values apart by their bytes as PostgreSQL does.
+        var ad = Ad()
+        ad.impression(.zero)
+        ad.click("caf\u{E9}", .seconds(10))
+        ad.click("cafe\u{301}", .seconds(10) + .milliseconds(500))
+        let t = totals(ad)
+        #expect(t.clicks == 2)
+        #expect(t.duplicateClicks == 0)
+        #expect(rowKeys(ad, .asset).count == 2)
+    }
+
     @Test func secondClickMoreThanOneSecondLaterIsCounted() {
         var ad = Ad()
         ad.impression(.zero)

@@ -89,7 +89,9 @@ public struct AdContribution: Sendable {
         var firstVideoEnd: AdEvent?
         var firstClick: AdEvent?
         var clickSources = SourceSet()
-        var clicksByAsset: [String: [AdEvent]] = [:]
+        // By the asset key's bytes: Swift's `String ==` would take two keys that differ only in
+        // their Unicode normalisation for one, where the report rows keep them apart.
+        var clicksByAsset: [[UInt8]: [AdEvent]] = [:]
 
         for e in sorted {
             // A labelled event takes no part in the report rules: the others are judged as if it did not exist.
@@ -112,7 +114,7 @@ public struct AdContribution: Sendable {
             case .click:
                 if firstClick == nil { firstClick = e }
                 clickSources.insert(e.source)
-                clicksByAsset[e.assetKey ?? "", default: []].append(e)
+                clicksByAsset[Array((e.assetKey ?? "").utf8), default: []].append(e)
             case .adchoicesImpression:
                 if let first = firstAdchoicesImpression {
                     verdicts.duplicateAdchoicesImpression(e, of: first)

@@ -43,6 +43,43 @@ public struct ProjectionKey: Sendable, Hashable {
     public var adapter: String = ""
     /// The invalid-traffic label for the ivt table; "" otherwise.
     public var label: String = ""
+
+    /// Rows are told apart by the bytes of their strings, as PostgreSQL's primary keys and
+    /// GROUP BY tell them apart; Swift's `String ==` would merge two ad units that differ only
+    /// in their Unicode normalisation (é and e + ◌́) into one row.
+    public static func == (a: ProjectionKey, b: ProjectionKey) -> Bool {
+        a.table == b.table && a.trafficClass == b.trafficClass && a.quarterHour == b.quarterHour
+            && sameBytes(a.adUnit, b.adUnit) && sameBytes(a.formatId, b.formatId) && sameBytes(a.assetKey, b.assetKey)
+            && sameBytes(a.adapter, b.adapter) && sameBytes(a.label, b.label)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(table)
+        hasher.combine(trafficClass)
+        hasher.combine(quarterHour)
+        Self.combine(adUnit, into: &hasher)
+        Self.combine(formatId, into: &hasher)
+        Self.combine(assetKey, into: &hasher)
+        Self.combine(adapter, into: &hasher)
+        Self.combine(label, into: &hasher)
+    }
+
+    private static func combine(_ part: String, into hasher: inout Hasher) {
+        hasher.combine(part.utf8.count)
+        let done: Void? = part.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        if done == nil {
+            for byte in part.utf8 { hasher.combine(byte) }
+        }
+    }
+
+    private static func sameBytes(_ a: String, _ b: String) -> Bool {
+        guard a.utf8.count == b.utf8.count else { return false }
+        let compared: Bool?? = a.utf8.withContiguousStorageIfAvailable { x in
+            b.utf8.withContiguousStorageIfAvailable { y in x.elementsEqual(y) }
+        }
+        if let compared, let compared { return compared }
+        return a.utf8.elementsEqual(b.utf8)
+    }
 }
 
 /// A row's measures; unused lanes stay zero. SIMD makes adding and subtracting rows cheap.
