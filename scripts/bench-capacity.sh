@@ -4,6 +4,7 @@
 # PostgreSQL per ingested event (batches of 100 from 16 connections), CPU time of the
 # projector per event, and the bytes each event takes in the log, in event_ids and in WAL.
 # CPU time, unlike throughput, hardly depends on what else the machine runs.
+# BENCH_WITHOUT=INDEX drops one of the log's two indexes first, to price it (see below).
 # Starts its own PostgreSQL cluster and a release build of the tracker; needs wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,15 @@ load() {
   { time "$@" >"$out"; } 2>&1 | tail -1 | awk '{printf "%.2f", $1 + $2}'
 }
 
+# BENCH_WITHOUT=events_log_order or event_ids_pkey drops that index before the load: what it
+# costs each event. Only a measurement: without the first the projector has no order to read
+# (its phase is skipped), without the second a retried id is stored twice.
+case "${BENCH_WITHOUT:-}" in
+  "") ;;
+  events_log_order) sql "DROP INDEX events_log_order" ;;
+  event_ids_pkey) sql "ALTER TABLE event_ids DROP CONSTRAINT event_ids_pkey" ;;
+  *) echo "BENCH_WITHOUT: events_log_order or event_ids_pkey, not '$BENCH_WITHOUT'" >&2; exit 2 ;;
+esac
 TRACKER_PROJECTOR=off TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
@@ -77,6 +87,7 @@ read -r tr pg lg idle <<<"$(per "$single" "$single_secs" "$single_tracker" "$sin
 printf '  tracker CPU: %s µs/request; PostgreSQL CPU: %s µs/request; the load generator (wrk): %s µs/request; no process busy: %s µs/request of the %d cores\n' \
   "$tr" "$pg" "$lg" "$idle" "$cores"
 
+[ -n "${BENCH_WITHOUT:-}" ] && { echo "projector: skipped (BENCH_WITHOUT=$BENCH_WITHOUT)"; exit 0; }
 sleep 1  # the stopped server's backends reaped first (see below)
 p0=$(pg_cpu); w0=$(sql "SELECT pg_current_wal_lsn()")
 TIMEFORMAT='%R %U %S'
