@@ -4,7 +4,7 @@
 # PostgreSQL per ingested event (batches of 100 from 16 connections), CPU time of the
 # projector per event, and the bytes each event takes in the log, in event_ids and in WAL.
 # CPU time, unlike throughput, hardly depends on what else the machine runs.
-# BENCH_WITHOUT=INDEX drops one of the log's two indexes first, to price it (see below).
+# BENCH_WITHOUT=INDEX drops the log's order index or event_ids' key first, to price it (see below).
 # Starts its own PostgreSQL cluster and a release build of the tracker; needs wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +29,11 @@ events() { sql "SELECT count(*) FROM events"; }
 # seconds (user + system): what the load itself takes of the cores it shares with the tracker
 # and PostgreSQL.
 load() {
-  local out=$1 TIMEFORMAT='%U %S'; shift
-  { time "$@" >"$out"; } 2>&1 | tail -1 | awk '{printf "%.2f", $1 + $2}'
+  local out=$1 TIMEFORMAT='%U %S' times status=0; shift
+  times=$( { time "$@" >"$out" 2>"$out.stderr"; } 2>&1 ) || status=$?
+  cat "$out.stderr" >&2
+  [ "$status" = 0 ] || { echo "the load generator failed (exit $status)" >&2; return "$status"; }
+  echo "$times" | tail -1 | awk '{printf "%.2f", $1 + $2}'
 }
 
 # BENCH_WITHOUT=events_log_order or event_ids_pkey drops that index before the load: what it

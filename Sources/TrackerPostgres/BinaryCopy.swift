@@ -19,11 +19,10 @@ public struct BinaryCopyRows {
         bytes.appendBigEndian(fields)
     }
 
-    /// The data to send: the rows and the trailer.
-    public var finished: [UInt8] {
-        var done = bytes
-        done.appendBigEndian(Int16(-1))
-        return done
+    /// Ends the data with its trailer and returns it: the rows are complete.
+    public mutating func finish() -> [UInt8] {
+        bytes.appendBigEndian(Int16(-1))
+        return bytes
     }
 
     public mutating func appendNull() {

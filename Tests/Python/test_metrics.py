@@ -79,7 +79,7 @@ def test_the_counters_move_by_what_the_requests_did(database, metered):
     commits = moved("tracker_commit_duration_seconds_count")
     assert 1 <= commits <= 3 and moved("tracker_commit_events_sum") == 3 + 3 + 2
     assert moved("tracker_commit_requests_sum") == 3
-    # The retry's plain insert met its stored ids and was written again (the strategy of the log).
+    # The retry's plain append met its stored ids and was written again (the strategy of the log).
     assert moved("tracker_commit_conflicts_total") == 1
     assert value(after, "tracker_queue_events") == 0
     assert value(after, "tracker_queue_capacity_events") == 100000

@@ -85,7 +85,7 @@ struct LogTests {
         }
     }
 
-    /// A group is written with a plain insert until it meets a stored id, then with the
+    /// A group is written with a plain append until it meets a stored id, then with the
     /// conflict-checking statement (`AppendStrategy`): whichever writes it, a retried id is a
     /// duplicate and the new ids beside it are stored, once.
     @Test func aGroupWithAStoredIdStoresItsNewIdsOnceWhicheverStatementWritesIt() async throws {
@@ -102,13 +102,13 @@ struct LogTests {
                     checked.append(log.checksConflictsNext)
                     outcomes.append(try await log.append(events, keyName: "tests"))
                 }
-                // Only the second group's plain insert met a stored id: the later ones were
+                // Only the second group's plain append met a stored id: the later ones were
                 // written with the conflict-checking statement at once.
                 #expect(checked == [false, false, true, true])
                 return outcomes
             }
-            #expect(outcomes == [AppendOutcome(stored: 3, duplicates: 0),   // plain insert
-                                 AppendOutcome(stored: 2, duplicates: 1),   // plain insert fails, written again
+            #expect(outcomes == [AppendOutcome(stored: 3, duplicates: 0),   // plain append
+                                 AppendOutcome(stored: 2, duplicates: 1),   // plain append fails, written again
                                  AppendOutcome(stored: 1, duplicates: 2),   // conflict-checking statement at once
                                  AppendOutcome(stored: 2, duplicates: 0)])
             #expect(try await db.scalar("SELECT count(*) || ' ' || count(DISTINCT id) FROM events") == "8 8")

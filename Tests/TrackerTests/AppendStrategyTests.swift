@@ -3,7 +3,7 @@ import Testing
 
 /// Which statement the log writes a group with (`AppendStrategy`).
 struct AppendStrategyTests {
-    @Test func groupsTryThePlainInsertUntilOneMeetsAStoredId() {
+    @Test func groupsTryThePlainAppendUntilOneMeetsAStoredId() {
         var strategy = AppendStrategy()
         #expect(strategy.triesPlainAppend)
         for _ in 0..<100 { strategy.record(metStoredId: false) }

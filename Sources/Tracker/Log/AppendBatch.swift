@@ -58,7 +58,7 @@ struct AppendBatch {
             idRows.beginRow(fields: 1)
             idRows.append(id)
         }
-        return (idRows.finished, rows.copy.finished)
+        return (idRows.finish(), rows.finish())
     }
 
     /// Every event sent as a row of the log, its fields in the log's column order.
@@ -119,11 +119,13 @@ private protocol LogRowSink {
 
 /// Rows of the log as binary COPY data.
 private struct LogCopyRows: LogRowSink {
-    private(set) var copy: BinaryCopyRows
+    private var copy: BinaryCopyRows
 
     init(capacity: Int) {
         copy = BinaryCopyRows(capacity: capacity * 320)
     }
+
+    mutating func finish() -> [UInt8] { copy.finish() }
 
     mutating func beginRow() { copy.beginRow(fields: 20) }
     mutating func field(_ value: PackedUUID) { copy.append(value) }

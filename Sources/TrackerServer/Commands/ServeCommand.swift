@@ -153,7 +153,7 @@ struct ServeCommand: AsyncParsableCommand {
                   batches decoded or written at once; more get 503
               TRACKER_APPEND_TIMEOUT [\(ServeDefaults.appendTimeoutSeconds)]
                   seconds for a batch to be committed, then 503
-                  (statement_timeout and lock_timeout are 3/4 and 1/2 of it)
+                  (statement_timeout and lock_timeout are 3/8 and 1/4 of it)
               TRACKER_RATE_LIMIT [no limit]
                   events per second per key
               TRACKER_TRUSTED_PROXIES [none]
