@@ -1,9 +1,10 @@
 /// Builds one-dimensional PostgreSQL arrays in the binary wire format.
 ///
-/// The ingest statement sends each column of a group of events as one array
-/// parameter; binary arrays spare the server from parsing text for every value
-/// (timestamps above all), which is most of the cost of a text-format insert.
-public struct BinaryArray {
+/// Statements that take many values of a column (the conflict-checking append, the
+/// projector's writes) send each column as one array parameter; binary arrays spare the
+/// server from parsing text for every value (timestamps above all), which is most of the
+/// cost of a text-format insert.
+public struct BinaryArray: BinaryFieldWriter {
     /// Type OIDs of the element types we send.
     public enum Element: UInt32, Sendable {
         case bool = 16
@@ -34,26 +35,24 @@ public struct BinaryArray {
         }
     }
 
-    /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
-    static let postgresEpochOffset: Int64 = 946_684_800 * 1_000_000
-
     public let element: Element
     private var bytes: [UInt8]
     private var count: Int32 = 0
+    private var hasNulls = false
 
     public init(_ element: Element, capacity: Int = 0) {
         self.element = element
         bytes = []
         bytes.reserveCapacity(20 + capacity * 16)
-        appendInt32(1)  // dimensions
-        appendInt32(0)  // has-nulls flag, set by the first `appendNull`
-        appendInt32(Int32(bitPattern: element.rawValue))
-        appendInt32(0)  // length of the dimension, kept current by every append
-        appendInt32(1)  // lower bound
+        bytes.appendBigEndian(Int32(1))  // dimensions
+        bytes.appendBigEndian(Int32(0))  // has-nulls flag, set by the first `appendNull`
+        bytes.appendBigEndian(Int32(bitPattern: element.rawValue))
+        bytes.appendBigEndian(Int32(0))  // length of the dimension, kept current by every append
+        bytes.appendBigEndian(Int32(1))  // lower bound
     }
 
     public mutating func appendNull() {
-        appendInt32(-1)
+        BinaryField.null(&bytes)
         didAppendElement()
         if !hasNulls {
             hasNulls = true
@@ -62,61 +61,45 @@ public struct BinaryArray {
     }
 
     public mutating func append(_ value: Bool) {
-        appendInt32(1)
-        bytes.append(value ? 1 : 0)
+        BinaryField.bool(value, &bytes)
         didAppendElement()
     }
 
     public mutating func append(_ value: Int64) {
-        appendInt32(8)
-        appendInt64(value)
+        BinaryField.integer(value, &bytes)
         didAppendElement()
     }
 
     public mutating func append(_ value: Int32) {
-        appendInt32(4)
-        appendInt32(value)
+        BinaryField.integer(value, &bytes)
         didAppendElement()
     }
 
+    /// Text; in a `jsonb` array, JSON text.
     public mutating func append(_ value: String) {
-        if element == .jsonb {
-            appendInt32(Int32(value.utf8.count + 1))
-            bytes.append(1)  // jsonb binary format version
-        } else {
-            appendInt32(Int32(value.utf8.count))
-        }
-        bytes.append(contentsOf: value.utf8)
+        BinaryField.text(value, jsonb: element == .jsonb, &bytes)
         didAppendElement()
     }
 
-    public mutating func append(_ value: String?) {
-        if let value { append(value) } else { appendNull() }
+    public mutating func append(jsonb value: String) {
+        precondition(element == .jsonb, "a jsonb value in an array of \(element)")
+        append(value)
     }
 
-    /// Appends a `timestamptz` given in microseconds since 1970-01-01 UTC (PostgreSQL counts from 2000).
     public mutating func append(microsecondsSince1970 value: Int64) {
-        appendInt32(8)
-        appendInt64(value - BinaryArray.postgresEpochOffset)
+        BinaryField.integer(value - BinaryField.postgresEpochOffset, &bytes)
         didAppendElement()
     }
 
-    /// Appends raw bytes as one element (`bytea`, or a value already in its binary send format, e.g. a `tid`).
     public mutating func append(bytes value: some Collection<UInt8>) {
-        appendInt32(Int32(value.count))
-        bytes.append(contentsOf: value)
+        BinaryField.bytes(value, &bytes)
         didAppendElement()
     }
 
-    /// Appends a UUID given as its 16 bytes in two big-endian halves.
     public mutating func append(uuid high: UInt64, _ low: UInt64) {
-        appendInt32(16)
-        appendInt64(Int64(bitPattern: high))
-        appendInt64(Int64(bitPattern: low))
+        BinaryField.uuid(high, low, &bytes)
         didAppendElement()
     }
-
-    private var hasNulls = false
 
     /// The finished array as a binary statement parameter. The header is kept up to date as
     /// elements are appended, so this shares the bytes instead of copying them.
@@ -128,14 +111,6 @@ public struct BinaryArray {
     private mutating func didAppendElement() {
         count += 1
         Self.store(count, into: &bytes, at: 12)
-    }
-
-    private mutating func appendInt32(_ v: Int32) {
-        bytes.appendBigEndian(v)
-    }
-
-    private mutating func appendInt64(_ v: Int64) {
-        bytes.appendBigEndian(v)
     }
 
     private static func store(_ v: Int32, into out: inout [UInt8], at offset: Int) {
@@ -155,6 +130,6 @@ public enum BinaryValue {
         guard bytes.count == 8 else { return nil }
         var value: UInt64 = 0
         for b in bytes { value = value << 8 | UInt64(b) }
-        return Int64(bitPattern: value) &+ BinaryArray.postgresEpochOffset
+        return Int64(bitPattern: value) &+ BinaryField.postgresEpochOffset
     }
 }

@@ -47,7 +47,7 @@ struct AppendBatch {
     /// The plain append's data: the ids for `event_ids`, ascending (`EventLogSQL.appendCheckingConflicts`
     /// says why), and the log's rows in the group's order, both as binary COPY data.
     func copyData(userAgentIds ids: [String: Int32]) -> (ids: [UInt8], events: [UInt8]) {
-        var rows = LogCopyRows(capacity: firstOccurrence.count)
+        var rows = BinaryCopyRows(capacity: firstOccurrence.count * 320)
         writeRows(into: &rows, userAgentIds: ids)
         var sorted: [PackedUUID] = []
         sorted.reserveCapacity(firstOccurrence.count)
@@ -62,29 +62,29 @@ struct AppendBatch {
     }
 
     /// Every event sent as a row of the log, its fields in the log's column order.
-    private func writeRows(into sink: inout some LogRowSink, userAgentIds ids: [String: Int32]) {
+    private func writeRows(into rows: inout some LogRowWriter, userAgentIds ids: [String: Int32]) {
         forEachSent { e, key in
-            sink.beginRow()
-            sink.field(e.id)
-            sink.field(e.type.rawValue)
-            sink.field(e.requestId)
-            sink.field(e.adUnit)
-            sink.field(e.formatId)
-            sink.field(e.assetKey)
-            sink.field(e.clickAction?.rawValue)
-            sink.field(e.source.rawValue)
-            sink.field(e.adapter)
-            sink.field(e.eea)
-            sink.field(e.reservation)
-            sink.field(e.test)
-            sink.field(jsonb: e.attributesJSON)
-            sink.field(e.occurredAt)
-            sink.field(e.sentAt)
-            sink.field(e.receivedAt)
-            sink.field(e.correctedAt)
-            sink.field(key)
-            sink.field(e.clientIP)
-            sink.field(e.userAgent.flatMap { ids[$0] })
+            rows.beginRow()
+            rows.append(e.id)
+            rows.append(e.type.rawValue)
+            rows.append(e.requestId)
+            rows.append(e.adUnit)
+            rows.append(e.formatId)
+            rows.append(e.assetKey)
+            rows.append(e.clickAction?.rawValue)
+            rows.append(e.source.rawValue)
+            rows.append(e.adapter)
+            rows.append(e.eea)
+            rows.append(e.reservation)
+            rows.append(e.test)
+            rows.append(jsonb: e.attributesJSON)
+            rows.append(e.occurredAt)
+            rows.append(e.sentAt)
+            rows.append(e.receivedAt)
+            rows.append(e.correctedAt)
+            rows.append(key)
+            rows.append(e.clientIP)
+            rows.append(e.userAgent.flatMap { ids[$0] })
         }
     }
 
@@ -103,64 +103,48 @@ struct AppendBatch {
     }
 }
 
-/// Where the fields of a log row go, in the log's column order (`EventLogSQL.columns`): the
-/// COPY rows of the plain append, or the column arrays of the conflict-checking statement.
+/// Where the log's rows go, their fields in the log's column order (`EventLogSQL.columns`):
+/// the COPY rows of the plain append, or the column arrays of the conflict-checking statement.
 /// `AppendBatch.writeRows` lists the fields once for both.
-private protocol LogRowSink {
+private protocol LogRowWriter: BinaryFieldWriter {
     mutating func beginRow()
-    mutating func field(_ value: PackedUUID)
-    mutating func field(_ value: String?)
-    mutating func field(_ value: Bool)
-    mutating func field(jsonb value: String?)
-    mutating func field(_ value: Timestamp?)
-    mutating func field(_ value: IPAddress?)
-    mutating func field(_ value: Int32?)
 }
 
-/// Rows of the log as binary COPY data.
-private struct LogCopyRows: LogRowSink {
-    private var copy: BinaryCopyRows
-
-    init(capacity: Int) {
-        copy = BinaryCopyRows(capacity: capacity * 320)
-    }
-
-    mutating func finish() -> [UInt8] { copy.finish() }
-
-    mutating func beginRow() { copy.beginRow(fields: 20) }
-    mutating func field(_ value: PackedUUID) { copy.append(value) }
-    mutating func field(_ value: String?) { copy.append(value) }
-    mutating func field(_ value: Bool) { copy.append(value) }
-    mutating func field(jsonb value: String?) { copy.append(jsonb: value) }
-    mutating func field(_ value: Timestamp?) { copy.append(value) }
-    mutating func field(_ value: IPAddress?) { copy.append(value) }
-    mutating func field(_ value: Int32?) { if let value { copy.append(value) } else { copy.appendNull() } }
+extension BinaryCopyRows: LogRowWriter {
+    fileprivate mutating func beginRow() { beginRow(fields: Int16(EventLogSQL.columnCount)) }
 }
 
-/// Rows of the log as one binary array per column.
-private struct LogColumnArrays: LogRowSink {
+/// Rows of the log as one binary array per column: each field goes to the next column's array.
+private struct LogColumnArrays: LogRowWriter {
     private var arrays: [BinaryArray]
     private var column = 0
 
     init(capacity: Int) {
         let elements: [BinaryArray.Element] = [.uuid, .text, .text, .text, .text, .text, .text, .text, .text, .bool, .bool, .bool,
                                                .jsonb, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .inet, .int4]
+        assert(elements.count == EventLogSQL.columnCount)
         arrays = elements.map { BinaryArray($0, capacity: capacity) }
     }
 
     var parameters: [Parameter] { arrays.map(\.parameter) }
 
     mutating func beginRow() { column = 0 }
-    mutating func field(_ value: PackedUUID) { arrays[column].append(value); column += 1 }
-    mutating func field(_ value: String?) { arrays[column].append(value); column += 1 }
-    mutating func field(_ value: Bool) { arrays[column].append(value); column += 1 }
-    mutating func field(jsonb value: String?) { arrays[column].append(value); column += 1 }
-    mutating func field(_ value: Timestamp?) { arrays[column].append(value); column += 1 }
-    mutating func field(_ value: IPAddress?) { arrays[column].append(value); column += 1 }
-    mutating func field(_ value: Int32?) {
-        if let value { arrays[column].append(value) } else { arrays[column].appendNull() }
+
+    /// Writes the next field into its column's array.
+    private mutating func next(_ write: (inout BinaryArray) -> Void) {
+        write(&arrays[column])
         column += 1
     }
+
+    mutating func appendNull() { next { $0.appendNull() } }
+    mutating func append(_ value: Bool) { next { $0.append(value) } }
+    mutating func append(_ value: Int32) { next { $0.append(value) } }
+    mutating func append(_ value: Int64) { next { $0.append(value) } }
+    mutating func append(_ value: String) { next { $0.append(value) } }
+    mutating func append(jsonb value: String) { next { $0.append(jsonb: value) } }
+    mutating func append(microsecondsSince1970 value: Int64) { next { $0.append(microsecondsSince1970: value) } }
+    mutating func append(uuid high: UInt64, _ low: UInt64) { next { $0.append(uuid: high, low) } }
+    mutating func append(bytes value: some Collection<UInt8>) { next { $0.append(bytes: value) } }
 }
 
 /// What a group's write stored.
@@ -237,6 +221,7 @@ enum EventLogSQL {
         """
 
     /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $20) and of a row of the log's COPY in `appendByCopy`.
+    static let columnCount = 20
     private static let columns = """
         id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea, \
         reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, \

@@ -6,7 +6,7 @@ extension Timestamp {
     }
 }
 
-extension BinaryArray {
+extension BinaryFieldWriter {
     public mutating func append(_ value: Timestamp) {
         append(microsecondsSince1970: value.microseconds)
     }
@@ -19,9 +19,7 @@ extension BinaryArray {
     public mutating func append(_ value: PackedUUID) {
         append(uuid: value.high, value.low)
     }
-}
 
-extension BinaryArray {
     /// An address as a binary `inet` of one host (PostgreSQL's send format: family, prefix
     /// length, is-cidr flag, address length, address); `nil` as NULL.
     public mutating func append(_ value: IPAddress?) {
@@ -43,24 +41,5 @@ extension IPAddress {
     init?(inetBinary bytes: UnsafeRawBufferPointer) {
         guard bytes.count >= 4, bytes.count == 4 + Int(bytes[3]) else { return nil }
         self.init(bytes: bytes[4...])
-    }
-}
-
-extension BinaryCopyRows {
-    mutating func append(_ value: Timestamp) {
-        append(microsecondsSince1970: value.microseconds)
-    }
-
-    mutating func append(_ value: Timestamp?) {
-        if let value { append(value) } else { appendNull() }
-    }
-
-    mutating func append(_ value: PackedUUID) {
-        append(uuid: value.high, value.low)
-    }
-
-    mutating func append(_ value: IPAddress?) {
-        guard let value else { return appendNull() }
-        append(bytes: value.inetBinary)
     }
 }

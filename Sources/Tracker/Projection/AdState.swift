@@ -46,7 +46,7 @@ enum AdState {
             if e.assetKey != nil { flags |= Flag.hasAssetKey }
             if e.adapter != nil { flags |= Flag.hasAdapter }
             // By bytes: `String ==` would call two spellings of one text the same and store only the first.
-            let same = previous.map { $0.adUnit.utf8.elementsEqual(e.adUnit.utf8) && $0.formatId.utf8.elementsEqual(e.formatId.utf8) } ?? false
+            let same = previous.map { $0.adUnit.hasSameBytes(as: e.adUnit) && $0.formatId.hasSameBytes(as: e.formatId) } ?? false
             if same { flags |= Flag.sameUnitAndFormat }
             if e.label != nil { flags |= Flag.labelled }
             out.append(flags)

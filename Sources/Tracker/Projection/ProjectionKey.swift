@@ -49,8 +49,8 @@ public struct ProjectionKey: Sendable, Hashable {
     /// in their Unicode normalisation (é and e + ◌́) into one row.
     public static func == (a: ProjectionKey, b: ProjectionKey) -> Bool {
         a.table == b.table && a.trafficClass == b.trafficClass && a.quarterHour == b.quarterHour
-            && sameBytes(a.adUnit, b.adUnit) && sameBytes(a.formatId, b.formatId) && sameBytes(a.assetKey, b.assetKey)
-            && sameBytes(a.adapter, b.adapter) && sameBytes(a.label, b.label)
+            && a.adUnit.hasSameBytes(as: b.adUnit) && a.formatId.hasSameBytes(as: b.formatId)
+            && a.assetKey.hasSameBytes(as: b.assetKey) && a.adapter.hasSameBytes(as: b.adapter) && a.label.hasSameBytes(as: b.label)
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -71,16 +71,20 @@ public struct ProjectionKey: Sendable, Hashable {
             for byte in part.utf8 { hasher.combine(byte) }
         }
     }
-
-    private static func sameBytes(_ a: String, _ b: String) -> Bool {
-        guard a.utf8.count == b.utf8.count else { return false }
-        let compared: Bool?? = a.utf8.withContiguousStorageIfAvailable { x in
-            b.utf8.withContiguousStorageIfAvailable { y in x.elementsEqual(y) }
-        }
-        if let compared, let compared { return compared }
-        return a.utf8.elementsEqual(b.utf8)
-    }
 }
 
 /// A row's measures; unused lanes stay zero. SIMD makes adding and subtracting rows cheap.
 public typealias Measures = SIMD16<Int64>
+
+extension String {
+    /// Whether the two strings have the same UTF-8 bytes: how PostgreSQL tells text apart, where
+    /// `==` (Unicode canonical equivalence) calls é and e + ◌́ equal.
+    func hasSameBytes(as other: String) -> Bool {
+        guard utf8.count == other.utf8.count else { return false }
+        let compared: Bool?? = utf8.withContiguousStorageIfAvailable { x in
+            other.utf8.withContiguousStorageIfAvailable { y in x.elementsEqual(y) }
+        }
+        if let compared, let compared { return compared }
+        return utf8.elementsEqual(other.utf8)
+    }
+}

@@ -188,19 +188,18 @@ public struct Rebuild: Sendable {
             var bucket = 0
             var failure: (any Error)?
             report("projecting", 0, projected)
-            // Binary COPY: "PGCOPY\n\377\r\n\0", no flags, no header extension.
-            let header: [UInt8] = [0x50, 0x47, 0x43, 0x4F, 0x50, 0x59, 0x0A, 0xFF, 0x0D, 0x0A, 0x00, 0, 0, 0, 0, 0, 0, 0, 0]
+            // One binary COPY: its header, each spill file's rows in order, its trailer.
             var sentHeader = false
             var finished = false
             let chunks = AnyIterator<[UInt8]> {
                 if finished { return nil }
                 if !sentHeader {
                     sentHeader = true
-                    return header
+                    return BinaryCopyRows.header
                 }
                 guard bucket < buckets.count else {
                     finished = true
-                    return [0xFF, 0xFF]  // the trailer
+                    return BinaryCopyRows.trailer
                 }
                 switch pipeline.take(bucket) {
                 case .success(let file):

@@ -180,10 +180,6 @@ final class RebuildBuckets {
     static func appendU16(_ v: Int, _ out: inout [UInt8]) {
         out.appendBigEndian(UInt16(truncatingIfNeeded: v))
     }
-
-    static func appendI32(_ v: Int, _ out: inout [UInt8]) {
-        out.appendBigEndian(UInt32(truncatingIfNeeded: v))
-    }
 }
 
 enum RebuildError: Error, Sendable, CustomStringConvertible {

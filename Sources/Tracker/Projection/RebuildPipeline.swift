@@ -85,8 +85,7 @@ final class RebuildPipeline: @unchecked Sendable {
 
     private func project(_ index: Int, strings: inout StringTable) throws -> Projected {
         let ads = try buckets.ads(in: index, strings: &strings)
-        var rows: [UInt8] = []
-        rows.reserveCapacity(ads.count * 80)
+        var rows = BinaryCopyRows(capacity: ads.count * 80, header: false)
         var contribution = Contribution()
         var state: [UInt8] = []
         var events = 0
@@ -94,13 +93,11 @@ final class RebuildPipeline: @unchecked Sendable {
             rules.accumulate(adEvents, into: &contribution)
             state.removeAll(keepingCapacity: true)
             AdState.encode(adEvents, into: &state)
-            rows += [0, 2]
-            RebuildBuckets.appendI32(ad.utf8.count, &rows)
-            rows.append(contentsOf: ad.utf8)
-            RebuildBuckets.appendI32(state.count, &rows)
-            rows.append(contentsOf: state)
+            rows.beginRow(fields: 2)
+            rows.append(ad)
+            rows.append(bytes: state)
             events += adEvents.count
         }
-        return Projected(rows: rows, contribution: contribution, events: events)
+        return Projected(rows: rows.bytes, contribution: contribution, events: events)
     }
 }
