@@ -15,8 +15,8 @@ final class RoleWarnings: Sendable {
 }
 
 /// Checks each connection of the server against the role whose work it does
-/// (`DatabaseRole.warnings`). Retries until the database answers or the server shuts down,
-/// then waits for the shutdown.
+/// (`DatabaseRole.warnings`). Retries until the database answers or the server shuts down;
+/// a check still waiting for the database never holds the shutdown.
 struct RoleCheck: Service {
     struct Use: Sendable {
         var role: DatabaseRole
@@ -30,28 +30,34 @@ struct RoleCheck: Service {
     let logger: Logger
 
     func run() async throws {
-        // Retried while the database is down, but never past a shutdown: a check still waiting
-        // for the database would hold the whole server's exit.
-        try? await cancelWhenGracefulShutdown {
-            var delay = Duration.seconds(1)
-            while !Task.isCancelled {
-                do {
-                    var found: [(use: Use, finding: RoleFinding)] = []
-                    for use in uses {
-                        found += try await use.pool.withConnection { try use.role.findings(on: $0) }.map { (use, $0) }
-                    }
-                    let messages = Self.messages(found)
-                    warnings.set(messages)
-                    for message in messages { logger.warning("\(message)") }
-                    return
-                } catch {
-                    try? await Task.sleep(for: delay)
-                    delay = min(delay * 2, .seconds(30))
+        // The check runs in a task of its own, not under this service: opening a connection
+        // cannot be interrupted (libpq resolves the host name and connects in one blocking
+        // call, and a DNS server that drops the query holds it for the resolver's timeouts,
+        // 5 s per server and try), and a check still opening one must not hold the server's
+        // exit. What it finds only matters while the server runs.
+        let check = Task { await self.check() }
+        try? await gracefulShutdown()
+        check.cancel()
+    }
+
+    /// Retried while the database is down, until it answers or the task is cancelled.
+    private func check() async {
+        var delay = Duration.seconds(1)
+        while !Task.isCancelled {
+            do {
+                var found: [(use: Use, finding: RoleFinding)] = []
+                for use in uses {
+                    found += try await use.pool.withConnection { try use.role.findings(on: $0) }.map { (use, $0) }
                 }
+                let messages = Self.messages(found)
+                warnings.set(messages)
+                for message in messages { logger.warning("\(message)") }
+                return
+            } catch {
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(30))
             }
         }
-        // A service that returns ends the whole server: this one waits for the shutdown.
-        try? await gracefulShutdown()
     }
 
     /// One message per finding, except that a connection too strong for several kinds of work
