@@ -17,18 +17,18 @@ struct AdAuditTests {
             let chosen = Set(ads)
             try await db.append(stream.filter { chosen.contains($0.requestId) })
             let key = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 for includeTest in [false, true] {
                     var summed = ReportRows()
                     for ad in ads {
-                        let r = try tracker.client.request("GET", "/v1/ads/\(ad)?includeTest=\(includeTest)",
+                        let r = try await tracker.request("GET", "/v1/ads/\(ad)?includeTest=\(includeTest)",
                                                            headers: ["Authorization": "Bearer \(key)"])
                         try #require(r.status == 200, "\(ad): \(r.text)")
                         #expect((r.json["events"] as? [Any])?.count == stream.filter { $0.requestId == ad }.count)
                         summed.add(explanation: r.json)
                     }
                     for report in ReportRows.measures.keys.sorted() {
-                        let r = try tracker.client.request("GET", "/v1/reports/\(report)?from=\(Self.from)&to=\(Self.to)&includeTest=\(includeTest)",
+                        let r = try await tracker.request("GET", "/v1/reports/\(report)?from=\(Self.from)&to=\(Self.to)&includeTest=\(includeTest)",
                                                            headers: ["Authorization": "Bearer \(key)"])
                         try #require(r.status == 200)
                         let rows = ReportRows.rows(report: report, json: r.json)
@@ -48,9 +48,9 @@ struct AdAuditTests {
             let double = Events.make(.click, ad: ad, at: Events.at(10, 0, 2, micros: 500_000), asset: "Headline", source: .sdk)
             try await db.append([impression, click, double])
             let key = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let auth = ["Authorization": "Bearer \(key)"]
-                let r = try tracker.client.request("GET", "/v1/ads/slot%2F1%20%C3%BC", headers: auth)
+                let r = try await tracker.request("GET", "/v1/ads/slot%2F1%20%C3%BC", headers: auth)
                 try #require(r.status == 200, "\(r.text)")
                 #expect(r.json["requestId"] as? String == ad)
                 #expect(r.json["countedImpression"] as? String == impression.id.text)
@@ -61,9 +61,9 @@ struct AdAuditTests {
                 #expect(outcomes[2]["duplicateOf"] as? String == click.id.text)
                 #expect(r.headers["x-projection-lag-events"] == "0")
 
-                #expect(try tracker.client.request("GET", "/v1/ads/never-seen", headers: auth).status == 404)
-                #expect(try tracker.client.request("GET", "/v1/ads/bad%zz", headers: auth).status == 400)
-                #expect(try tracker.client.request("GET", "/v1/ads/slot%2F1%20%C3%BC").status == 401)
+                #expect(try await tracker.request("GET", "/v1/ads/never-seen", headers: auth).status == 404)
+                #expect(try await tracker.request("GET", "/v1/ads/bad%zz", headers: auth).status == 400)
+                #expect(try await tracker.request("GET", "/v1/ads/slot%2F1%20%C3%BC").status == 401)
             }
             let (status, stdout, output) = try await runTrackerCommand(["explain", ad, "--database-url", db.url])
             #expect(status == 0, "\(output)")

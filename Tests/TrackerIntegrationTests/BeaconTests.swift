@@ -8,8 +8,8 @@ private let strangerSecret = "someone-elses-secret-0123456789abcdef"
 private let landing = "https://advertiser.example/landing?utm_source=tracker&x=1"
 
 /// What a browser would do with a beacon URL: a GET of the path, no key, no redirects followed.
-private func fetch(_ tracker: TrackerProcess, _ path: String) throws -> HTTPClient.Response {
-    try tracker.client.request("GET", path)
+private func fetch(_ tracker: some TrackerHTTP, _ path: String) async throws -> HTTPClient.Response {
+    try await tracker.request("GET", path)
 }
 
 /// `tracker beacon sign …` with `secret`; the printed path (no --base-url).
@@ -74,9 +74,9 @@ private func today() -> String {
 }
 
 /// The summary rows of the beacon ad unit for today, once the projector caught up.
-private func summary(_ tracker: TrackerProcess, key: String) async throws -> [String: Int] {
+private func summary(_ tracker: some TrackerHTTP, key: String) async throws -> [String: Int] {
     try await waitUntilCaughtUp(tracker)
-    let r = try tracker.client.request("GET", "/v1/reports/summary?from=\(today())&to=\(today())&adUnit=/4242/web/native",
+    let r = try await tracker.request("GET", "/v1/reports/summary?from=\(today())&to=\(today())&adUnit=/4242/web/native",
                                        headers: ["Authorization": "Bearer \(key)"])
     #expect(r.status == 200, "\(r.text)")
     var totals: [String: Int] = [:]
@@ -93,22 +93,22 @@ struct BeaconTests {
     @Test func aPixelAndAClickAreRecordedOnceHoweverOftenTheyAreReloadedAndTheReportCountsThem() async throws {
         try await withTestDatabase { db in
             let report = try await db.createKey("reader", scope: .report)
-            try await withTracker(db, environment: environment) { tracker in
+            try await withInProcessTracker(db, environment: environment) { tracker in
                 let pixel = try await sign(impressionArguments("web-1"))
                 #expect(pixel.hasPrefix("/v1/pixel.gif?t="))
-                let first = try fetch(tracker, pixel)
+                let first = try await fetch(tracker, pixel)
                 #expect(first.status == 200)
                 #expect(first.headers["content-type"] == "image/gif")
                 #expect(first.body.count == 43 && first.body.starts(with: Data("GIF89a".utf8)), "a 1×1 GIF")
                 #expect(first.headers["x-beacon-outcome"] == "recorded")
                 expectBeaconHeaders(first)
-                let reload = try fetch(tracker, pixel)
+                let reload = try await fetch(tracker, pixel)
                 #expect(reload.status == 200 && reload.body == first.body)
                 #expect(reload.headers["x-beacon-outcome"] == "duplicate")
 
                 let click = try await sign(clickArguments("web-1"))
                 for attempt in 0..<3 {
-                    let r = try fetch(tracker, click)
+                    let r = try await fetch(tracker, click)
                     #expect(r.status == 302)
                     #expect(r.headers["location"] == landing, "exactly the signed destination")
                     #expect(r.headers["x-beacon-outcome"] == (attempt == 0 ? "recorded" : "duplicate"))
@@ -134,11 +134,11 @@ struct BeaconTests {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("ad-server", scope: .ingest)
             let report = try await db.createKey("reader", scope: .report)
-            try await withTracker(db, environment: environment) { tracker in
-                func mint(_ body: String, key: String?, contentType: String = "application/json") throws -> HTTPClient.Response {
+            try await withInProcessTracker(db, environment: environment) { tracker in
+                func mint(_ body: String, key: String?, contentType: String = "application/json") async throws -> HTTPClient.Response {
                     var headers = ["Content-Type": contentType]
                     if let key { headers["Authorization"] = "Bearer \(key)" }
-                    return try tracker.client.request("POST", "/v1/beacons", headers: headers, body: Data(body.utf8))
+                    return try await tracker.request("POST", "/v1/beacons", headers: headers, body: Data(body.utf8))
                 }
                 let body = """
                     {"beacons": [
@@ -147,7 +147,7 @@ struct BeaconTests {
                        "destination": "https://adssettings.example/whythisad", "expiresIn": 3600}
                     ]}
                     """
-                let r = try mint(body, key: ingest)
+                let r = try await mint(body, key: ingest)
                 #expect(r.status == 200, "\(r.text)")
                 #expect(r.headers["cache-control"] == "no-store")
                 let minted = try #require(r.json["beacons"] as? [[String: Any]])
@@ -156,22 +156,22 @@ struct BeaconTests {
                 #expect(paths.count == 2 && paths[0].hasPrefix("/v1/pixel.gif?t=") && paths[1].hasPrefix("/v1/click?t="))
                 #expect(minted.allSatisfy { ($0["id"] as? String).flatMap { UUID(uuidString: $0) } != nil }, "ids are made by the server")
 
-                #expect(try fetch(tracker, paths[0]).status == 200)
-                let about = try fetch(tracker, paths[1])
+                #expect(try await fetch(tracker, paths[0]).status == 200)
+                let about = try await fetch(tracker, paths[1])
                 #expect(about.status == 302 && about.headers["location"] == "https://adssettings.example/whythisad")
                 #expect(try await db.rows("SELECT type, eea, reservation, key_name FROM events ORDER BY type")
                         == [["impression", "t", "t", "beacon:ad-server"], ["adchoices_click", "f", "f", "beacon:ad-server"]])
                 let totals = try await summary(tracker, key: report)
                 #expect(totals["impressions"] == 1 && totals["adchoicesClicks"] == 1 && totals["clicks"] == 0, "\(totals)")
 
-                #expect(try mint(body, key: nil).status == 401)
-                #expect(try mint(body, key: report).status == 403)
-                #expect(try mint(body, key: ingest, contentType: "text/plain").status == 415)
-                let bad = try mint(#"{"beacons": [{"event": {"type": "click", "requestId": "srv-1", "adUnit": "/4242/web/native", "formatId": "10063170", "assetKey": "MainImage"}}]}"#, key: ingest)
+                #expect(try await mint(body, key: nil).status == 401)
+                #expect(try await mint(body, key: report).status == 403)
+                #expect(try await mint(body, key: ingest, contentType: "text/plain").status == 415)
+                let bad = try await mint(#"{"beacons": [{"event": {"type": "click", "requestId": "srv-1", "adUnit": "/4242/web/native", "formatId": "10063170", "assetKey": "MainImage"}}]}"#, key: ingest)
                 #expect(bad.status == 400)
                 #expect(bad.json["error"] as? String == "invalid_beacon_request")
                 #expect((bad.json["message"] as? String)?.hasPrefix("beacons[0].destination is required for a click beacon") == true, "\(bad.text)")
-                let invalid = try mint(#"{"beacons": [{"event": {"type": "impression", "requestId": "", "adUnit": "/4242/web/native", "formatId": "10063170"}}]}"#, key: ingest)
+                let invalid = try await mint(#"{"beacons": [{"event": {"type": "impression", "requestId": "", "adUnit": "/4242/web/native", "formatId": "10063170"}}]}"#, key: ingest)
                 #expect((invalid.json["message"] as? String)?.contains("requestId must not be empty") == true, "the validator of /v1/events: \(invalid.text)")
             }
         }
@@ -179,7 +179,7 @@ struct BeaconTests {
 
     @Test func changingAnySignedFieldGets400AndNeitherARedirectNorAnEvent() async throws {
         try await withTestDatabase { db in
-            try await withTracker(db, environment: environment) { tracker in
+            try await withInProcessTracker(db, environment: environment) { tracker in
                 let click = try await sign(clickArguments("web-2", ["--eea", "--reservation", "--source", "sdk", "--attribute", "page=home"]))
                 let id = try #require(Forge.claims(of: click).firstMatch(of: /"id":"([0-9a-f-]{36})"/)?.1)
                 let edits: [(String, String)] = [
@@ -199,7 +199,7 @@ struct BeaconTests {
                     ("\"iss\":\"cli\"", "\"iss\":\"app\""),  // issuer (the key name stored)
                 ]
                 for (from, to) in edits {
-                    let r = try fetch(tracker, Forge.replacing(click, from, with: to))
+                    let r = try await fetch(tracker, Forge.replacing(click, from, with: to))
                     #expect(r.status == 400, "changed \(from) to \(to): \(r.status)")
                     #expect(r.headers["location"] == nil, "no redirect after changing \(from)")
                     #expect(r.json["error"] as? String == "invalid_beacon")
@@ -207,18 +207,18 @@ struct BeaconTests {
                     expectBeaconHeaders(r)
                 }
                 let pixel = try await sign(impressionArguments("web-2", ["--test"]))
-                let untested = try fetch(tracker, Forge.replacing(pixel, "\"test\":true", with: "\"test\":false"))
+                let untested = try await fetch(tracker, Forge.replacing(pixel, "\"test\":true", with: "\"test\":false"))
                 #expect(untested.status == 400, "test traffic cannot be turned into counted traffic")
                 #expect(try await db.scalar("SELECT count(*) FROM events") == "0")
                 #expect(try await db.scalar("SELECT count(*) FROM beacon_rejections") == "0")
-                #expect(try fetch(tracker, click).status == 302, "the untouched token still works")
+                #expect(try await fetch(tracker, click).status == 302, "the untouched token still works")
             }
         }
     }
 
     @Test func missingMalformedForeignAndMisplacedTokensGet400WithoutARedirect() async throws {
         try await withTestDatabase { db in
-            try await withTracker(db, environment: environment) { tracker in
+            try await withInProcessTracker(db, environment: environment) { tracker in
                 let foreign = try await sign(clickArguments("web-4"), secret: strangerSecret)
                 let pixel = try await sign(impressionArguments("web-4"))
                 let cases: [(String, String)] = [
@@ -231,7 +231,7 @@ struct BeaconTests {
                     (String(pixel.dropLast(3)), "signature"),
                 ]
                 for (path, message) in cases {
-                    let r = try fetch(tracker, path)
+                    let r = try await fetch(tracker, path)
                     #expect(r.status == 400, "\(path.prefix(60)): \(r.status)")
                     #expect(r.headers["location"] == nil)
                     #expect((r.json["message"] as? String)?.contains(message) == true, "\(path.prefix(60)): \(r.text)")
@@ -245,12 +245,12 @@ struct BeaconTests {
     @Test func anExpiredClickStillRedirectsButIsStoredAsRejectedAndNotCounted() async throws {
         try await withTestDatabase { db in
             let report = try await db.createKey("reader", scope: .report)
-            try await withTracker(db, environment: environment) { tracker in
+            try await withInProcessTracker(db, environment: environment) { tracker in
                 let click = try await sign(clickArguments("web-5", ["--expires-in", "1"]))
                 let pixel = try await sign(impressionArguments("web-5", ["--expires-in", "1"]))
                 try await Task.sleep(for: .milliseconds(2_100))
                 for attempt in 1...2 {
-                    let r = try fetch(tracker, click)
+                    let r = try await fetch(tracker, click)
                     #expect(r.status == 302 && r.headers["location"] == landing, "a user's click never breaks")
                     #expect(r.headers["x-beacon-outcome"] == "rejected_expired")
                     expectBeaconHeaders(r)
@@ -259,7 +259,7 @@ struct BeaconTests {
                 }
                 let message = try await db.scalar("SELECT message FROM beacon_rejections")
                 #expect(message?.hasPrefix("the beacon expired at ") == true)
-                let expiredPixel = try fetch(tracker, pixel)
+                let expiredPixel = try await fetch(tracker, pixel)
                 #expect(expiredPixel.status == 200 && expiredPixel.headers["content-type"] == "image/gif")
                 #expect(expiredPixel.headers["x-beacon-outcome"] == "rejected_expired")
                 #expect(try await db.scalar("SELECT count(*) FROM events") == "0", "nothing expired reaches the log")
@@ -277,13 +277,13 @@ struct BeaconTests {
         try await withTestDatabase { db in
             let old = try await sign(clickArguments("web-6"))
             let newSecret = "the-next-beacon-secret-0123456789abcdef"
-            try await withTracker(db, environment: ["TRACKER_BEACON_SECRET": newSecret, "TRACKER_BEACON_PREVIOUS_SECRET": secret]) { tracker in
-                let oldClick = try fetch(tracker, old)
-                let newClick = try fetch(tracker, try await sign(clickArguments("web-7"), secret: newSecret))
+            try await withInProcessTracker(db, environment: ["TRACKER_BEACON_SECRET": newSecret, "TRACKER_BEACON_PREVIOUS_SECRET": secret]) { tracker in
+                let oldClick = try await fetch(tracker, old)
+                let newClick = try await fetch(tracker, try await sign(clickArguments("web-7"), secret: newSecret))
                 #expect(oldClick.status == 302 && newClick.status == 302, "\(oldClick.text) \(newClick.text)")
             }
-            try await withTracker(db, environment: ["TRACKER_BEACON_SECRET": newSecret]) { tracker in
-                let r = try fetch(tracker, old)
+            try await withInProcessTracker(db, environment: ["TRACKER_BEACON_SECRET": newSecret]) { tracker in
+                let r = try await fetch(tracker, old)
                 #expect(r.status == 400 && r.headers["location"] == nil, "the previous secret, once dropped, no longer signs anything")
             }
         }
@@ -293,9 +293,9 @@ struct BeaconTests {
         try await withTestDatabase { db in
             let path = try await sign(clickArguments("web-8"))
             let ingest = try await db.createKey("ad-server", scope: .ingest)
-            try await withTracker(db) { tracker in
-                for r in [try fetch(tracker, path), try fetch(tracker, path.replacingOccurrences(of: "/v1/click", with: "/v1/pixel.gif")),
-                          try tracker.client.request("POST", "/v1/beacons", headers: ["Authorization": "Bearer \(ingest)", "Content-Type": "application/json"],
+            try await withInProcessTracker(db) { tracker in
+                for r in [try await fetch(tracker, path), try await fetch(tracker, path.replacingOccurrences(of: "/v1/click", with: "/v1/pixel.gif")),
+                          try await tracker.request("POST", "/v1/beacons", headers: ["Authorization": "Bearer \(ingest)", "Content-Type": "application/json"],
                                                      body: Data(#"{"beacons":[]}"#.utf8))] {
                     #expect(r.status == 503)
                     #expect(r.headers["location"] == nil)
@@ -323,21 +323,21 @@ struct BeaconOutageTests {
             let db = try await TestDatabase(adminURL: "postgresql://postgres@127.0.0.1:\(port)/postgres")
             let pixel = try await sign(impressionArguments("down-1"))
             let click = try await sign(clickArguments("down-1"))
-            try await withTracker(db, environment: ["TRACKER_BEACON_SECRET": secret, "TRACKER_PROJECTOR": "off"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_BEACON_SECRET": secret, "TRACKER_PROJECTOR": "off"]) { tracker in
                 try await TestEnvironment.postgres("stop", dir: dir, port: port)
-                let down = try fetch(tracker, pixel)
+                let down = try await fetch(tracker, pixel)
                 #expect(down.status == 503)
                 #expect(down.json["error"] as? String == "database_unavailable")
                 #expect(Int(down.headers["retry-after"] ?? "") != nil)
                 expectBeaconHeaders(down)
                 let started = ContinuousClock.now
-                let redirected = try fetch(tracker, click)
+                let redirected = try await fetch(tracker, click)
                 #expect(redirected.status == 302 && redirected.headers["location"] == landing, "the click is not broken")
                 #expect(["not_recorded", "unconfirmed"].contains(redirected.headers["x-beacon-outcome"] ?? ""), "\(redirected.headers)")
                 #expect(ContinuousClock.now - started < .seconds(5), "the click waits at most about 2 s for the database")
                 try await TestEnvironment.postgres("start", dir: dir, port: port)
                 let back = try await eventually(within: .seconds(10)) { () -> HTTPClient.Response? in
-                    let r = try fetch(tracker, pixel)
+                    let r = try await fetch(tracker, pixel)
                     return r.status == 200 ? r : nil
                 }
                 #expect(back?.headers["x-beacon-outcome"] == "recorded", "the browser's next load records the impression")

@@ -20,15 +20,15 @@ struct BootWithoutDatabaseTests {
             try await TestEnvironment.postgres("stop", dir: dir, port: port)
             let tracker = try await TrackerProcess(databaseURL: db.url)
             do {
-                let down = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                let down = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                 #expect(down.status == 503)
                 #expect(down.headers["retry-after"] != nil)
-                let ready = try tracker.client.request("GET", "/readyz")
+                let ready = try await tracker.request("GET", "/readyz")
                 #expect(ready.status == 503)
                 #expect(ready.headers["retry-after"] != nil)
                 try await TestEnvironment.postgres("start", dir: dir, port: port)
                 let accepted = try await eventually(within: .seconds(20)) { () -> Int? in
-                    let r = try tracker.client.postEvents(Wire.batch([Wire.event(requestId: "boot-ad")]), key: key)
+                    let r = try await tracker.postEvents(Wire.batch([Wire.event(requestId: "boot-ad")]), key: key)
                     return r.status == 200 ? r.json["accepted"] as? Int : nil
                 }
                 #expect(accepted == 1)

@@ -223,7 +223,7 @@ struct ClientDeliveryTests {
         // A report waits at most TRACKER_REPORT_WAIT for the projector; on a machine loaded by the
         // whole suite it may answer before it caught up (it says so in its lag header): ask again then.
         let caughtUp = try await eventually(within: .seconds(60)) { () -> HTTPClient.Response? in
-            let r = try server.client.request("GET", "/v1/reports/summary?from=\(from)&to=\(to)&adUnit=/1234/home/native", headers: auth)
+            let r = try await server.request("GET", "/v1/reports/summary?from=\(from)&to=\(to)&adUnit=/1234/home/native", headers: auth)
             return r.status != 200 || r.headers["x-projection-lag-events"] == "0" ? r : nil
         }
         let summary = try #require(caughtUp, "the projections caught up with the log", sourceLocation: sourceLocation)
@@ -234,7 +234,7 @@ struct ClientDeliveryTests {
         #expect(totals["clicks"] == ads, sourceLocation: sourceLocation)
         #expect(totals["attributedClicks"] == ads, sourceLocation: sourceLocation)
         #expect(totals["adchoicesImpressions"] == ads, sourceLocation: sourceLocation)
-        let adchoices = try server.client.request("GET", "/v1/reports/adchoices?from=\(from)&to=\(to)&adUnit=/1234/home/native", headers: auth)
+        let adchoices = try await server.request("GET", "/v1/reports/adchoices?from=\(from)&to=\(to)&adUnit=/1234/home/native", headers: auth)
         let compliance = sum(adchoices.json["rows"] as? [[String: Any]] ?? [])
         #expect(compliance["eeaReservationImpressions"] == ads, sourceLocation: sourceLocation)
         #expect(compliance["withAdChoices"] == ads, sourceLocation: sourceLocation)

@@ -12,13 +12,13 @@ struct DatabaseDeadlineTests {
     @Test func aLockedLogGets503WithinTheDeadlineAndNothingIsStored() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "4"]) { tracker in
-                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            try await withInProcessTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "4"]) { tracker in
+                #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
                 let locker = try Connection.open(db.url)
                 defer { locker.close() }
                 try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
                 let started = ContinuousClock.now
-                let locked = try tracker.client.postEvents(Wire.batch((0..<5).map { _ in Wire.event() }), key: key)
+                let locked = try await tracker.postEvents(Wire.batch((0..<5).map { _ in Wire.event() }), key: key)
                 let waited = ContinuousClock.now - started
                 #expect(locked.status == 503, "\(locked.status) \(locked.text)")
                 #expect(locked.headers["retry-after"] != nil)
@@ -26,7 +26,7 @@ struct DatabaseDeadlineTests {
                 try locker.execute("ROLLBACK")
                 try await Task.sleep(for: .milliseconds(500))
                 #expect(try await db.scalar("SELECT count(*) FROM events") == "1", "nothing of the refused batch")
-                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+                #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
             }
         }
     }
@@ -50,13 +50,13 @@ struct DatabaseDeadlineTests {
             var acknowledged = 0
             try await withTracker(db) { tracker in
                 for _ in 0..<2 {
-                    let r = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                    let r = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                     #expect(r.status == 200)
                     if r.status == 200 { acknowledged += 1 }
                     try await crashPostgres(dir: dir)
                     try await TestEnvironment.postgres("start", dir: dir, port: port)
                     _ = try await eventually(within: .seconds(10)) { () -> Int? in
-                        let status = try tracker.client.request("GET", "/readyz").status
+                        let status = try await tracker.request("GET", "/readyz").status
                         return status == 200 ? status : nil
                     }
                 }

@@ -146,7 +146,7 @@ struct DatabaseRoleTests {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("app", scope: .ingest)
             let report = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 try await db.pool.withConnection { c in
                     try c.execute("""
                         DO $$ DECLARE p text; BEGIN
@@ -158,7 +158,7 @@ struct DatabaseRoleTests {
                         """)
                 }
                 #expect(try await db.scalar("SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass") == "0")
-                let r = try tracker.client.postEvents(Wire.batch([Wire.event(requestId: "ad-a"), Wire.event(requestId: "ad-b")]), key: ingest)
+                let r = try await tracker.postEvents(Wire.batch([Wire.event(requestId: "ad-a"), Wire.event(requestId: "ad-b")]), key: ingest)
                 #expect(r.status == 200, "\(r.text)")
                 #expect(r.json["accepted"] as? Int == 2)
                 let owner = try await db.scalar("""
@@ -168,14 +168,14 @@ struct DatabaseRoleTests {
                 let day = String(Wire.isoNow().prefix(10))
                 var impressions: Int?
                 for _ in 0..<50 {
-                    let summary = try tracker.client.request("GET", "/v1/reports/summary?from=\(day)&to=\(day)",
+                    let summary = try await tracker.request("GET", "/v1/reports/summary?from=\(day)&to=\(day)",
                                                              headers: ["Authorization": "Bearer \(report)"])
                     impressions = ((summary.json["rows"] as? [[String: Any]])?.first?["impressions"] as? Int)
                     if impressions == 2 { break }
                     try await Task.sleep(for: .milliseconds(100))
                 }
                 #expect(impressions == 2, "the projector (tracker_projector) and the report (tracker_report) saw both")
-                let ready = try tracker.client.request("GET", "/readyz")
+                let ready = try await tracker.request("GET", "/readyz")
                 #expect(ready.status == 200)
                 #expect(ready.json["warnings"] == nil, "the roles are exactly as strong as their work: \(ready.text)")
             }
@@ -187,7 +187,7 @@ struct DatabaseRoleTests {
             let tracker = try await TrackerProcess(databaseURL: db.url, leastPrivilege: false)
             var warnings: [String] = []
             for _ in 0..<50 {
-                let ready = try tracker.client.request("GET", "/readyz")
+                let ready = try await tracker.request("GET", "/readyz")
                 warnings = ready.json["warnings"] as? [String] ?? []
                 if !warnings.isEmpty { break }
                 try await Task.sleep(for: .milliseconds(100))
@@ -210,17 +210,17 @@ struct DatabaseRoleTests {
             let tracker = try await TrackerProcess(databaseURL: db.url, environment: [
                 "DATABASE_URL": ingestURL, "TRACKER_PROJECTOR": "off",
             ], leastPrivilege: false)
-            var ready = try tracker.client.request("GET", "/readyz")
+            var ready = try await tracker.request("GET", "/readyz")
             for _ in 0..<50 where (ready.json["warnings"] as? [String]) == nil {
                 try await Task.sleep(for: .milliseconds(100))
-                ready = try tracker.client.request("GET", "/readyz")
+                ready = try await tracker.request("GET", "/readyz")
             }
             #expect(ready.status == 200, "\(ready.text)")
             #expect(ready.json["projectionLag"] == nil, "\(ready.text)")
             let warnings = ready.json["warnings"] as? [String] ?? []
             #expect(warnings.contains { $0.contains("may not read the log") }, "\(warnings)")
             let key = try await db.createKey("app", scope: .ingest)
-            #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
             await tracker.kill9()
         }
     }

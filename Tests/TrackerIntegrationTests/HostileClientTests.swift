@@ -19,7 +19,7 @@ import Tracker
                         + "Content-Type: application/json\r\nContent-Length: \(big.count)\r\n\r\n"
                     #expect(socket.write(Data(head.utf8) + big.prefix(big.count - 100)))
                 }
-                let served = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                let served = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                 #expect(served.status == 200, "a client behind stalled uploads is served: \(served.text)")
                 for socket in stalled {
                     let (data, closed) = socket.read(timeout: .seconds(10))
@@ -50,13 +50,13 @@ import Tracker
                     return n == "1" ? true : nil
                 }
                 try #require(waiting == true, "the first batch never reached its write")
-                let refused = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                let refused = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                 #expect(refused.status == 503)
                 #expect(refused.json["error"] as? String == "overloaded")
                 #expect(refused.headers["retry-after"] != nil)
                 try blocker.execute("COMMIT")
                 #expect(try tracker.client.finishRequest(writing, rest: Data()).status == 200)
-                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+                #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
                 blocker.close()
             }
             #expect(try await db.scalar("SELECT count(*) FROM events") == "2")
@@ -120,7 +120,7 @@ import Tracker
                 for socket in idle {
                     #expect(socket.read(timeout: .seconds(10)).closed, "an idle connection is closed")
                 }
-                #expect(try tracker.client.request("GET", "/healthz").status == 200)
+                #expect(try await tracker.request("GET", "/healthz").status == 200)
             }
         }
     }
@@ -135,7 +135,7 @@ import Tracker
                 var flood: [RawSocket] = []
                 for _ in 0..<300 { if let s = try? RawSocket(port: tracker.port) { flood.append(s) } }
                 let served = try await eventually(within: .seconds(20)) { () -> Int? in
-                    let r = try? tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                    let r = try? await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                     return r?.status == 200 ? 200 : nil
                 }
                 #expect(served == 200, "a client is served while the flood holds its connections")
@@ -146,7 +146,7 @@ import Tracker
                 // is a matter of moments after the flood ends, not of the next instant.
                 flood.removeAll()
                 let after = try await eventually(within: .seconds(10)) { () -> Int? in
-                    (try? tracker.client.request("GET", "/healthz").status) == 200 ? 200 : nil
+                    (try? await tracker.request("GET", "/healthz").status) == 200 ? 200 : nil
                 }
                 #expect(after == 200, "the server answers again once the flood is gone")
             }

@@ -7,13 +7,13 @@ struct IngestTests {
     @Test func acceptedEventsAreStoredWithEveryField() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app-1", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let id = UUID().uuidString.lowercased()
                 let event = Wire.event(id: id, type: "click", requestId: "req-7f3c", assetKey: "MainImage", extra: [
                     "clickAction": "custom_handler", "source": "mediation", "adapter": "ExampleNetwork",
                     "eea": true, "reservation": true, "attributes": ["appVersion": "4.2.0", "build": 42, "beta": false],
                 ])
-                let r = try tracker.client.postEvents(Wire.batch([event]), key: key)
+                let r = try await tracker.postEvents(Wire.batch([event]), key: key)
                 #expect(r.status == 200)
                 #expect(r.json["accepted"] as? Int == 1)
                 #expect(r.json["duplicates"] as? Int == 0)
@@ -32,10 +32,10 @@ struct IngestTests {
     @Test func retriedBatchIsStoredOnceAndCountedAsDuplicates() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let body = Wire.batch((0..<5).map { _ in Wire.event() })
-                let first = try tracker.client.postEvents(body, key: key)
-                let retry = try tracker.client.postEvents(body, key: key)
+                let first = try await tracker.postEvents(body, key: key)
+                let retry = try await tracker.postEvents(body, key: key)
                 #expect(first.json["accepted"] as? Int == 5)
                 #expect(retry.json["accepted"] as? Int == 0)
                 #expect(retry.json["duplicates"] as? Int == 5)
@@ -47,9 +47,9 @@ struct IngestTests {
     @Test func sameIdTwiceInOneBatchIsOneEventAndOneDuplicate() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let id = UUID().uuidString.lowercased()
-                let r = try tracker.client.postEvents(Wire.batch([Wire.event(id: id), Wire.event(id: id), Wire.event()]), key: key)
+                let r = try await tracker.postEvents(Wire.batch([Wire.event(id: id), Wire.event(id: id), Wire.event()]), key: key)
                 #expect(r.json["accepted"] as? Int == 2)
                 #expect(r.json["duplicates"] as? Int == 1)
                 #expect(try await db.scalar("SELECT count(*) FROM events WHERE id = $1", [id]) == "1")
@@ -60,11 +60,11 @@ struct IngestTests {
     @Test func sixteenConcurrentIdenticalRequestsStoreEachEventOnce() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let body = Wire.batch((0..<50).map { _ in Wire.event() })
-                let client = tracker.client
+                let client = tracker
                 let responses = try await withThrowingTaskGroup(of: HTTPClient.Response.self) { group in
-                    for _ in 0..<16 { group.addTask { try client.postEvents(body, key: key) } }
+                    for _ in 0..<16 { group.addTask { try await client.postEvents(body, key: key) } }
                     return try await group.reduce(into: []) { $0.append($1) }
                 }
                 #expect(responses.allSatisfy { $0.status == 200 })
@@ -80,10 +80,10 @@ struct IngestTests {
     @Test func invalidEventsAreListedAndValidOnesAroundThemStored() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let badId = UUID().uuidString.lowercased()
                 let events = [Wire.event(), Wire.event(id: badId, type: "click"), Wire.event()]
-                let r = try tracker.client.postEvents(Wire.batch(events), key: key)
+                let r = try await tracker.postEvents(Wire.batch(events), key: key)
                 #expect(r.status == 200)
                 #expect(r.json["accepted"] as? Int == 2)
                 let rejected = try #require(r.json["rejected"] as? [[String: Any]])
@@ -99,12 +99,12 @@ struct IngestTests {
     @Test func gzipBodyIsAccepted() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let body = try await gzipped(Wire.batch((0..<3).map { _ in Wire.event() }))
-                let r = try tracker.client.postEvents(body, key: key, headers: ["Content-Encoding": "gzip"])
+                let r = try await tracker.postEvents(body, key: key, headers: ["Content-Encoding": "gzip"])
                 #expect(r.status == 200)
                 #expect(r.json["accepted"] as? Int == 3)
-                let corrupt = try tracker.client.postEvents(Data("not gzip".utf8), key: key, headers: ["Content-Encoding": "gzip"])
+                let corrupt = try await tracker.postEvents(Data("not gzip".utf8), key: key, headers: ["Content-Encoding": "gzip"])
                 #expect(corrupt.status == 400)
             }
         }
@@ -114,20 +114,20 @@ struct IngestTests {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("app", scope: .ingest)
             let report = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
-                let c = tracker.client
+            try await withInProcessTracker(db) { tracker in
+                let c = tracker
                 let ok = Wire.batch([Wire.event()])
                 let cases: [(String, HTTPClient.Response, Int)] = [
-                    ("no key", try c.request("POST", "/v1/events", headers: ["Content-Type": "application/json"], body: ok), 401),
-                    ("unknown key", try c.postEvents(ok, key: "trk_unknown"), 401),
-                    ("report key", try c.postEvents(ok, key: report), 403),
-                    ("text/plain", try c.request("POST", "/v1/events", headers: ["Authorization": "Bearer \(ingest)", "Content-Type": "text/plain"], body: ok), 415),
-                    ("brotli", try c.postEvents(ok, key: ingest, headers: ["Content-Encoding": "br"]), 415),
-                    ("not JSON", try c.postEvents(Data("{nope".utf8), key: ingest), 400),
-                    ("no events array", try c.postEvents(Data("{\"evts\":[]}".utf8), key: ingest), 400),
-                    ("501 events", try c.postEvents(Wire.batch((0..<501).map { _ in Wire.event() }), key: ingest), 413),
-                    ("600 KiB body", try c.postEvents(Data(repeating: 0x20, count: 600 * 1024), key: ingest), 413),
-                    ("unknown route", try c.request("GET", "/v1/nothing"), 404),
+                    ("no key", try await c.request("POST", "/v1/events", headers: ["Content-Type": "application/json"], body: ok), 401),
+                    ("unknown key", try await c.postEvents(ok, key: "trk_unknown"), 401),
+                    ("report key", try await c.postEvents(ok, key: report), 403),
+                    ("text/plain", try await c.request("POST", "/v1/events", headers: ["Authorization": "Bearer \(ingest)", "Content-Type": "text/plain"], body: ok), 415),
+                    ("brotli", try await c.postEvents(ok, key: ingest, headers: ["Content-Encoding": "br"]), 415),
+                    ("not JSON", try await c.postEvents(Data("{nope".utf8), key: ingest), 400),
+                    ("no events array", try await c.postEvents(Data("{\"evts\":[]}".utf8), key: ingest), 400),
+                    ("501 events", try await c.postEvents(Wire.batch((0..<501).map { _ in Wire.event() }), key: ingest), 413),
+                    ("600 KiB body", try await c.postEvents(Data(repeating: 0x20, count: 600 * 1024), key: ingest), 413),
+                    ("unknown route", try await c.request("GET", "/v1/nothing"), 404),
                 ]
                 for (name, response, status) in cases {
                     #expect(response.status == status, "\(name)")
@@ -143,19 +143,19 @@ struct IngestTests {
     @Test func keyOverItsRateLimitGets429WithRetryAfterAndNothingStored() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
                 // A batch bigger than a second of the limit goes through a full bucket and
                 // leaves the key 20 events in debt: 2 s.
-                let big = try tracker.client.postEvents(Wire.batch((0..<30).map { _ in Wire.event() }), key: key)
+                let big = try await tracker.postEvents(Wire.batch((0..<30).map { _ in Wire.event() }), key: key)
                 #expect(big.status == 200)
                 let refusedID = UUID().uuidString.lowercased()
-                let tooMany = try tracker.client.postEvents(Wire.batch([Wire.event(id: refusedID)]), key: key)
+                let tooMany = try await tracker.postEvents(Wire.batch([Wire.event(id: refusedID)]), key: key)
                 #expect(tooMany.status == 429)
                 #expect(tooMany.json["error"] as? String == "rate_limited")
                 let wait = Int(tooMany.headers["retry-after"] ?? "") ?? 0
                 #expect((2...3).contains(wait), "21 events short at 10/s: \(tooMany.headers)")
                 try await Task.sleep(for: .seconds(wait))
-                #expect(try tracker.client.postEvents(Wire.batch([Wire.event(id: refusedID)]), key: key).status == 200,
+                #expect(try await tracker.postEvents(Wire.batch([Wire.event(id: refusedID)]), key: key).status == 200,
                         "the retry after Retry-After succeeds")
             }
             #expect(try await db.scalar("SELECT count(*) FROM events") == "31")
@@ -167,29 +167,29 @@ struct IngestTests {
     @Test func rateLimitChargesEveryEventSentAndRefundsBatchesRefusedWhole() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_RATE_LIMIT": "10"]) { tracker in
                 // 200 events, but sentAt is a number: refused whole (400). Kept, its charge
                 // would leave 19 s of debt.
                 let badSentAt = try JSONSerialization.data(withJSONObject: ["events": (0..<200).map { _ in Wire.event() }, "sentAt": 5])
-                #expect(try tracker.client.postEvents(badSentAt, key: key).status == 400)
-                let corrected = try tracker.client.postEvents(Wire.batch((0..<5).map { _ in Wire.event() }), key: key)
+                #expect(try await tracker.postEvents(badSentAt, key: key).status == 400)
+                let corrected = try await tracker.postEvents(Wire.batch((0..<5).map { _ in Wire.event() }), key: key)
                 #expect(corrected.status == 200, "the refused batch's charge was given back: \(corrected.text)")
 
                 // Invalid events count too: 40 events of which 38 are rejected leave about 3 s
                 // of debt (charging the 2 valid ones only would leave 3 events).
                 try await Task.sleep(for: .seconds(1))
                 let mixed = Wire.batch((0..<40).map { i in i < 2 ? Wire.event() : Wire.event(type: "nonsense") })
-                let partly = try tracker.client.postEvents(mixed, key: key)
+                let partly = try await tracker.postEvents(mixed, key: key)
                 #expect(partly.status == 200 && (partly.json["accepted"] as? Int) == 2, "\(partly.text)")
-                let after = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                let after = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                 #expect(after.status == 429, "the 38 rejected events were charged too: \(after.text)")
 
                 // A gzipped batch is charged for the events it carries once inflated: 40 of them.
                 let zipped = try await gzipped(Wire.batch((0..<40).map { _ in Wire.event() }))
                 try await Task.sleep(for: .seconds(Int(after.headers["retry-after"] ?? "") ?? 4))
                 try await Task.sleep(for: .seconds(1))
-                #expect(try tracker.client.postEvents(zipped, key: key, headers: ["Content-Encoding": "gzip"]).status == 200)
-                let afterZipped = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                #expect(try await tracker.postEvents(zipped, key: key, headers: ["Content-Encoding": "gzip"]).status == 200)
+                let afterZipped = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                 #expect(afterZipped.status == 429, "40 gzipped events leave 3 s of debt: \(afterZipped.text)")
             }
             #expect(try await db.scalar("SELECT count(*) FROM events") == "47")
@@ -200,8 +200,8 @@ struct IngestTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             try await APIKeys(pool: db.pool).revoke(name: "app")
-            try await withTracker(db) { tracker in
-                let response = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+            try await withInProcessTracker(db) { tracker in
+                let response = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                 #expect(response.status == 401)
             }
         }

@@ -21,14 +21,14 @@ struct InvalidTrafficIngestTests {
             let server = try await APIKeys(pool: db.pool).create(name: "s2s", scope: .ingest, server: true)
             try await withTracker(db) { tracker in
                 let plain = Wire.event()
-                let r = try tracker.client.postEvents(Wire.batch([plain]), key: app, headers: ["User-Agent": "MyApp/4.2 (iPhone)"])
+                let r = try await tracker.postEvents(Wire.batch([plain]), key: app, headers: ["User-Agent": "MyApp/4.2 (iPhone)"])
                 #expect(r.json["accepted"] as? Int == 1)
                 #expect(try await client(db, plain["id"] as! String) == ["MyApp/4.2 (iPhone)", "127.0.0.1"])
 
                 // An ordinary key may not speak for a device: that event is rejected, naming the field; the rest is stored.
                 let forged = Wire.event(extra: ["userAgent": "Googlebot/2.1", "ip": "66.249.66.1"])
                 let fine = Wire.event()
-                let refused = try tracker.client.postEvents(Wire.batch([forged, fine]), key: app)
+                let refused = try await tracker.postEvents(Wire.batch([forged, fine]), key: app)
                 #expect(refused.json["accepted"] as? Int == 1)
                 let rejection = (refused.json["rejected"] as? [[String: Any]])?.first
                 #expect(rejection?["index"] as? Int == 0)
@@ -39,7 +39,7 @@ struct InvalidTrafficIngestTests {
                 let device = Wire.event(extra: ["userAgent": "Mozilla/5.0 (Linux; Android 14)", "ip": "2001:DB8::1"])
                 let own = Wire.event()
                 let bad = Wire.event(extra: ["ip": "300.1.2.3"])
-                let s2s = try tracker.client.postEvents(Wire.batch([device, own, bad]), key: server, headers: ["User-Agent": "ad-server/1.0"])
+                let s2s = try await tracker.postEvents(Wire.batch([device, own, bad]), key: server, headers: ["User-Agent": "ad-server/1.0"])
                 #expect(s2s.json["accepted"] as? Int == 2)
                 #expect(((s2s.json["rejected"] as? [[String: Any]])?.first?["error"] as? String)?.contains("ip must be an IPv4 or IPv6 address") == true)
                 #expect(try await client(db, device["id"] as! String) == ["Mozilla/5.0 (Linux; Android 14)", "2001:db8::1"])
@@ -56,20 +56,20 @@ struct InvalidTrafficIngestTests {
             let forwarded = ["X-Forwarded-For": "198.51.100.7, 10.0.0.2"]
             try await withTracker(db) { tracker in
                 let e = Wire.event()
-                _ = try tracker.client.postEvents(Wire.batch([e]), key: key, headers: forwarded)
+                _ = try await tracker.postEvents(Wire.batch([e]), key: key, headers: forwarded)
                 #expect(try await client(db, e["id"] as! String)[1] == "127.0.0.1", "an untrusted peer's X-Forwarded-For is ignored")
             }
             try await withTracker(db, environment: ["TRACKER_TRUSTED_PROXIES": "127.0.0.1, 10.0.0.0/8"]) { tracker in
                 let e = Wire.event()
-                _ = try tracker.client.postEvents(Wire.batch([e]), key: key, headers: forwarded)
+                _ = try await tracker.postEvents(Wire.batch([e]), key: key, headers: forwarded)
                 #expect(try await client(db, e["id"] as! String)[1] == "198.51.100.7", "the right-most address that is not a trusted proxy")
                 let noHeader = Wire.event()
-                _ = try tracker.client.postEvents(Wire.batch([noHeader]), key: key)
+                _ = try await tracker.postEvents(Wire.batch([noHeader]), key: key)
                 #expect(try await client(db, noHeader["id"] as! String) == ["", "127.0.0.1"], "no User-Agent is the empty one")
             }
             try await withTracker(db, environment: ["TRACKER_TRUSTED_PROXIES": "127.0.0.1", "TRACKER_IP_STORAGE": "truncated"]) { tracker in
                 let e = Wire.event()
-                _ = try tracker.client.postEvents(Wire.batch([e]), key: key, headers: ["X-Forwarded-For": "203.0.113.77"])
+                _ = try await tracker.postEvents(Wire.batch([e]), key: key, headers: ["X-Forwarded-For": "203.0.113.77"])
                 #expect(try await client(db, e["id"] as! String)[1] == "203.0.113.0", "the /24 only")
             }
             let (status, output) = try await runTrackerToEnd(["serve", "--port", "1", "--database-url", db.url],
@@ -104,18 +104,18 @@ struct InvalidTrafficIngestTests {
             let app = try await db.createKey("app", scope: .ingest)
             let server = try await APIKeys(pool: db.pool).create(name: "s2s", scope: .ingest, server: true)
             let analyst = try await db.createKey("analyst", scope: .report)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 // Projections with nothing in them took rule set 1.
                 let events: [[String: Any]] = [
                     Wire.event(requestId: "bot"), Wire.event(type: "click", requestId: "bot", assetKey: "MainImage"),
                     Wire.event(requestId: "cloud", extra: ["ip": "34.100.1.1"]),
                     Wire.event(requestId: "person", extra: ["ip": "192.0.2.10", "userAgent": "Mozilla/5.0 (iPhone)"]),
                 ]
-                _ = try tracker.client.postEvents(Wire.batch(Array(events[0...1])), key: app,
+                _ = try await tracker.postEvents(Wire.batch(Array(events[0...1])), key: app,
                                                   headers: ["User-Agent": "Mozilla/5.0 (compatible; Googlebot/2.1)"])
-                _ = try tracker.client.postEvents(Wire.batch(Array(events[2...3])), key: server)
+                _ = try await tracker.postEvents(Wire.batch(Array(events[2...3])), key: server)
                 let today = String(Wire.isoNow().prefix(10))
-                let summary = try tracker.client.request("GET", "/v1/reports/summary?from=\(today)&to=\(today)",
+                let summary = try await tracker.request("GET", "/v1/reports/summary?from=\(today)&to=\(today)",
                                                          headers: ["Authorization": "Bearer \(analyst)"])
                 #expect(summary.headers["x-ivt-rules"] == "1")
                 #expect(summary.json["ivtRules"] as? Int == 1)
@@ -124,7 +124,7 @@ struct InvalidTrafficIngestTests {
                 #expect(row?["givtImpressions"] as? Int == 2)
                 #expect(row?["givtClicks"] as? Int == 1)
                 #expect(row?["clicks"] as? Int == 0)
-                let ivt = try tracker.client.request("GET", "/v1/reports/ivt?from=\(today)&to=\(today)&format=csv",
+                let ivt = try await tracker.request("GET", "/v1/reports/ivt?from=\(today)&to=\(today)&format=csv",
                                                      headers: ["Authorization": "Bearer \(analyst)"]).text
                 #expect(ivt == """
                     day,adUnit,formatId,label,impressions,clicks,events
@@ -132,7 +132,7 @@ struct InvalidTrafficIngestTests {
                     \(today),/1234/home/native,10063170,declared_bot,1,1,2
 
                     """)
-                let audit = try tracker.client.request("GET", "/v1/ads/bot", headers: ["Authorization": "Bearer \(analyst)"])
+                let audit = try await tracker.request("GET", "/v1/ads/bot", headers: ["Authorization": "Bearer \(analyst)"])
                 let labels = (audit.json["events"] as? [[String: Any]])?.compactMap { $0["label"] as? String }
                 #expect(labels == ["declared_bot", "declared_bot"], "\(audit.text)")
 
@@ -141,7 +141,7 @@ struct InvalidTrafficIngestTests {
                 let (second, _) = try await runTrackerToEnd(["ivt", "activate", dir.appendingPathComponent("second.json").path,
                                                              "--database-url", db.url])
                 #expect(second == 0)
-                let ready = try tracker.client.request("GET", "/readyz").json
+                let ready = try await tracker.request("GET", "/readyz").json
                 #expect((ready["ivtRules"] as? [String: Any])?["newest"] as? Int == 2)
                 #expect(((ready["warnings"] as? [String])?.joined() ?? "").contains("rule set 2 waits"), "\(ready)")
                 let (_, shown) = try await runTrackerToEnd(["ivt", "show", "--database-url", db.url])
@@ -162,7 +162,7 @@ struct InvalidTrafficIngestTests {
                 let line = try #require(url.split(separator: "\n").last.map(String.init))
                 let start = try #require(line.range(of: "/v1/"))
                 let path = String(line[start.lowerBound...])
-                let r = try tracker.client.request("GET", path, headers: ["User-Agent": "Mozilla/5.0 (Macintosh) Safari/17"])
+                let r = try await tracker.request("GET", path, headers: ["User-Agent": "Mozilla/5.0 (Macintosh) Safari/17"])
                 #expect(r.status == 200)
                 let row = try await db.rows("""
                     SELECT u.user_agent, host(e.client_ip) FROM events e JOIN user_agents u ON u.id = e.user_agent_id WHERE e.request_id = 'web-1'

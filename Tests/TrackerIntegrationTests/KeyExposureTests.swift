@@ -17,14 +17,14 @@ struct KeyExposureTests {
             let guesses = (0..<96).map { _ in "trk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "") }
             var elapsed = Duration.zero
             try await withTracker(db, environment: ["TRACKER_PROJECTOR": "off"]) { tracker in
-                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+                #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
                 let started = ContinuousClock.now
                 try await withThrowingTaskGroup(of: Int.self) { group in
                     for lane in 0..<8 {
                         group.addTask {
                             var unauthorized = 0
                             for guess in guesses[(lane * 12)..<(lane * 12 + 12)] {
-                                if try tracker.client.postEvents(Wire.batch([Wire.event()]), key: guess).status == 401 { unauthorized += 1 }
+                                if try await tracker.postEvents(Wire.batch([Wire.event()]), key: guess).status == 401 { unauthorized += 1 }
                             }
                             return unauthorized
                         }

@@ -7,8 +7,8 @@ struct LogTests {
     @Test func loggedEventsCannotBeUpdatedDeletedOrTruncated() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
-                _ = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+            try await withInProcessTracker(db) { tracker in
+                _ = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
             }
             let partition = try #require(try await db.scalar("SELECT tableoid::regclass::text FROM events LIMIT 1"))
             for statement in ["UPDATE events SET request_id = 'x'", "DELETE FROM events", "TRUNCATE events",
@@ -26,7 +26,7 @@ struct LogTests {
             let tracker = try await TrackerProcess(databaseURL: db.url)
             var acknowledged = 0
             for _ in 0..<20 {
-                let r = try tracker.client.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
+                let r = try await tracker.postEvents(Wire.batch((0..<10).map { _ in Wire.event() }), key: key)
                 if r.status == 200 { acknowledged += r.json["accepted"] as? Int ?? 0 }
             }
             await tracker.kill9()
@@ -50,7 +50,7 @@ struct LogTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             let tracker = try await TrackerProcess(databaseURL: db.url)
-            #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
             #expect(await tracker.terminate() == 0)
         }
     }
@@ -77,8 +77,8 @@ struct LogTests {
 
     @Test func readyzReportsDatabaseAndMigrations() async throws {
         try await withTestDatabase { db in
-            try await withTracker(db) { tracker in
-                let r = try tracker.client.request("GET", "/readyz")
+            try await withInProcessTracker(db) { tracker in
+                let r = try await tracker.request("GET", "/readyz")
                 #expect(r.status == 200)
                 #expect(r.json["migrations"] as? String == "current")
             }
@@ -141,8 +141,8 @@ struct DatabaseOutageTests {
     @Test func aReadOnlyDatabaseGets503AndIngestionResumesWhenItTakesWritesAgain() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
-                #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            try await withInProcessTracker(db) { tracker in
+                #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
                 // New sessions start read-only; the tracker's sessions are ended so it reconnects.
                 func setReadOnly(_ on: Bool, endSessions: Bool) async throws {
                     try await db.pool.withConnection { c in
@@ -154,21 +154,21 @@ struct DatabaseOutageTests {
                 }
                 try await setReadOnly(true, endSessions: true)
                 let refused = try await eventually(within: .seconds(10)) { () -> HTTPClient.Response? in
-                    let r = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+                    let r = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
                     return r.status == 503 && r.json["error"] as? String == "database_unavailable" ? r : nil
                 }
                 #expect(refused?.headers["retry-after"] != nil, "503 with Retry-After while the database is read-only")
                 // Concurrent batches make the tracker reopen every pooled session, all read-only now.
                 for _ in 0..<3 {
                     try await withThrowingTaskGroup(of: Int.self) { group in
-                        for _ in 0..<16 { group.addTask { try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status } }
+                        for _ in 0..<16 { group.addTask { try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status } }
                         for try await status in group { #expect(status == 503) }
                     }
                 }
                 // The tracker's sessions stay open and read-only: only replacing them helps.
                 try await setReadOnly(false, endSessions: false)
                 let resumed = try await eventually(within: .seconds(10)) { () -> Int? in
-                    let status = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status
+                    let status = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status
                     return status == 200 ? status : nil
                 }
                 #expect(resumed == 200)
@@ -180,19 +180,19 @@ struct DatabaseOutageTests {
     private func outage(dir: String, port: Int) async throws {
         let db = try await TestDatabase(adminURL: "postgresql://postgres@127.0.0.1:\(port)/postgres")
         let key = try await db.createKey("app", scope: .ingest)
-        try await withTracker(db) { tracker in
+        try await withInProcessTracker(db) { tracker in
             // Warm the key cache, then take the database away.
-            #expect(try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
+            #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
             try await TestEnvironment.postgres("stop", dir: dir, port: port)
-            let down = try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key)
+            let down = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)
             #expect(down.status == 503)
             #expect(Int(down.headers["retry-after"] ?? "") != nil)
             #expect(down.json["error"] as? String == "database_unavailable")
-            #expect(try tracker.client.request("GET", "/readyz").status == 503)
+            #expect(try await tracker.request("GET", "/readyz").status == 503)
             try await TestEnvironment.postgres("start", dir: dir, port: port)
             var recovered = false
             for _ in 0..<100 {
-                if try tracker.client.postEvents(Wire.batch([Wire.event()]), key: key).status == 200 { recovered = true; break }
+                if try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200 { recovered = true; break }
                 try await Task.sleep(for: .milliseconds(100))
             }
             #expect(recovered)

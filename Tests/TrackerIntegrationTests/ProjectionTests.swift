@@ -151,7 +151,7 @@ struct ProjectionTests {
                 try await db.append(late)
                 var statuses: [Int] = []
                 while rebuild.isRunning {
-                    statuses.append(try tracker.client.request("GET", "/v1/reports/summary?from=2026-11-09&to=2026-11-12",
+                    statuses.append(try await tracker.request("GET", "/v1/reports/summary?from=2026-11-09&to=2026-11-12",
                                                                headers: ["Authorization": "Bearer \(key)"]).status)
                 }
                 #expect(await rebuild.exitStatus() == 0)
@@ -334,9 +334,9 @@ func runTrackerCommand(_ arguments: [String], environment: [String: String] = [:
 }
 
 /// Polls /readyz until the projections have caught up with the log.
-func waitUntilCaughtUp(_ tracker: TrackerProcess) async throws {
+func waitUntilCaughtUp(_ tracker: some TrackerHTTP) async throws {
     let caughtUp = try await eventually(within: .seconds(15)) { () -> Bool? in
-        let lag = try tracker.client.request("GET", "/readyz").json["projectionLag"] as? [String: Any]
+        let lag = try await tracker.request("GET", "/readyz").json["projectionLag"] as? [String: Any]
         return lag?["events"] as? Int == 0 ? true : nil
     }
     #expect(caughtUp == true, "the projector did not catch up within 15 s")

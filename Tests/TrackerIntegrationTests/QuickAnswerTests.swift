@@ -61,7 +61,7 @@ struct QuickAnswerTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "5"]) { tracker in
-                #expect(try tracker.client.postEvents(Wire.batch((0..<50).map { _ in Wire.event() }), key: key).status == 200,
+                #expect(try await tracker.postEvents(Wire.batch((0..<50).map { _ in Wire.event() }), key: key).status == 200,
                         "a batch over a second of the limit goes through a full bucket and leaves 45 events of debt")
                 let refusedID = UUID().uuidString.lowercased()
                 let body = Wire.batch([Wire.event(id: refusedID)])

@@ -78,8 +78,8 @@ struct ReconciliationTests {
         }
     }
 
-    func post(_ tracker: TrackerProcess, _ body: String, key: String, tz: String? = zone, contentType: String = "text/csv") throws -> HTTPClient.Response {
-        try tracker.client.request("POST", "/v1/reconciliations" + (tz.map { "?tz=\($0)" } ?? ""),
+    func post(_ tracker: some TrackerHTTP, _ body: String, key: String, tz: String? = zone, contentType: String = "text/csv") async throws -> HTTPClient.Response {
+        try await tracker.request("POST", "/v1/reconciliations" + (tz.map { "?tz=\($0)" } ?? ""),
                                    headers: ["Authorization": "Bearer \(key)", "Content-Type": contentType], body: Data(body.utf8))
     }
 
@@ -89,8 +89,8 @@ struct ReconciliationTests {
             try await db.append(events)
             try await db.projector().catchUp()
             let key = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
-                let imported = try post(tracker, Self.uiExport, key: key)
+            try await withInProcessTracker(db) { tracker in
+                let imported = try await post(tracker, Self.uiExport, key: key)
                 #expect(imported.status == 200, "\(imported.text)")
                 let answer = imported.json
                 #expect(answer["tz"] as? String == Self.zone)
@@ -101,13 +101,13 @@ struct ReconciliationTests {
                 #expect(unmatched == ["4:native:ambiguous", "7:ghost:unknown"], "native is the last segment of two known units; ghost of none")
                 let id = try #require(answer["id"] as? String)
 
-                let again = try post(tracker, Self.uiExport, key: key)
+                let again = try await post(tracker, Self.uiExport, key: key)
                 #expect(again.json["id"] as? String == id)
                 #expect(again.json["existing"] as? Bool == true)
                 #expect(try await db.scalar("SELECT count(*) FROM reconciliation_imports") == "1")
 
                 for threshold in [0.10, 0.5] {
-                    let r = try tracker.client.request("GET", "/v1/reports/reconciliation?threshold=\(threshold)",
+                    let r = try await tracker.request("GET", "/v1/reports/reconciliation?threshold=\(threshold)",
                                                        headers: ["Authorization": "Bearer \(key)"])
                     #expect(r.status == 200, "\(r.text)")
                     let json = r.json
@@ -118,17 +118,17 @@ struct ReconciliationTests {
                                                              ["2026-11-11", Self.top]: (0, 0)]
                     #expect(Self.rows(json) == Self.expectedRows(events, file: file, threshold: threshold), "\(r.text)")
                 }
-                let csv = try tracker.client.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
+                let csv = try await tracker.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
                                                      headers: ["Authorization": "Bearer \(key)"]).text
                 #expect(csv.hasPrefix("day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,givtClicks,duplicateClicks\n"))
                 #expect(csv.contains("2026-11-11,/6499/sports/top,0,0,,0,0,,true,"), "zero on both sides is within tolerance: \(csv)")
                 #expect(csv.contains("2026-11-11,/1234/feed/native,0,3,,0,0,,false,"), "counts Ad Manager does not have are outside it: \(csv)")
 
-                let list = try tracker.client.request("GET", "/v1/reconciliations", headers: ["Authorization": "Bearer \(key)"]).json
+                let list = try await tracker.request("GET", "/v1/reconciliations", headers: ["Authorization": "Bearer \(key)"]).json
                 #expect(((list["imports"] as? [[String: Any]])?.first?["id"] as? String) == id)
-                let one = try tracker.client.request("GET", "/v1/reconciliations/\(id)", headers: ["Authorization": "Bearer \(key)"])
+                let one = try await tracker.request("GET", "/v1/reconciliations/\(id)", headers: ["Authorization": "Bearer \(key)"])
                 #expect(one.json["matched"] as? Int == 4)
-                #expect(try tracker.client.request("GET", "/v1/reconciliations/abc123", headers: ["Authorization": "Bearer \(key)"]).status == 404)
+                #expect(try await tracker.request("GET", "/v1/reconciliations/abc123", headers: ["Authorization": "Bearer \(key)"]).status == 404)
             }
         }
     }
@@ -141,17 +141,17 @@ struct ReconciliationTests {
             try await db.append(Self.events())
             try await db.projector().catchUp()
             let key = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
-                #expect(try post(tracker, Self.uiExport, key: key).status == 200)
-                func report(_ query: String) throws -> (status: Int, message: String) {
-                    let r = try tracker.client.request("GET", "/v1/reports/reconciliation?\(query)", headers: ["Authorization": "Bearer \(key)"])
+            try await withInProcessTracker(db) { tracker in
+                #expect(try await post(tracker, Self.uiExport, key: key).status == 200)
+                func report(_ query: String) async throws -> (status: Int, message: String) {
+                    let r = try await tracker.request("GET", "/v1/reports/reconciliation?\(query)", headers: ["Authorization": "Bearer \(key)"])
                     return (r.status, r.json["message"] as? String ?? "")
                 }
-                #expect(try report("tz=America/New_York").status == 200, "the import's own zone")
-                #expect(try report("tz=america/new_york&granularity=day").status == 200, "zone names are matched as PostgreSQL matches them")
+                #expect(try await report("tz=America/New_York").status == 200, "the import's own zone")
+                #expect(try await report("tz=america/new_york&granularity=day").status == 200, "zone names are matched as PostgreSQL matches them")
                 for (query, parameter) in [("tz=Mars/Base", "tz"), ("tz=bad%20zone", "tz"), ("tz=UTC", "tz"), ("tz=Asia/Kolkata", "tz"),
                                            ("granularity=hour", "granularity"), ("granularity=week", "granularity")] {
-                    let (status, message) = try report(query)
+                    let (status, message) = try await report(query)
                     #expect(status == 400 && message.hasPrefix(parameter), "\(query): \(status) \(message)")
                 }
                 let cli = try await runTrackerCommand(["report", "reconciliation", "--tz", "UTC", "--database-url", db.url])
@@ -190,8 +190,8 @@ struct ReconciliationTests {
             let id = try #require(answer["id"] as? String)
             let (_, list) = try await runTrackerToEnd(["reconcile", "list", "--database-url", db.url])
             #expect(list.contains(id) && list.contains(Self.zone), "\(list)")
-            try await withTracker(db) { tracker in
-                let http = try tracker.client.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
+            try await withInProcessTracker(db) { tracker in
+                let http = try await tracker.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
                                                       headers: ["Authorization": "Bearer \(key)"]).text
                 let (_, cli) = try await runTrackerToEnd(["report", "reconciliation", "--import", id, "--output", "csv", "--database-url", db.url])
                 #expect(cli == http)
@@ -211,8 +211,8 @@ struct ReconciliationTests {
     func aMalformedFileIs400NamingTheRowAndColumnAndNothingIsStored(_ body: String, _ message: String) async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("ops", scope: .report)
-            try await withTracker(db) { tracker in
-                let r = try post(tracker, body, key: key)
+            try await withInProcessTracker(db) { tracker in
+                let r = try await post(tracker, body, key: key)
                 #expect(r.status == 400)
                 #expect(r.json["error"] as? String == "invalid_import")
                 #expect((r.json["message"] as? String)?.contains(message) == true, "\(r.text)")
@@ -226,15 +226,15 @@ struct ReconciliationTests {
             let key = try await db.createKey("ops", scope: .report)
             let ingest = try await db.createKey("app", scope: .ingest)
             try await withTracker(db) { tracker in
-                #expect(try post(tracker, Self.uiExport, key: key, tz: nil).json["message"] as? String ?? "" == "tz is required: the IANA time zone of the report's dates (Ad Manager's network time zone), e.g. America/New_York")
-                #expect(try post(tracker, Self.uiExport, key: key, tz: "Mars/Base").status == 400)
-                #expect(try post(tracker, Self.uiExport, key: key, contentType: "application/json").status == 415)
-                #expect(try post(tracker, Self.uiExport, key: ingest).status == 403)
-                let claimed = try tracker.client.request("POST", "/v1/reconciliations?tz=UTC", headers: [
+                #expect(try await post(tracker, Self.uiExport, key: key, tz: nil).json["message"] as? String ?? "" == "tz is required: the IANA time zone of the report's dates (Ad Manager's network time zone), e.g. America/New_York")
+                #expect(try await post(tracker, Self.uiExport, key: key, tz: "Mars/Base").status == 400)
+                #expect(try await post(tracker, Self.uiExport, key: key, contentType: "application/json").status == 415)
+                #expect(try await post(tracker, Self.uiExport, key: ingest).status == 403)
+                let claimed = try await tracker.request("POST", "/v1/reconciliations?tz=UTC", headers: [
                     "Authorization": "Bearer \(key)", "Content-Type": "text/csv", "Content-Length": String(100 * 1024 * 1024),
                 ], body: Data("Date".utf8))
                 #expect(claimed.status == 413, "a 100 MiB body is refused by its declared size, before it is read")
-                let none = try tracker.client.request("GET", "/v1/reports/reconciliation", headers: ["Authorization": "Bearer \(key)"])
+                let none = try await tracker.request("GET", "/v1/reports/reconciliation", headers: ["Authorization": "Bearer \(key)"])
                 #expect(none.status == 404)
                 #expect((none.json["message"] as? String)?.contains("no Ad Manager report has been imported yet") == true)
             }

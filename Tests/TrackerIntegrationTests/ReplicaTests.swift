@@ -47,7 +47,7 @@ struct ReplicaTests {
                                          occurredAt: Wire.isoNow(offsetSeconds: -3)))
             }
             events.append(Wire.event(requestId: "replica-0", occurredAt: Wire.isoNow(offsetSeconds: -4), extra: ["source": "sdk"]))
-            let ingested = try tracker.client.postEvents(Wire.batch(events), key: ingestKey)
+            let ingested = try await tracker.postEvents(Wire.batch(events), key: ingestKey)
             #expect(ingested.status == 200)
             #expect(ingested.json["accepted"] as? Int == events.count)
             let written = ContinuousClock.now
@@ -56,7 +56,7 @@ struct ReplicaTests {
             let path = "/v1/reports/summary?from=\(yesterday)&to=\(today)"
             let auth = ["Authorization": "Bearer \(reportKey)"]
             let converged = try await eventually(within: .seconds(15)) { () -> [String: Int]? in
-                let r = try tracker.client.request("GET", path, headers: auth)
+                let r = try await tracker.request("GET", path, headers: auth)
                 guard r.status == 200 else { return nil }
                 let totals = Self.totals(r.json["rows"] as? [[String: Any]] ?? [])
                 return totals["impressions"] == Self.ads && totals["attributedClicks"] == Self.ads ? totals : nil
@@ -72,8 +72,8 @@ struct ReplicaTests {
             // Proof that reports come from the standby and ingestion from the primary: without the
             // standby, reports fail while events are still accepted.
             try await TestEnvironment.postgres("stop", dir: standby.dir, port: standby.port)
-            #expect(try tracker.client.request("GET", path, headers: auth).status != 200)
-            #expect(try tracker.client.postEvents(Wire.batch([Wire.event(requestId: "replica-late")]), key: ingestKey).status == 200)
+            #expect(try await tracker.request("GET", path, headers: auth).status != 200)
+            #expect(try await tracker.postEvents(Wire.batch([Wire.event(requestId: "replica-late")]), key: ingestKey).status == 200)
         }
         await db.drop()
     }

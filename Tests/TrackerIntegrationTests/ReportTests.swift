@@ -26,26 +26,26 @@ struct ReportTests {
     }
 
     /// A served database with `traffic()` projected, and a report key.
-    func withServedTraffic(_ body: (TestDatabase, TrackerProcess, String) async throws -> Void) async throws {
+    func withServedTraffic(_ body: @Sendable (TestDatabase, InProcessTracker, String) async throws -> Void) async throws {
         try await withTestDatabase { db in
             try await db.append(Self.traffic())
             let key = try await db.createKey("analyst", scope: .report)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 try await waitUntilCaughtUp(tracker)
                 try await body(db, tracker, key)
             }
         }
     }
 
-    func get(_ tracker: TrackerProcess, _ path: String, key: String?, headers: [String: String] = [:]) throws -> HTTPClient.Response {
+    func get(_ tracker: some TrackerHTTP, _ path: String, key: String?, headers: [String: String] = [:]) async throws -> HTTPClient.Response {
         var h = headers
         if let key { h["Authorization"] = "Bearer \(key)" }
-        return try tracker.client.request("GET", path, headers: h)
+        return try await tracker.request("GET", path, headers: h)
     }
 
     @Test func summaryJSONHasTheSpecShapeSortedRowsAndIntegerCounts() async throws {
         try await withServedTraffic { _, tracker, key in
-            let r = try get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)", key: key)
+            let r = try await get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)", key: key)
             #expect(r.status == 200)
             #expect(r.headers["content-type"]?.hasPrefix("application/json") == true)
             let json = r.json
@@ -73,13 +73,13 @@ struct ReportTests {
 
     @Test func reportsCarryProjectionLagInTheirMetadataAndReadyzShowsIt() async throws {
         try await withServedTraffic { _, tracker, key in
-            let report = try get(tracker, "/v1/reports/sources?from=\(Self.day0)&to=\(Self.day1)", key: key)
+            let report = try await get(tracker, "/v1/reports/sources?from=\(Self.day0)&to=\(Self.day1)", key: key)
             #expect(Set(report.json.keys) == ["from", "to", "ivtRules", "rows"], "the body is exactly the protocol's shape")
             #expect(report.json["ivtRules"] as? Int == 0, "a fresh database labels with the empty rule set")
             #expect(report.headers["x-ivt-rules"] == "0")
             #expect(report.headers["x-projection-lag-events"] == "0")
             #expect(report.headers["x-projection-lag-seconds"].flatMap(Double.init) == 0)
-            let ready = try tracker.client.request("GET", "/readyz").json
+            let ready = try await tracker.request("GET", "/readyz").json
             #expect((ready["projectionLag"] as? [String: Any])?["events"] as? Int == 0)
         }
     }
@@ -90,14 +90,14 @@ struct ReportTests {
     @Test func aReportAskedRightAfterIngestionCountsTheBatch() async throws {
         try await withTestDatabase { db in
             let (ingest, report) = (try await db.createKey("app", scope: .ingest), try await db.createKey("analyst", scope: .report))
-            try await withTracker(db, environment: ["TRACKER_REPORT_WAIT": "60"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_REPORT_WAIT": "60"]) { tracker in
                 let (from, to) = (Wire.isoNow(offsetSeconds: -86_400).prefix(10), Wire.isoNow(offsetSeconds: 86_400).prefix(10))
                 func impressions(_ json: [String: Any]) -> Int {
                     (json["rows"] as? [[String: Any]] ?? []).reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) }
                 }
                 for round in 1...6 {
                     let batch = Wire.batch([Wire.event(requestId: "ad-\(round)"), Wire.event(requestId: "ad-\(round)")])
-                    #expect(try tracker.client.postEvents(batch, key: ingest).status == 200)
+                    #expect(try await tracker.postEvents(batch, key: ingest).status == 200)
                     if round.isMultiple(of: 2) {
                         let (status, out) = try await runTrackerToEnd(["report", "summary", "--from", String(from), "--to", String(to),
                                                                        "--output", "json", "--database-url", db.url],
@@ -106,7 +106,7 @@ struct ReportTests {
                         let json = try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any] ?? [:]
                         #expect(impressions(json) == round, "tracker report after batch \(round): \(out)")
                     } else {
-                        let r = try get(tracker, "/v1/reports/summary?from=\(from)&to=\(to)", key: report)
+                        let r = try await get(tracker, "/v1/reports/summary?from=\(from)&to=\(to)", key: report)
                         #expect(impressions(r.json) == round, "GET after batch \(round): \(r.text)")
                         #expect(r.headers["x-projection-lag-events"] == "0")
                     }
@@ -118,14 +118,14 @@ struct ReportTests {
     @Test func lagGrowsWhenNoProjectorRuns() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("analyst", scope: .report)
-            try await withTracker(db, environment: ["TRACKER_PROJECTOR": "off"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_PROJECTOR": "off"]) { tracker in
                 try await db.append(Self.traffic())
                 try await Task.sleep(for: .milliseconds(1100))
-                let ready = try tracker.client.request("GET", "/readyz")
+                let ready = try await tracker.request("GET", "/readyz")
                 let lag = try #require(ready.json["projectionLag"] as? [String: Any])
                 #expect(lag["events"] as? Int == Self.traffic().count)
                 #expect((lag["seconds"] as? Double ?? 0) >= 1)
-                let report = try get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)", key: key)
+                let report = try await get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)", key: key)
                 #expect(report.headers["x-projection-lag-events"] == String(Self.traffic().count))
                 #expect((report.json["rows"] as? [Any])?.isEmpty == true, "nothing projected yet")
             }
@@ -135,8 +135,8 @@ struct ReportTests {
     @Test func csvByAcceptHeaderAndByFormatParameterHasTheSameColumns() async throws {
         try await withServedTraffic { _, tracker, key in
             let path = "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)"
-            let byHeader = try get(tracker, path, key: key, headers: ["Accept": "text/csv"])
-            let byParameter = try get(tracker, path + "&format=csv", key: key)
+            let byHeader = try await get(tracker, path, key: key, headers: ["Accept": "text/csv"])
+            let byParameter = try await get(tracker, path + "&format=csv", key: key)
             #expect(byHeader.status == 200)
             #expect(byHeader.headers["content-type"]?.hasPrefix("text/csv") == true)
             #expect(byHeader.text == byParameter.text)
@@ -151,24 +151,24 @@ struct ReportTests {
 
     @Test func assetsSourcesAndAdchoicesReportsCountWhereSpecSays() async throws {
         try await withServedTraffic { _, tracker, key in
-            func csv(_ report: String) throws -> String {
-                try get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&format=csv", key: key).text
+            func csv(_ report: String) async throws -> String {
+                try await get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&format=csv", key: key).text
             }
-            let assets = try csv("assets")
+            let assets = try await csv("assets")
             #expect(assets == """
                 day,adUnit,formatId,assetKey,clicks,duplicateClicks,attributedClicks,noImpression,beforeImpression,outsideWindow
                 \(Self.day0),\(Self.home),10063170,Headline,1,0,0,0,0,1
                 \(Self.day0),\(Self.home),10063170,MainImage,1,1,1,0,0,0
 
                 """)
-            let sources = try csv("sources")
+            let sources = try await csv("sources")
             #expect(sources == """
                 day,adUnit,adapter,appImpressions,sdkImpressions,mediationImpressions,doubleTrackedImpressionAds,doubleTrackedClickAds
                 \(Self.day0),\(Self.home),,2,0,0,0,0
                 \(Self.day1),\(Self.feed),,1,1,0,1,0
 
                 """)
-            let adchoices = try csv("adchoices")
+            let adchoices = try await csv("adchoices")
             #expect(adchoices == """
                 day,adUnit,formatId,eeaReservationImpressions,withAdChoices,share,adchoicesClicks
                 \(Self.day0),\(Self.home),10063170,2,1,0.5,0
@@ -180,13 +180,13 @@ struct ReportTests {
     @Test func filtersSelectRowsAndIncludeTestAddsTestTraffic() async throws {
         try await withServedTraffic { _, tracker, key in
             let base = "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)"
-            let byUnit = try get(tracker, base + "&adUnit=%2F1234%2Ffeed%2Fnative", key: key).json["rows"] as? [[String: Any]]
+            let byUnit = try await get(tracker, base + "&adUnit=%2F1234%2Ffeed%2Fnative", key: key).json["rows"] as? [[String: Any]]
             #expect(byUnit?.map { $0["adUnit"] as? String } == [Self.feed])
-            let byFormat = try get(tracker, base + "&formatId=10063170", key: key).json["rows"] as? [[String: Any]]
+            let byFormat = try await get(tracker, base + "&formatId=10063170", key: key).json["rows"] as? [[String: Any]]
             #expect(byFormat?.map { $0["formatId"] as? String } == ["10063170"])
-            let oneDay = try get(tracker, "/v1/reports/summary?from=\(Self.day1)&to=\(Self.day1)", key: key).json["rows"] as? [[String: Any]]
+            let oneDay = try await get(tracker, "/v1/reports/summary?from=\(Self.day1)&to=\(Self.day1)", key: key).json["rows"] as? [[String: Any]]
             #expect(oneDay?.count == 1)
-            let withTest = try get(tracker, base + "&includeTest=true", key: key).json["rows"] as? [[String: Any]]
+            let withTest = try await get(tracker, base + "&includeTest=true", key: key).json["rows"] as? [[String: Any]]
             #expect(withTest?.first?["impressions"] as? Int == 3)
             #expect(withTest?.first?["ctr"] as? Double == 1.0 / 3.0)
         }
@@ -209,8 +209,8 @@ struct ReportTests {
     func badParametersAre400WithAMessageThatSaysWhatToFix(path: String, message: String) async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("analyst", scope: .report)
-            try await withTracker(db) { tracker in
-                let r = try get(tracker, path, key: key)
+            try await withInProcessTracker(db) { tracker in
+                let r = try await get(tracker, path, key: key)
                 #expect(r.status == 400)
                 #expect((r.json["error"] as? String)?.isEmpty == false)
                 #expect((r.json["message"] as? String)?.contains(message) == true, "\(r.text)")
@@ -221,8 +221,8 @@ struct ReportTests {
     @Test func a366DayRangeIsAllowed() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("analyst", scope: .report)
-            try await withTracker(db) { tracker in
-                let status = try get(tracker, "/v1/reports/summary?from=2025-11-11&to=2026-11-11", key: key).status
+            try await withInProcessTracker(db) { tracker in
+                let status = try await get(tracker, "/v1/reports/summary?from=2025-11-11&to=2026-11-11", key: key).status
                 #expect(status == 200)
             }
         }
@@ -231,11 +231,11 @@ struct ReportTests {
     @Test func reportsNeedAKeyOfReportScope() async throws {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let path = "/v1/reports/summary?from=2026-11-10&to=2026-11-11"
-                #expect(try get(tracker, path, key: nil).status == 401)
-                #expect(try get(tracker, path, key: "tk_not_a_key").status == 401)
-                let forbidden = try get(tracker, path, key: ingest)
+                #expect(try await get(tracker, path, key: nil).status == 401)
+                #expect(try await get(tracker, path, key: "tk_not_a_key").status == 401)
+                let forbidden = try await get(tracker, path, key: ingest)
                 #expect(forbidden.status == 403)
                 #expect(forbidden.json["error"] is String)
             }
@@ -245,14 +245,14 @@ struct ReportTests {
     @Test func commandLinePrintsTheSameRowsAsHTTP() async throws {
         try await withServedTraffic { db, tracker, key in
             for report in ["summary", "assets", "sources", "adchoices"] {
-                let http = try get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&includeTest=true&format=csv", key: key).text
+                let http = try await get(tracker, "/v1/reports/\(report)?from=\(Self.day0)&to=\(Self.day1)&includeTest=true&format=csv", key: key).text
                 let (status, cli) = try await runTrackerToEnd(["report", report, "--from", Self.day0, "--to", Self.day1, "--include-test",
                                                          "--output", "csv", "--database-url", db.url])
                 #expect(status == 0)
                 #expect(cli == http, "\(report)")
             }
             for (zone, granularity) in [("America/New_York", "hour"), ("Asia/Kathmandu", "day")] {
-                let http = try get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)&tz=\(zone)&granularity=\(granularity)&format=csv",
+                let http = try await get(tracker, "/v1/reports/summary?from=\(Self.day0)&to=\(Self.day1)&tz=\(zone)&granularity=\(granularity)&format=csv",
                                    key: key).text
                 let (status, cli) = try await runTrackerToEnd(["report", "summary", "--from", Self.day0, "--to", Self.day1, "--tz", zone,
                                                                "--granularity", granularity, "--output", "csv", "--database-url", db.url])

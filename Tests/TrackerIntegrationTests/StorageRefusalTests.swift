@@ -11,11 +11,11 @@ struct StorageRefusalTests {
     @Test func aNumberJsonbCannotStoreIsRejectedAndTheRestOfTheBatchIsStored() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let valid = Wire.event()
                 let body = Data(#"{"events":[{"id":"\#(UUID().uuidString.lowercased())","type":"impression","requestId":"r","adUnit":"/1/a","formatId":"1","occurredAt":"\#(Wire.isoNow(offsetSeconds: -1))","attributes":{"x":1e-20000}},"#.utf8)
                     + Wire.batch([valid]).dropFirst(#"{"events":["#.utf8.count)
-                let r = try tracker.client.postEvents(body, key: key)
+                let r = try await tracker.postEvents(body, key: key)
                 #expect(r.status == 200, "\(r.text)")
                 #expect(r.json["accepted"] as? Int == 1)
                 let rejected = r.json["rejected"] as? [[String: Any]] ?? []
@@ -35,9 +35,9 @@ struct StorageRefusalTests {
             try await db.pool.withConnection {
                 try $0.execute("ALTER TABLE events ADD CONSTRAINT refuse_marked CHECK (request_id <> 'refused-by-the-database')")
             }
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db) { tracker in
                 let events = (0..<7).map { i in Wire.event(requestId: i == 4 ? "refused-by-the-database" : "ad-\(i)") }
-                let r = try tracker.client.postEvents(Wire.batch(events), key: key)
+                let r = try await tracker.postEvents(Wire.batch(events), key: key)
                 #expect(r.status == 200, "\(r.text)")
                 #expect(r.json["accepted"] as? Int == 6)
                 #expect(r.json["duplicates"] as? Int == 0)
@@ -48,7 +48,7 @@ struct StorageRefusalTests {
                 let error = rejected.first?["error"] as? String
                 #expect(error?.contains("SQLSTATE 23514") == true, "\(String(describing: error))")
                 // The retry is the same answer: the six are duplicates now, the refused one is refused again.
-                let again = try tracker.client.postEvents(Wire.batch(events), key: key)
+                let again = try await tracker.postEvents(Wire.batch(events), key: key)
                 #expect(again.status == 200)
                 #expect(again.json["duplicates"] as? Int == 6)
                 #expect((again.json["rejected"] as? [Any])?.count == 1)

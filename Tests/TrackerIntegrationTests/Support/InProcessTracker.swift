@@ -7,14 +7,47 @@ import NIOCore
 import Tracker
 @testable import TrackerServer
 
+/// A tracker a test talks HTTP to, in this process (`InProcessTracker`) or as a spawned binary
+/// (`TrackerProcess`): helpers that only send requests take either.
+protocol TrackerHTTP: Sendable {
+    /// Sends one request; the answer in the shape `HTTPClient` gives (header names in lower case).
+    func send(_ method: String, _ path: String, headers: [String: String], body: Data?) async throws -> HTTPClient.Response
+}
+
+extension TrackerHTTP {
+    func request(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) async throws -> HTTPClient.Response {
+        try await send(method, path, headers: headers, body: body)
+    }
+
+    func postEvents(_ body: Data, key: String, headers extra: [String: String] = [:]) async throws -> HTTPClient.Response {
+        var headers = ["Authorization": "Bearer \(key)", "Content-Type": "application/json"]
+        for (k, v) in extra { headers[k] = v }
+        return try await request("POST", "/v1/events", headers: headers, body: body)
+    }
+}
+
+extension TrackerProcess: TrackerHTTP {
+    /// The blocking client runs on a thread of its own: on one of the test process's cooperative
+    /// threads (two on this machine) it would hold it for the whole exchange, and the
+    /// in-process trackers' handlers, writers and projectors run on those same threads.
+    func send(_ method: String, _ path: String, headers: [String: String], body: Data?) async throws -> HTTPClient.Response {
+        let client = self.client
+        return try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(with: Result { try client.request(method, path, headers: headers, body: body) })
+            }.start()
+        }
+    }
+}
+
 /// The tracker in this process over a test database, for tests of statuses, headers and bodies:
 /// no binary to spawn, no socket. What needs a socket or a process (slow clients, the
-/// connection guard's early answers, kill -9, SIGTERM) uses `withTracker`.
-struct InProcessTracker {
+/// connection guard's early answers, kill -9, SIGTERM, the request log on standard output)
+/// uses `withTracker`.
+struct InProcessTracker: TrackerHTTP {
     let client: any TestClientProtocol
 
-    /// Sends one request; the answer in the shape `HTTPClient` gives (header names in lower case).
-    func request(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) async throws -> HTTPClient.Response {
+    func send(_ method: String, _ path: String, headers: [String: String], body: Data?) async throws -> HTTPClient.Response {
         var fields = HTTPFields()
         for (name, value) in headers {
             guard let field = HTTPField.Name(name) else { throw TestFailure("not a header name: \(name)") }
@@ -29,12 +62,6 @@ struct InProcessTracker {
             }
             return HTTPClient.Response(status: Int(response.status.code), headers: headers, body: Data(response.body.readableBytesView))
         }
-    }
-
-    func postEvents(_ body: Data, key: String, headers extra: [String: String] = [:]) async throws -> HTTPClient.Response {
-        var headers = ["Authorization": "Bearer \(key)", "Content-Type": "application/json"]
-        for (k, v) in extra { headers[k] = v }
-        return try await request("POST", "/v1/events", headers: headers, body: body)
     }
 }
 
@@ -53,7 +80,7 @@ struct TestFailure: Error, CustomStringConvertible {
 /// per process, by the `tracker` binary).
 func withInProcessTracker(_ db: TestDatabase, environment: [String: String] = [:], leastPrivilege: Bool = true,
                           mode: TestingSetup = .router,
-                          _ body: @escaping @Sendable (InProcessTracker) async throws -> Void) async throws {
+                          _ body: @Sendable (InProcessTracker) async throws -> Void) async throws {
     var settings = ["DATABASE_URL": db.url, "TRACKER_METRICS": "off", "TRACKER_HOST": "127.0.0.1", "TRACKER_PORT": "0"]
     if leastPrivilege { settings.merge(leastPrivilegeLogins(db.url)) { $1 } }
     for (name, value) in environment { settings[name] = value }

@@ -53,7 +53,7 @@ final class TrackerProcess: Sendable {
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             // Healthy, and still this process: another tracker answering on the port would not do.
-            if let r = try? client.request("GET", "/healthz"), r.status == 200, process.isRunning { return }
+            if let r = try? await request("GET", "/healthz"), r.status == 200, process.isRunning { return }
             if !process.isRunning { break }
             try await Task.sleep(for: .milliseconds(50))
         }
