@@ -100,20 +100,23 @@ public struct LogCursor: Sendable {
     /// Events and seconds the projections trail the log.
     public func lag() async throws -> ProjectionLag {
         let conninfo = pool.conninfo
-        return try await pool.withConnection { connection in
-            switch try LogLayout.of(connection, conninfo: conninfo) {
-            case .singleNode:
-                let r = try connection.query(SQL.lag, [.text(String(ProjectionLag.cap))])
-                let counted = Int(r.int64(0, 0) ?? 0)
-                let estimated = Int(r.int64(0, 2) ?? 0)
-                return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
-                                     seconds: Double(r.string(0, 1) ?? "0") ?? 0)
-            case .citus(let log):
-                // Counted up to the cap on each shard: never 0 while an event waits anywhere.
-                let backlog = try log.backlog(try log.shards(on: connection), cap: ProjectionLag.cap).values
-                return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events },
-                                     seconds: backlog.compactMap(\.seconds).max() ?? 0)
-            }
+        return try await pool.withConnection { try Self.lag(on: $0, conninfo: conninfo) }
+    }
+
+    /// `lag()` on a connection the caller already holds (a report reads it beside its rows).
+    static func lag(on connection: Connection, conninfo: String) throws -> ProjectionLag {
+        switch try LogLayout.of(connection, conninfo: conninfo) {
+        case .singleNode:
+            let r = try connection.query(SQL.lag, [])
+            let counted = Int(r.int64(0, 0) ?? 0)
+            let estimated = Int(r.int64(0, 2) ?? 0)
+            return ProjectionLag(events: counted < ProjectionLag.cap ? counted : max(counted, estimated),
+                                 seconds: Double(r.string(0, 1) ?? "0") ?? 0)
+        case .citus(let log):
+            // Counted up to the cap on each shard: never 0 while an event waits anywhere.
+            let backlog = try log.backlog(try log.shards(on: connection), cap: ProjectionLag.cap).values
+            return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events },
+                                 seconds: backlog.compactMap(\.seconds).max() ?? 0)
         }
     }
 
@@ -124,21 +127,24 @@ public struct LogCursor: Sendable {
     func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws {
         guard maxWait > .zero else { return }
         let conninfo = pool.conninfo
-        let found = try await pool.withConnection { c -> (LogLayout, LogHead)? in
+        // The head and the first look at the checkpoint share a connection: caught up is the
+        // common case, and then the wait costs one lend of a connection.
+        let found = try await pool.withConnection { c -> (LogLayout, LogHead, LogProgress)? in
             let layout = try LogLayout.of(c, conninfo: conninfo)
-            return try Self.head(on: c, layout: layout).map { (layout, $0) }
+            guard let head = try Self.head(on: c, layout: layout) else { return nil }
+            return (layout, head, try Self.progress(on: c, layout: layout, toward: head))
         }
-        guard let (layout, head) = found else { return }
+        guard let (layout, head, first) = found, !first.reached else { return }
         let start = ContinuousClock.now
-        var checkpoint: String?
+        var checkpoint = first.checkpoint
         var moved = start
         while true {
+            try await Task.sleep(for: .milliseconds(20))
             let progress = try await pool.withConnection { try Self.progress(on: $0, layout: layout, toward: head) }
             if progress.reached { return }
             let time = ContinuousClock.now
             if progress.checkpoint != checkpoint || !progress.readable { (checkpoint, moved) = (progress.checkpoint, time) }
             if time - start >= maxWait || time - moved >= stallLimit { return }
-            try await Task.sleep(for: .milliseconds(20))
         }
     }
 
@@ -163,6 +169,8 @@ public struct LogCursor: Sendable {
         /// Column 2 estimates the events behind from `event_seq` (every logged event took a number;
         /// off by the 64 numbers each writer connection caches, and by the rows of groups whose
         /// plain append met a stored id and rolled back: an estimate, used beyond the count's cap).
+        /// The cap is written into the text: as a parameter of `LIMIT` it made PostgreSQL keep a
+        /// custom plan, planned anew at every call over every partition of the log.
         static let lag = PreparedStatement(name: "tracker_log_lag", sql: """
             SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
                    (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)
@@ -170,7 +178,7 @@ public struct LogCursor: Sendable {
                 SELECT received_at FROM events
                 WHERE (tx, seq) > ((SELECT checkpoint_tx FROM projection_state), (SELECT checkpoint_seq FROM projection_state))
                 ORDER BY tx, seq
-                LIMIT $1::int
+                LIMIT \(ProjectionLag.cap)
             ) pending
             """)
     }

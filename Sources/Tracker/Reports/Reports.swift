@@ -52,7 +52,8 @@ public struct Reports: Sendable {
             local = segments
         }
         let arguments = parameters
-        let (rows, ivtRules): ([[ReportValue]], Int) = try await pool.withConnection { [local] connection in
+        let conninfo = pool.conninfo
+        let (rows, ivtRules, lag): ([[ReportValue]], Int, ProjectionLag) = try await pool.withConnection { [local] connection in
             let state = try connection.query(ReportSQL.projectionState)
             if local != nil, state.string(0, 0) != "t" {
                 throw ReportError.quarterHoursMissing
@@ -64,7 +65,7 @@ public struct Reports: Sendable {
                 for (labels, counts) in try local.sum(r, dimensions: spec.dimensions.count - 1) {
                     out.append(labels.map(ReportValue.text) + spec.measures(counts))
                 }
-                return (out, ivtRules)
+                return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
             }
             let r = try connection.query(spec.sql, arguments, binaryResults: false)
             let columns = spec.dimensions.count
@@ -75,9 +76,8 @@ public struct Reports: Sendable {
                 dims.append(contentsOf: spec.measures(counts))
                 out.append(dims)
             }
-            return (out, ivtRules)
+            return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
         }
-        let lag = try await LogCursor(pool: pool).lag()
         return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows, lag: lag, ivtRules: ivtRules)
     }
 }
