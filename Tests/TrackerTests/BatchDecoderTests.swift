@@ -360,4 +360,25 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         JSONText.appendQuoted(text, to: &out)
         #expect(try JSONReader.parse(Array(out.utf8)) == .string(text))
     }
+
+    /// Report bodies are written as bytes: the same literal as the `String` writer, escapes at
+    /// either end, between runs, or none at all.
+    @Test(arguments: ["", "plain", "\"", "\\", "\n\r\t", "\"a\"", "a\u{1}b", "é 😀", "/1234/home/native", "end\\", "\u{1f}start"])
+    func quotedBytesAreTheQuotedString(_ text: String) throws {
+        var bytes: [UInt8] = []
+        JSONText.appendQuoted(text, to: &bytes)
+        var string = ""
+        JSONText.appendQuoted(text, to: &string)
+        #expect(bytes == Array(string.utf8))
+        #expect(try JSONReader.parse(bytes) == .string(text))
+    }
+
+    /// Counts in a report body are digits as `String(n)` writes them.
+    @Test func countsAreWrittenAsStringWritesThem() {
+        for n: Int64 in [0, 1, 9, 10, 99, 100, 1_234_567, -1, -10, .max, .min] {
+            var out: [UInt8] = Array("x".utf8)
+            ReportValue.appendDecimal(n, to: &out)
+            #expect(out == Array(("x" + String(n)).utf8), "\(n)")
+        }
+    }
 }

@@ -332,17 +332,23 @@ public enum JSONText {
     /// Appends `s` as a JSON string literal, as UTF-8 bytes (what a response body is made of).
     public static func appendQuoted(_ s: String, to out: inout [UInt8]) {
         out.append(0x22)
-        for b in s.utf8 {
-            switch b {
-            case 0x22: out += [0x5C, 0x22]
-            case 0x5C: out += [0x5C, 0x5C]
-            case 0x0A: out += [0x5C, 0x6E]
-            case 0x0D: out += [0x5C, 0x72]
-            case 0x09: out += [0x5C, 0x74]
-            case ..<0x20:
-                out += [0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15)]
-            default: out.append(b)
+        var s = s
+        s.withUTF8 { bytes in
+            // Runs of bytes that need no escape are copied whole.
+            var run = 0
+            for (i, b) in bytes.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i]))
+                switch b {
+                case 0x22: out += [0x5C, 0x22]
+                case 0x5C: out += [0x5C, 0x5C]
+                case 0x0A: out += [0x5C, 0x6E]
+                case 0x0D: out += [0x5C, 0x72]
+                case 0x09: out += [0x5C, 0x74]
+                default: out += [0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15)]
+                }
+                run = i + 1
             }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run...]))
         }
         out.append(0x22)
     }
