@@ -55,7 +55,7 @@ import Tracker
                 #expect(refused.json["error"] as? String == "overloaded")
                 #expect(refused.headers["retry-after"] != nil)
                 try blocker.execute("COMMIT")
-                #expect(try tracker.client.finishRequest(writing, rest: Data()).status == 200)
+                #expect(try await onThreadOfItsOwn { try tracker.client.finishRequest(writing, rest: Data()) }.status == 200)
                 #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
                 blocker.close()
             }

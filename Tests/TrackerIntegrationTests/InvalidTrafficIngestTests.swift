@@ -2,7 +2,8 @@ import Foundation
 import Testing
 import Tracker
 
-/// What the log records of each event's client, through the real server: the request's
+/// What the log records of each event's client (the peer and forwarded addresses through the
+/// real server, the rest through the tracker in process): the request's
 /// `User-Agent` and peer, `X-Forwarded-For` only from trusted proxies, an event's own
 /// `userAgent`/`ip` only from server keys, truncated addresses on request; then a rule set
 /// activated from files through the command line, labelling that traffic in every report.

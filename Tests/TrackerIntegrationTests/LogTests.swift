@@ -67,7 +67,7 @@ struct LogTests {
             tracker.process.signal(SIGTERM)
             try await Task.sleep(for: .milliseconds(300))
             // The server drains: the request it had begun is still served and committed.
-            let response = try tracker.client.finishRequest(inFlight, rest: body.dropFirst(20))
+            let response = try await onThreadOfItsOwn { try tracker.client.finishRequest(inFlight, rest: body.dropFirst(20)) }
             #expect(response.status == 200)
             #expect(response.json["accepted"] as? Int == 3)
             #expect(await tracker.process.exitStatus() == 0)

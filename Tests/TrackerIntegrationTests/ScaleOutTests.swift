@@ -77,8 +77,10 @@ struct ScaleOutTests {
             // And the report, read through the balancer, counts every ad once.
             let impressions = try await eventually(within: .seconds(30)) { () -> Int? in
                 let today = String(Wire.isoNow().prefix(10)), yesterday = String(Wire.isoNow(offsetSeconds: -86_400).prefix(10))
-                let r = try balancer.client.request("GET", "/v1/reports/summary?from=\(yesterday)&to=\(today)",
-                                                    headers: ["Authorization": "Bearer \(reportKey)"])
+                let client = balancer.client
+                let r = try await onThreadOfItsOwn {
+                    try client.request("GET", "/v1/reports/summary?from=\(yesterday)&to=\(today)", headers: ["Authorization": "Bearer \(reportKey)"])
+                }
                 let rows = r.json["rows"] as? [[String: Any]] ?? []
                 let total = rows.reduce(0) { $0 + ($1["impressions"] as? Int ?? 0) }
                 return total == sentIDs.count ? total : nil

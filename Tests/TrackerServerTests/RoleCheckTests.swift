@@ -47,7 +47,11 @@ private final class SilentListener: Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard bound == 0, listen(fd, 8) == 0 else { throw POSIXError(.EADDRINUSE) }
+        guard bound == 0, listen(fd, 8) == 0 else {
+            let failure = POSIXErrorCode(rawValue: errno) ?? .EIO
+            _ = Glibc.close(fd)
+            throw POSIXError(failure)
+        }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }

@@ -127,6 +127,7 @@ public struct LogCursor: Sendable {
     func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws {
         guard maxWait > .zero else { return }
         let conninfo = pool.conninfo
+        let start = ContinuousClock.now
         // The head and the first look at the checkpoint share a connection: caught up is the
         // common case, and then the wait costs one lend of a connection.
         let found = try await pool.withConnection { c -> (LogLayout, LogHead, LogProgress)? in
@@ -134,8 +135,7 @@ public struct LogCursor: Sendable {
             guard let head = try Self.head(on: c, layout: layout) else { return nil }
             return (layout, head, try Self.progress(on: c, layout: layout, toward: head))
         }
-        guard let (layout, head, first) = found, !first.reached else { return }
-        let start = ContinuousClock.now
+        guard let (layout, head, first) = found, !first.reached, ContinuousClock.now - start < maxWait else { return }
         var checkpoint = first.checkpoint
         var moved = start
         while true {

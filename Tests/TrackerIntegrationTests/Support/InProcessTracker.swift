@@ -32,11 +32,16 @@ extension TrackerProcess: TrackerHTTP {
     /// in-process trackers' handlers, writers and projectors run on those same threads.
     func send(_ method: String, _ path: String, headers: [String: String], body: Data?) async throws -> HTTPClient.Response {
         let client = self.client
-        return try await withCheckedThrowingContinuation { continuation in
-            Thread {
-                continuation.resume(with: Result { try client.request(method, path, headers: headers, body: body) })
-            }.start()
-        }
+        return try await onThreadOfItsOwn { try client.request(method, path, headers: headers, body: body) }
+    }
+}
+
+/// Runs blocking socket work (`HTTPClient`, `RawSocket`) on a new thread and waits for it
+/// without holding one of the test process's cooperative threads, which the in-process
+/// trackers need.
+func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
     }
 }
 
