@@ -127,38 +127,44 @@ struct HTTPClient: Sendable {
     }
 }
 
-/// A loopback port nothing listens on now, never handed out before in this test process.
+/// A loopback port nothing listens on now, below the kernel's range of ephemeral ports, never
+/// handed out before in this test process.
 ///
 /// Random ports in a fixed range collided with the private PostgreSQL clusters and other
-/// servers the tests start; the kernel knows which ports are taken. But a port is free again
-/// once its probe socket closes, and a tracker takes a second or more to listen, so two
-/// suites starting trackers at once could be given the same port: the second tracker fails
-/// to bind, and its test, finding the first one healthy there, talks to the other test's
-/// tracker until that one stops. (The likely cause of one ECONNREFUSED in the middle of
-/// `HostileClientTests`, at the moment another test of the suite stopped its tracker.)
+/// servers the tests start, so each is probed with a bind. A port is free again once its probe
+/// socket closes, and a server takes a second or more to listen, so a port is handed out once
+/// per process: two suites starting trackers at once were given the same one, and a test
+/// talked to the other test's tracker. And the port must not come from the ephemeral range:
+/// every outgoing connection (this process's own in-process trackers connect to PostgreSQL all
+/// the time) takes its local port from there, and a server meant for a port that such a
+/// connection took in between fails with "address in use" (HAProxy's statistics port, once).
 func freeLoopbackPort() -> Int {
+    let below = ephemeralPortRangeStart()
     for _ in 0..<1000 {
-        let port = kernelPickedLoopbackPort()
+        let port = Int.random(in: 10_000..<max(below, 10_001))
+        guard isFreeLoopbackPort(port) else { continue }
         if handedOutPorts.withLock({ $0.insert(port).inserted }) { return port }
     }
-    return Int.random(in: 30_000..<60_000)
+    return Int.random(in: 10_000..<max(below, 10_001))
 }
 
 private let handedOutPorts = Mutex<Set<Int>>([])
 
-/// A port the kernel picks for a socket bound to port 0 (free at that moment).
-private func kernelPickedLoopbackPort() -> Int {
+/// The first port the kernel gives outgoing connections (`ip_local_port_range`; 32768 by default).
+private func ephemeralPortRangeStart() -> Int {
+    let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+    return range.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32_768
+}
+
+/// Whether a socket can be bound to `port` on 127.0.0.1 now.
+private func isFreeLoopbackPort(_ port: Int) -> Bool {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = 0
+    addr.sin_port = UInt16(port).bigEndian
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let ok = withUnsafeMutablePointer(to: &addr) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-        }
+    return withUnsafePointer(to: &addr) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
     }
-    return ok ? Int(UInt16(bigEndian: addr.sin_port)) : Int.random(in: 30_000..<60_000)
 }
