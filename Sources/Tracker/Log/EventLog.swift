@@ -74,9 +74,9 @@ public final class EventLog: Service, Sendable {
         /// deadline, so PostgreSQL itself cancels a write stuck behind a lock (nothing stored).
         /// PostgreSQL times each statement of a query string apart, and the plain append is two
         /// COPYs in one string: 3/8 of the deadline each keeps the pair within 3/4 of it, and a
-        /// lock wait (1/4) within its statement. A group written twice (its plain append met a stored id) may finish after the
-        /// deadline; the second statement is skipped when every request of the group has had
-        /// its answer by then.
+        /// lock wait (1/4) within its statement. A group written twice (its plain append met a
+        /// stored id) may finish after the deadline; the second statement is skipped when every
+        /// request of the group has had its answer by then.
         ///
         /// On Citus, one connection per worker for a group's inserts: by default the coordinator
         /// opens a connection per shard a statement touches (a group of 100 ids touches every

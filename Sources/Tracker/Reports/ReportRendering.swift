@@ -10,7 +10,7 @@ extension ReportValue {
     }
 
     /// `n`'s digits as `String(n)` writes them, straight into `out`: an hourly report writes
-    /// tens of thousands of counts, and a `String` for each was a tenth of its time.
+    /// tens of thousands of counts, and making a `String` of each costs more than its digits.
     static func appendDecimal(_ n: Int64, to out: inout [UInt8]) {
         if n < 0 { out.append(UInt8(ascii: "-")) }
         let first = out.count

@@ -266,8 +266,8 @@ enum ReportSQL {
             case .computed(let name, _): name
             }
         }
-        // Each summed column's place in the counts, found once: a dictionary lookup per column
-        // and row was a seventh of an hourly report's time.
+        // Each summed column's place in the counts, found once, not looked up per column and row
+        // (an hourly report has thousands of rows).
         let places: [Int?] = columns.map { column in
             if case .sum(let m) = column { position[m]! } else { nil }
         }

@@ -127,6 +127,15 @@ struct HTTPClient: Sendable {
     }
 }
 
+/// Runs blocking socket work (`HTTPClient`) on a new thread and waits for it
+/// without holding one of the test process's cooperative threads, which the in-process
+/// trackers need.
+func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
+    }
+}
+
 /// A loopback port nothing listens on now, below the kernel's range of ephemeral ports, never
 /// handed out before in this test process.
 ///

@@ -26,25 +26,6 @@ extension TrackerHTTP {
     }
 }
 
-extension TrackerProcess: TrackerHTTP {
-    /// The blocking client runs on a thread of its own: on one of the test process's cooperative
-    /// threads (two on this machine) it would hold it for the whole exchange, and the
-    /// in-process trackers' handlers, writers and projectors run on those same threads.
-    func send(_ method: String, _ path: String, headers: [String: String], body: Data?) async throws -> HTTPClient.Response {
-        let client = self.client
-        return try await onThreadOfItsOwn { try client.request(method, path, headers: headers, body: body) }
-    }
-}
-
-/// Runs blocking socket work (`HTTPClient`, `RawSocket`) on a new thread and waits for it
-/// without holding one of the test process's cooperative threads, which the in-process
-/// trackers need.
-func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try work() }) }.start()
-    }
-}
-
 /// The tracker in this process over a test database, for tests of statuses, headers and bodies:
 /// no binary to spawn, no socket. What needs a socket or a process (slow clients, the
 /// connection guard's early answers, kill -9, SIGTERM, the request log on standard output)

@@ -84,6 +84,16 @@ final class TrackerProcess: Sendable {
     }
 }
 
+extension TrackerProcess: TrackerHTTP {
+    /// The blocking client runs on a thread of its own: on one of the test process's cooperative
+    /// threads (two on this machine) it would hold it for the whole exchange, and the
+    /// in-process trackers' handlers, writers and projectors run on those same threads.
+    func send(_ method: String, _ path: String, headers: [String: String], body: Data?) async throws -> HTTPClient.Response {
+        let client = self.client
+        return try await onThreadOfItsOwn { try client.request(method, path, headers: headers, body: body) }
+    }
+}
+
 /// Runs a tracker against `db` for the duration of `body`.
 func withTracker(_ db: TestDatabase, environment: [String: String] = [:], descriptorLimit: Int? = nil,
                  _ body: (TrackerProcess) async throws -> Void) async throws {
