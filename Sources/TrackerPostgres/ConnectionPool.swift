@@ -1,5 +1,5 @@
-import Dispatch
 import Logging
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 
@@ -13,10 +13,12 @@ import Synchronization
 /// taken under one lock; this class carries them out: it resumes borrowers, keeps their
 /// deadlines with a timer and runs the libpq work.
 ///
-/// libpq calls block, so each pooled connection owns a serial `DispatchQueue` and the
-/// closure runs there, never on Swift's cooperative threads. A connection that broke is
-/// dropped and the next borrower of its slot reconnects, so the pool heals itself after
-/// PostgreSQL restarts.
+/// libpq calls block, so the closure runs on the pool's own `NIOThreadPool`, never on Swift's
+/// cooperative threads. The pool has a thread for each of its connections: every borrower
+/// holding one runs at once, so a statement waiting on a lock never waits for a thread that
+/// the statement holding the lock would need to finish. A connection that broke is dropped
+/// and the next borrower of its slot reconnects, so the pool heals itself after PostgreSQL
+/// restarts.
 public final class ConnectionPool: Service, Sendable {
     public let conninfo: String
     public let maxConnections: Int
@@ -28,6 +30,8 @@ public final class ConnectionPool: Service, Sendable {
     private let logger: Logger
     private typealias Machine = PoolStateMachine<ContinuousClock.Instant, Slot, CheckedContinuation<Slot, any Error>>
     private let state: Mutex<Machine>
+    /// Where the libpq calls run: a thread per connection, stopped when the pool goes away.
+    private let threads: NIOThreadPool
 
     public init(conninfo: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(5),
                 sessionSetup: String? = nil, logger: Logger) {
@@ -37,6 +41,15 @@ public final class ConnectionPool: Service, Sendable {
         self.acquireTimeout = acquireTimeout
         self.logger = logger
         state = Mutex(Machine(maxConnections: maxConnections, acquireTimeout: acquireTimeout))
+        threads = NIOThreadPool(numberOfThreads: maxConnections)
+        threads.start()
+    }
+
+    deinit {
+        // Nothing can borrow any more, so only idle connections are left; their closes run
+        // before the threads stop, or in place once they have.
+        for slot in state.withLock({ $0.close().idle }) { slot.close(on: threads) }
+        threads.shutdownGracefully { _ in }
     }
 
     /// Connections lent out, connections idle in the pool, and borrowers waiting for one (for the pool gauges).
@@ -48,7 +61,7 @@ public final class ConnectionPool: Service, Sendable {
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         let slot = try await acquire()
         defer { release(slot) }
-        return try await slot.run(conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
+        return try await slot.run(on: threads, conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
     }
 
     /// Runs until the service group shuts down gracefully, then closes the pool. A cancelled
@@ -63,11 +76,11 @@ public final class ConnectionPool: Service, Sendable {
     /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.
     public func close() {
         let (idle, waiters) = state.withLock { $0.close() }
-        for slot in idle { slot.close() }
+        for slot in idle { slot.close(on: threads) }
         for w in waiters { w.resume(throwing: Self.closed) }
     }
 
-    private static var closed: DatabaseError { DatabaseError(.poolClosed, serverMessage: "pool closed") }
+    fileprivate static var closed: DatabaseError { DatabaseError(.poolClosed, serverMessage: "pool closed") }
 
     private func acquire() async throws -> Slot {
         switch state.withLock({ $0.borrow() }) {
@@ -114,58 +127,68 @@ public final class ConnectionPool: Service, Sendable {
         switch state.withLock({ $0.release(slot) }) {
         case .handOver(let slot, let waiter): waiter.resume(returning: slot)
         case .keep: break
-        case .close(let slot): slot.close()
+        case .close(let slot): slot.close(on: threads)
         }
     }
 }
 
-/// One place in the pool: a serial queue and, once opened, the connection it guards.
+/// One place in the pool: once opened, the connection it holds.
 ///
-/// `@unchecked Sendable` is sound because `connection` is read and written only by
-/// blocks running on `queue`, which is serial, and a slot is lent to one borrower at a time.
+/// `@unchecked Sendable` is sound because a slot is lent to one borrower at a time and its
+/// work items run one after the other: a borrower's `run` has resumed its caller, its last
+/// use of `connection`, before the pool can lend or close the slot again.
 private final class Slot: @unchecked Sendable {
-    private let queue = DispatchQueue(label: "tracker.postgres.connection")
     private var connection: Connection?
 
-    func run<T: Sendable>(conninfo: String, sessionSetup: String?, logger: Logger,
+    func run<T: Sendable>(on threads: NIOThreadPool, conninfo: String, sessionSetup: String?, logger: Logger,
                           _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        // `submit`, not `runIfActive`: a borrower whose task is cancelled still runs what it
+        // was lent the connection for (the event log drains its last appends that way).
         try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                do {
-                    let connection: Connection
-                    if let existing = self.connection, existing.isHealthy {
-                        connection = existing
-                    } else {
-                        self.connection?.close()
-                        self.connection = nil
-                        let opened = try Connection.open(conninfo)
-                        if let sessionSetup {
-                            do { try opened.execute(sessionSetup) } catch {
-                                opened.close()
-                                throw error
-                            }
-                        }
-                        connection = opened
-                        self.connection = connection
-                    }
-                    let value = try body(connection)
-                    connection.rollbackIfInTransaction()
-                    continuation.resume(returning: value)
-                } catch {
-                    self.connection?.rollbackIfInTransaction()
-                    if let c = self.connection, !c.isHealthy || (error as? DatabaseError)?.isReadOnlyServer == true {
-                        c.close()
-                        self.connection = nil
-                        logger.debug("dropped broken database connection")
-                    }
-                    continuation.resume(throwing: error)
-                }
+            threads.submit { state in
+                guard state == .active else { return continuation.resume(throwing: ConnectionPool.closed) }
+                continuation.resume(with: Result { try self.runBlocking(conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body) })
             }
         }
     }
 
-    func close() {
-        queue.async {
+    private func runBlocking<T>(conninfo: String, sessionSetup: String?, logger: Logger,
+                                _ body: (Connection) throws -> T) throws -> T {
+        do {
+            let connection: Connection
+            if let existing = self.connection, existing.isHealthy {
+                connection = existing
+            } else {
+                self.connection?.close()
+                self.connection = nil
+                let opened = try Connection.open(conninfo)
+                if let sessionSetup {
+                    do { try opened.execute(sessionSetup) } catch {
+                        opened.close()
+                        throw error
+                    }
+                }
+                connection = opened
+                self.connection = connection
+            }
+            let value = try body(connection)
+            connection.rollbackIfInTransaction()
+            return value
+        } catch {
+            self.connection?.rollbackIfInTransaction()
+            if let c = self.connection, !c.isHealthy || (error as? DatabaseError)?.isReadOnlyServer == true {
+                c.close()
+                self.connection = nil
+                logger.debug("dropped broken database connection")
+            }
+            throw error
+        }
+    }
+
+    func close(on threads: NIOThreadPool) {
+        // Runs whether the threads still run or have stopped (then in place): either way the
+        // connection is closed.
+        threads.submit { _ in
             self.connection?.close()
             self.connection = nil
         }

@@ -28,15 +28,15 @@ struct RebuildPipelineTests {
             Issue.record("file 0 failed")
             return
         }
-        // The COPY ends here, once the workers have filled the window again: the files they
-        // projected (as many as the window holds) are never taken.
+        // The COPY ends here, once the threads have projected the files queued after the
+        // first: those (as many as the lookahead holds) are never taken.
         try await Task.sleep(for: .milliseconds(500))
         pipeline!.stop()
-        try await Task.sleep(for: .milliseconds(500))  // the workers finish the files they are on and leave
-        // Released with projected files left over: libdispatch aborted the process here when
-        // the window semaphore ended below the value it was made with.
+        try await Task.sleep(for: .milliseconds(500))  // the threads finish the files they are on and stop
+        // Released with projected files left over, and its threads stopped (a thread pool
+        // released while running traps).
         weak var released = pipeline
         pipeline = nil
-        #expect(released == nil, "the workers left and nothing else holds the pipeline")
+        #expect(released == nil, "the threads stopped and nothing else holds the pipeline")
     }
 }

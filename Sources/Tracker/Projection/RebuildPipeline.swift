@@ -3,17 +3,18 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Dispatch
+import NIOConcurrencyHelpers
+import NIOPosix
 import Synchronization
 
-/// The rebuild's projecting phase on every core: worker threads each read a spill file back,
-/// run `AdContribution` over its ads and encode their packed states as `COPY` rows, a few
-/// files ahead of the `COPY` that sends them; `take` hands the files out in order.
+/// The rebuild's projecting phase on every core: threads of its own each read a spill file
+/// back, run `AdContribution` over its ads and encode their packed states as `COPY` rows, a
+/// few files ahead of the `COPY` that sends them; `take` hands the files out in order.
 ///
-/// One thread did all of it before, and it bounded the rebuild (at 51 M events the tracker
-/// used 148 of the 188 s on one core while PostgreSQL waited). Files are independent (each ad
-/// is in exactly one), so each file gets its own `Contribution`, summed by the caller, and each
-/// worker its own `StringTable`. At most `lookahead` files are in memory, done or in progress.
+/// Files are independent (each ad is in exactly one), so each file gets its own
+/// `Contribution`, summed by the caller. At most `lookahead` files are in memory, done or in
+/// progress: the first ones are queued at the start, and each file taken queues the one
+/// `lookahead` places after it.
 final class RebuildPipeline: @unchecked Sendable {
     struct Projected {
         /// `COPY … (FORMAT binary)` rows of `ad_state`: the file's ads and their packed states.
@@ -22,64 +23,65 @@ final class RebuildPipeline: @unchecked Sendable {
         var events: Int
     }
 
-    // @unchecked Sendable: `buckets` is only read (each file by one worker at a time: an
-    // index is handed out once), and the rest is synchronized by the mutex and semaphores.
+    // @unchecked Sendable: `buckets` is only read (each file by one thread: a file is queued
+    // once), and the rest is synchronized by the mutexes and condition locks.
     private let buckets: RebuildBuckets
     private let rules: AdContribution
-    private let workers: Int
+    private let lookahead: Int
+    private let threads: NIOThreadPool
     private let results = Mutex<[Int: Result<Projected, any Error>]>([:])
-    private let ready: [DispatchSemaphore]
-    /// Places for files in memory; a worker takes one before it starts a file, `take` gives it back.
-    private let window: DispatchSemaphore
-    private let next = Atomic<Int>(0)
+    /// One per file, true once its result is in `results`; `take` waits on it.
+    private let ready: [ConditionLock<Bool>]
+    /// The tables of strings the threads decode with, one per file in progress at most, kept
+    /// from file to file (they intern the strings that recur across ads).
+    private let stringTables = Mutex<[StringTable]>([])
     private let stopped = Atomic<Bool>(false)
 
     init(buckets: RebuildBuckets, rules: AdContribution, workers: Int = RebuildPipeline.cores, lookahead: Int? = nil) {
         self.buckets = buckets
         self.rules = rules
-        self.workers = max(1, workers)
-        ready = (0..<buckets.count).map { _ in DispatchSemaphore(value: 0) }
-        // Made empty and filled: libdispatch aborts when a semaphore is released below the
-        // value it was made with, which files projected but never taken (a COPY that ended
-        // early) would leave it at.
-        window = DispatchSemaphore(value: 0)
-        for _ in 0..<(lookahead ?? self.workers + 1) { window.signal() }
-        for _ in 0..<self.workers {
-            DispatchQueue.global().async { self.work() }
-        }
+        let workers = max(1, workers)
+        self.lookahead = max(1, lookahead ?? workers + 1)
+        ready = (0..<buckets.count).map { _ in ConditionLock(value: false) }
+        threads = NIOThreadPool(numberOfThreads: workers)
+        threads.start()
+        for index in 0..<min(self.lookahead, buckets.count) { queue(index) }
     }
 
-    /// The processors online, at most 4: each worker adds a spill file's ads and rows to the
+    deinit {
+        threads.shutdownGracefully { _ in }
+    }
+
+    /// The processors online, at most 4: each thread adds a spill file's ads and rows to the
     /// rebuild's memory (workers + 2 files at most), and the COPY into `ad_state` and
     /// PostgreSQL's side of it need a core too.
     static var cores: Int { max(1, min(4, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) }
 
-    /// File `index` projected; files must be taken in order, each once.
+    /// File `index` projected; files must be taken in order, each once. Blocks until it is.
     func take(_ index: Int) -> Result<Projected, any Error> {
-        ready[index].wait()
+        ready[index].lock(whenValue: true)
+        ready[index].unlock()
         let result = results.withLock { $0.removeValue(forKey: index)! }
-        window.signal()
+        if index + lookahead < buckets.count { queue(index + lookahead) }
         return result
     }
 
-    /// Stops the workers after the files they are on (when the `COPY` ended early).
+    /// Stops the threads after the files they are on (when the `COPY` ended early); files
+    /// queued but not started are dropped.
     func stop() {
         stopped.store(true, ordering: .relaxed)
-        for _ in 0..<workers { window.signal() }
+        threads.shutdownGracefully { _ in }
     }
 
-    private func work() {
-        var strings = StringTable()
-        while true {
-            window.wait()
-            let index = next.add(1, ordering: .relaxed).oldValue
-            guard index < buckets.count, !stopped.load(ordering: .relaxed) else {
-                window.signal()
-                return
-            }
-            let result = Result { try project(index, strings: &strings) }
-            results.withLock { $0[index] = result }
-            ready[index].signal()
+    private func queue(_ index: Int) {
+        threads.submit { state in
+            guard state == .active, !self.stopped.load(ordering: .relaxed) else { return }
+            var strings = self.stringTables.withLock { $0.popLast() } ?? StringTable()
+            let result = Result { try self.project(index, strings: &strings) }
+            self.stringTables.withLock { $0.append(strings) }
+            self.results.withLock { $0[index] = result }
+            self.ready[index].lock()
+            self.ready[index].unlock(withValue: true)
         }
     }
 
