@@ -323,27 +323,38 @@ final class LocalSegments: Sendable {
         /// whose counts are all zero left out, in bytewise order of labels and key.
         func sum(_ r: QueryResult, dimensions: Int) throws -> [(labels: [String], counts: [Int64])] {
             let measures = r.columnCount - 1 - dimensions
-            struct Key: Hashable {
-                var label: Int
-                /// The key's values, numbered in the order they first appear.
-                var dimensions: [Int]
-            }
+            guard (1...Key.maxDimensions).contains(dimensions), measures >= 0 else { throw Self.unreadable }
             // Values are told apart by their bytes, as PostgreSQL's GROUP BY does (two Swift
             // strings can be equal with different bytes: é and e + ◌́).
             var valueBytes: [[UInt8]] = [], numbers: [[UInt8]: Int] = [:]
+            // Consecutive rows mostly come from one half-day row (the join's segments of it),
+            // so each column's value is first compared with the row before's, in place.
+            var previous = Array(repeating: (bytes: UnsafeRawBufferPointer(start: nil, count: 0), number: -1), count: dimensions)
             // Each key's sums are `measures` consecutive places of `totals`, the key's number
-            // times `measures` on: one lookup per row, and no array copied per row.
+            // times `measures` on: one lookup per row, and no array made per row.
             var keys: [Key] = [], keyNumbers: [Key: Int] = [:], totals: [Int64] = []
             keyNumbers.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
                 guard let n = ByteReader.int64(r.bytes(row, 0)), n >= 1, n <= labelOfSegment.count else { throw Self.unreadable }
-                let key = Key(label: labelOfSegment[Int(n) - 1], dimensions: (1...dimensions).map { column in
-                    let bytes = Array(r.bytes(row, column))
-                    if let number = numbers[bytes] { return number }
-                    numbers[bytes] = valueBytes.count
-                    valueBytes.append(bytes)
-                    return valueBytes.count - 1
-                })
+                var key = Key(label: labelOfSegment[Int(n) - 1])
+                for column in 0..<dimensions {
+                    let bytes = r.bytes(row, 1 + column)
+                    let number: Int
+                    if previous[column].number >= 0, bytes.elementsEqual(previous[column].bytes) {
+                        number = previous[column].number
+                    } else {
+                        let owned = Array(bytes)
+                        if let known = numbers[owned] {
+                            number = known
+                        } else {
+                            number = valueBytes.count
+                            numbers[owned] = number
+                            valueBytes.append(owned)
+                        }
+                        previous[column] = (bytes, number)
+                    }
+                    key[column] = number
+                }
                 let first: Int
                 if let number = keyNumbers[key] {
                     first = number * measures
@@ -362,13 +373,60 @@ final class LocalSegments: Sendable {
             // the rows many, so each string is compared once, not once per pair of rows.
             let valueRank = Self.ranks(valueBytes) { $0.lexicographicallyPrecedes($1) }
             let values = valueBytes.map { String(decoding: $0, as: UTF8.self) }
-            let rows = keys.enumerated().compactMap { number, key -> (order: [Int], labels: [String], counts: [Int64])? in
-                let counts = Array(totals[(number * measures)..<((number + 1) * measures)])
-                guard counts.contains(where: { $0 != 0 }) else { return nil }
-                return ([labelRank[key.label]] + key.dimensions.map { valueRank[$0] },
-                        labels[key.label] + key.dimensions.map { values[$0] }, counts)
+            let kept = keys.indices.filter { number in
+                totals[(number * measures)..<((number + 1) * measures)].contains { $0 != 0 }
             }
-            return rows.sorted { $0.order.lexicographicallyPrecedes($1.order) }.map { ($0.labels, $0.counts) }
+            let ordered = kept.sorted { a, b in
+                let (x, y) = (keys[a], keys[b])
+                if x.label != y.label { return labelRank[x.label] < labelRank[y.label] }
+                for column in 0..<dimensions where x[column] != y[column] {
+                    return valueRank[x[column]] < valueRank[y[column]]
+                }
+                return false
+            }
+            return ordered.map { number in
+                let key = keys[number]
+                var row = labels[key.label]
+                row.reserveCapacity(row.count + dimensions)
+                for column in 0..<dimensions { row.append(values[key[column]]) }
+                return (row, Array(totals[(number * measures)..<((number + 1) * measures)]))
+            }
+        }
+
+        /// A report row's label and key values (numbered in the order they first appear): a
+        /// fixed-size value, so finding a row's sums makes no array.
+        struct Key: Hashable {
+            static let maxDimensions = 3
+            var label: Int
+            private var values = (-1, -1, -1)
+
+            init(label: Int) { self.label = label }
+
+            subscript(_ column: Int) -> Int {
+                get {
+                    switch column {
+                    case 0: values.0
+                    case 1: values.1
+                    default: values.2
+                    }
+                }
+                set {
+                    switch column {
+                    case 0: values.0 = newValue
+                    case 1: values.1 = newValue
+                    default: values.2 = newValue
+                    }
+                }
+            }
+
+            static func == (a: Key, b: Key) -> Bool { a.label == b.label && a.values == b.values }
+
+            func hash(into hasher: inout Hasher) {
+                hasher.combine(label)
+                hasher.combine(values.0)
+                hasher.combine(values.1)
+                hasher.combine(values.2)
+            }
         }
 
         /// Each item's place in `items` sorted by `precedes`.
