@@ -7,8 +7,8 @@ import CLibPQ
 
 /// One libpq connection, used synchronously by exactly one thread at a time.
 ///
-/// Instances never leave the pool: they are lent to closures that the pool runs on the
-/// connection's own serial queue, which is what makes the raw handle safe to share.
+/// Instances never leave the pool: they are lent to closures that the pool runs on one of its
+/// threads, one borrower at a time, which is what makes the raw handle safe to share.
 public final class Connection {
     private let handle: OpaquePointer
     private var closed = false

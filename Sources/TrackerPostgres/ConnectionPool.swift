@@ -14,7 +14,8 @@ import Synchronization
 /// deadlines with a timer and runs the libpq work.
 ///
 /// libpq calls block, so the closure runs on the pool's own `NIOThreadPool`, never on Swift's
-/// cooperative threads. The pool has a thread for each of its connections: every borrower
+/// cooperative threads. The pool has a thread for each of its connections, started with the
+/// pool (idle threads cost only their stacks' address space): every borrower
 /// holding one runs at once, so a statement waiting on a lock never waits for a thread that
 /// the statement holding the lock would need to finish. A connection that broke is dropped
 /// and the next borrower of its slot reconnects, so the pool heals itself after PostgreSQL
@@ -46,9 +47,12 @@ public final class ConnectionPool: Service, Sendable {
     }
 
     deinit {
-        // Nothing can borrow any more, so only idle connections are left; their closes run
-        // before the threads stop, or in place once they have.
-        for slot in state.withLock({ $0.close().idle }) { slot.close(on: threads) }
+        // Nothing can borrow any more (a waiting borrower holds the pool), so only idle
+        // connections are left. Their closes run on the threads, or, when still queued as the
+        // threads stop, on the queue the shutdown hands them back on.
+        let (idle, waiters) = state.withLock { $0.close() }
+        assert(waiters.isEmpty, "a borrower waited on a pool that was released")
+        for slot in idle { slot.close(on: threads) }
         threads.shutdownGracefully { _ in }
     }
 
@@ -186,8 +190,8 @@ private final class Slot: @unchecked Sendable {
     }
 
     func close(on threads: NIOThreadPool) {
-        // Runs whether the threads still run or have stopped (then in place): either way the
-        // connection is closed.
+        // Runs whatever state the threads report: a close queued as they stop, or submitted
+        // after, is handed back (on the shutdown's queue, or in place) and closes all the same.
         threads.submit { _ in
             self.connection?.close()
             self.connection = nil

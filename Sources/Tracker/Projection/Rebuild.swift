@@ -216,6 +216,7 @@ public struct Rebuild: Sendable {
             }
             try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)",
                          chunks: IteratorSequence(chunks))
+            pipeline.stop()  // its threads are not needed through the indexing and the swap
             if let failure { throw failure }
             sum.removeZeros()
             try c.transaction {

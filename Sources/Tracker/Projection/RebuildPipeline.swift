@@ -57,7 +57,8 @@ final class RebuildPipeline: @unchecked Sendable {
     /// PostgreSQL's side of it need a core too.
     static var cores: Int { max(1, min(4, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) }
 
-    /// File `index` projected; files must be taken in order, each once. Blocks until it is.
+    /// File `index` projected; files must be taken in order, each once, and none after `stop()`
+    /// (a file dropped by the stop never becomes ready). Blocks until it is.
     func take(_ index: Int) -> Result<Projected, any Error> {
         ready[index].lock(whenValue: true)
         ready[index].unlock()
@@ -66,8 +67,8 @@ final class RebuildPipeline: @unchecked Sendable {
         return result
     }
 
-    /// Stops the threads after the files they are on (when the `COPY` ended early); files
-    /// queued but not started are dropped.
+    /// Stops the threads after the files they are on, once the `COPY` is over (early or not);
+    /// files queued but not started are dropped.
     func stop() {
         stopped.store(true, ordering: .relaxed)
         threads.shutdownGracefully { _ in }
