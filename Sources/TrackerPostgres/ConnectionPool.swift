@@ -48,11 +48,9 @@ public final class ConnectionPool: Service, Sendable {
 
     deinit {
         // Nothing can borrow any more (a waiting borrower holds the pool), so only idle
-        // connections are left. Their closes run on the threads, or, when still queued as the
-        // threads stop, on the queue the shutdown hands them back on.
-        let (idle, waiters) = state.withLock { $0.close() }
-        assert(waiters.isEmpty, "a borrower waited on a pool that was released")
-        for slot in idle { slot.close(on: threads) }
+        // connections are left to close; a close still queued as the threads stop runs on the
+        // queue the shutdown hands it back on.
+        close()
         threads.shutdownGracefully { _ in }
     }
 

@@ -9,8 +9,7 @@ import TrackerPostgres
 /// The role check at start is advisory: a stop must never wait for it.
 struct RoleCheckTests {
     /// A database host that takes the connection and never answers holds libpq's connect (as a
-    /// DNS server that drops the query does, which is how a replica once failed to stop within
-    /// Podman's 20 s): the server stops at once all the same.
+    /// DNS server that drops the query does): the server stops at once all the same.
     @Test func aCheckStillConnectingDoesNotHoldTheShutdown() async throws {
         let silent = try SilentListener()
         defer { silent.close() }

@@ -169,8 +169,8 @@ public struct LogCursor: Sendable {
         /// Column 2 estimates the events behind from `event_seq` (every logged event took a number;
         /// off by the 64 numbers each writer connection caches, and by the rows of groups whose
         /// plain append met a stored id and rolled back: an estimate, used beyond the count's cap).
-        /// The cap is written into the text: as a parameter of `LIMIT` it made PostgreSQL keep a
-        /// custom plan, planned anew at every call over every partition of the log.
+        /// The cap is written into the text, not a parameter: with a parameter for `LIMIT`,
+        /// PostgreSQL keeps a custom plan, planned anew at every call over every partition.
         static let lag = PreparedStatement(name: "tracker_log_lag", sql: """
             SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
                    (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)

@@ -182,7 +182,6 @@ public struct Rebuild: Sendable {
             // core (RebuildPipeline) and sent in order.
             let pipeline = RebuildPipeline(buckets: buckets,
                                            rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd))
-            defer { pipeline.stop() }
             var sum = Contribution()
             var done = 0
             var bucket = 0
@@ -214,9 +213,13 @@ public struct Rebuild: Sendable {
                     return nil  // ends the COPY early; the error is rethrown below
                 }
             }
-            try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)",
-                         chunks: IteratorSequence(chunks))
-            pipeline.stop()  // its threads are not needed through the indexing and the swap
+            do {
+                // Past the COPY, ended early or not, nothing is taken: the threads stop before
+                // the indexing and the swap.
+                defer { pipeline.stop() }
+                try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)",
+                             chunks: IteratorSequence(chunks))
+            }
             if let failure { throw failure }
             sum.removeZeros()
             try c.transaction {

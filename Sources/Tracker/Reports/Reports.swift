@@ -324,16 +324,17 @@ final class LocalSegments: Sendable {
         func sum(_ r: QueryResult, dimensions: Int) throws -> [(labels: [String], counts: [Int64])] {
             let measures = r.columnCount - 1 - dimensions
             guard (1...Key.maxDimensions).contains(dimensions), measures >= 0 else { throw Self.unreadable }
+            // Each key's sums are `measures` consecutive places of `totals`, the key's number
+            // times `measures` on: one lookup per row, and no array made per row.
+            var keys: [Key] = [], keyNumbers: [Key: Int] = [:], totals: [Int64] = []
+            keyNumbers.reserveCapacity(r.rowCount)
+            func counts(of number: Int) -> ArraySlice<Int64> { totals[(number * measures)..<((number + 1) * measures)] }
             // Values are told apart by their bytes, as PostgreSQL's GROUP BY does (two Swift
             // strings can be equal with different bytes: é and e + ◌́).
             var valueBytes: [[UInt8]] = [], numbers: [[UInt8]: Int] = [:]
             // Consecutive rows mostly come from one half-day row (the join's segments of it),
             // so each column's value is first compared with the row before's, in place.
             var previous = Array(repeating: (bytes: UnsafeRawBufferPointer(start: nil, count: 0), number: -1), count: dimensions)
-            // Each key's sums are `measures` consecutive places of `totals`, the key's number
-            // times `measures` on: one lookup per row, and no array made per row.
-            var keys: [Key] = [], keyNumbers: [Key: Int] = [:], totals: [Int64] = []
-            keyNumbers.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
                 guard let n = ByteReader.int64(r.bytes(row, 0)), n >= 1, n <= labelOfSegment.count else { throw Self.unreadable }
                 var key = Key(label: labelOfSegment[Int(n) - 1])
@@ -353,7 +354,7 @@ final class LocalSegments: Sendable {
                         }
                         previous[column] = (bytes, number)
                     }
-                    key[column] = number
+                    key.values[column] = number
                 }
                 let first: Int
                 if let number = keyNumbers[key] {
@@ -373,14 +374,12 @@ final class LocalSegments: Sendable {
             // the rows many, so each string is compared once, not once per pair of rows.
             let valueRank = Self.ranks(valueBytes) { $0.lexicographicallyPrecedes($1) }
             let values = valueBytes.map { String(decoding: $0, as: UTF8.self) }
-            let kept = keys.indices.filter { number in
-                totals[(number * measures)..<((number + 1) * measures)].contains { $0 != 0 }
-            }
+            let kept = keys.indices.filter { counts(of: $0).contains { $0 != 0 } }
             let ordered = kept.sorted { a, b in
                 let (x, y) = (keys[a], keys[b])
                 if x.label != y.label { return labelRank[x.label] < labelRank[y.label] }
-                for column in 0..<dimensions where x[column] != y[column] {
-                    return valueRank[x[column]] < valueRank[y[column]]
+                for column in 0..<dimensions where x.values[column] != y.values[column] {
+                    return valueRank[x.values[column]] < valueRank[y.values[column]]
                 }
                 return false
             }
@@ -388,45 +387,18 @@ final class LocalSegments: Sendable {
                 let key = keys[number]
                 var row = labels[key.label]
                 row.reserveCapacity(row.count + dimensions)
-                for column in 0..<dimensions { row.append(values[key[column]]) }
-                return (row, Array(totals[(number * measures)..<((number + 1) * measures)]))
+                for column in 0..<dimensions { row.append(values[key.values[column]]) }
+                return (row, Array(counts(of: number)))
             }
         }
 
-        /// A report row's label and key values (numbered in the order they first appear): a
-        /// fixed-size value, so finding a row's sums makes no array.
+        /// A report row's label and key values (numbered in the order they first appear; -1
+        /// where a report has fewer key columns): a fixed-size value, so finding a row's sums
+        /// makes no array.
         struct Key: Hashable {
-            static let maxDimensions = 3
+            static let maxDimensions = SIMD3<Int>.scalarCount
             var label: Int
-            private var values = (-1, -1, -1)
-
-            init(label: Int) { self.label = label }
-
-            subscript(_ column: Int) -> Int {
-                get {
-                    switch column {
-                    case 0: values.0
-                    case 1: values.1
-                    default: values.2
-                    }
-                }
-                set {
-                    switch column {
-                    case 0: values.0 = newValue
-                    case 1: values.1 = newValue
-                    default: values.2 = newValue
-                    }
-                }
-            }
-
-            static func == (a: Key, b: Key) -> Bool { a.label == b.label && a.values == b.values }
-
-            func hash(into hasher: inout Hasher) {
-                hasher.combine(label)
-                hasher.combine(values.0)
-                hasher.combine(values.1)
-                hasher.combine(values.2)
-            }
+            var values = SIMD3<Int>(repeating: -1)
         }
 
         /// Each item's place in `items` sorted by `precedes`.

@@ -139,14 +139,14 @@ func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () throws -> T) a
 /// A loopback port nothing listens on now, below the kernel's range of ephemeral ports, never
 /// handed out before in this test process.
 ///
-/// Random ports in a fixed range collided with the private PostgreSQL clusters and other
-/// servers the tests start, so each is probed with a bind. A port is free again once its probe
-/// socket closes, and a server takes a second or more to listen, so a port is handed out once
-/// per process: two suites starting trackers at once were given the same one, and a test
-/// talked to the other test's tracker. And the port must not come from the ephemeral range:
-/// every outgoing connection (this process's own in-process trackers connect to PostgreSQL all
-/// the time) takes its local port from there, and a server meant for a port that such a
-/// connection took in between fails with "address in use" (HAProxy's statistics port, once).
+/// Each port is probed with a bind: the private PostgreSQL clusters and other servers the tests
+/// start hold ports too. A port is free again once its probe socket closes, and a server takes
+/// a second or more to listen, so a port is handed out once per process: else two suites
+/// starting servers at once could be given the same one, and a test talk to the other's
+/// server. And the port must not come from the ephemeral range: every outgoing connection
+/// (this process's in-process trackers connect to PostgreSQL all the time) takes its local
+/// port from there, and a server meant for a port such a connection took in between fails
+/// with "address in use".
 func freeLoopbackPort() -> Int {
     let below = ephemeralPortRangeStart()
     for _ in 0..<1000 {
