@@ -246,7 +246,10 @@ public struct Rebuild: Sendable {
             // The incremental projector finds an ad's state by this key from now on.
             report("indexing", read, projected)
             try c.execute("ALTER TABLE tracker_rebuild.ad_state ADD PRIMARY KEY (request_id)")
-            try c.execute("ANALYZE tracker_rebuild.ad_state")
+            // Statistics for every new table, not only the large one: without them the planner
+            // guesses the projection tables' sizes until autovacuum comes by, and a report in a
+            // time zone joins its half-day rows the slow way for that while.
+            try c.execute("ANALYZE " + tables.map { "tracker_rebuild.\($0)" }.joined(separator: ", "))
 
             // 4. Catch up with what arrived meanwhile, in the new schema.
             report("catch-up+swap", read, projected)
