@@ -2,8 +2,9 @@ import Testing
 @testable import Tracker
 
 /// The measure catalogue (`FormatMeasure`, `AssetMeasure`, `SourceMeasure`) is what the
-/// projector writes and the reports read: it must name exactly the migrated tables' columns,
-/// in the day tables (counts) and the quarters tables (arrays of running counts) alike.
+/// projector writes and the reports read: it must name exactly the migrated tables' columns in
+/// the day tables (a count each), and the measures in a quarters table's `counts` (named in order
+/// by the column's comment, the order their running counts are interleaved in).
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"))
 struct ProjectionSchemaTests {
     @Test(arguments: ProjectionTable.allCases, ProjectionGrain.allCases)
@@ -15,11 +16,53 @@ struct ProjectionSchemaTests {
                     WHERE table_schema = current_schema() AND table_name = $1 AND \(condition)
                     """, [table.tableName(grain)])
             }
-            let measureType = grain == .day ? "bigint" : "ARRAY"
-            let measures = try await columns("data_type = '\(measureType)'")
-            let keys = try await columns("data_type <> '\(measureType)'")
-            #expect(measures == table.measureColumns.joined(separator: ","), "the measures of \(table.tableName(grain))")
-            #expect(keys == (["traffic_class", grain.column] + table.dimensionColumns).joined(separator: ","), "the keys of \(table.tableName(grain))")
+            let keys = (["traffic_class", grain.column] + table.dimensionColumns).joined(separator: ",")
+            switch grain {
+            case .day:
+                #expect(try await columns("data_type = 'bigint'") == table.measureColumns.joined(separator: ","), "the measures of \(table.tableName(grain))")
+                #expect(try await columns("data_type <> 'bigint'") == keys, "the keys of \(table.tableName(grain))")
+            case .quarters:
+                #expect(try await columns("true") == keys + ",counts", "the columns of \(table.tableName(grain))")
+                let measures = try await db.scalar("SELECT col_description($1::regclass, attnum) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'counts'",
+                                                   [table.tableName(grain)])
+                #expect(measures == table.measureColumns.joined(separator: ","), "the measures in \(table.tableName(grain)).counts")
+                let storage = try await db.scalar("SELECT attstorage::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'counts'",
+                                                  [table.tableName(grain)])
+                #expect(storage == "p", "\(table.tableName(grain)).counts is stored uncompressed in the row")
+            }
+        }
+    }
+
+    /// Projections made before the counts were one bytea per row (migration 13) keep every running
+    /// count: each measure's 49 arrays elements are read back from the bytes where the reports
+    /// and the projector look for them.
+    @Test(arguments: ProjectionTable.allCases)
+    func migrationThirteenKeepsEveryRunningCount(_ table: ProjectionTable) async throws {
+        try await withTestDatabase(migrations: Migration.all.filter { $0.version < 13 }) { db in
+            let measures = table.measureColumns
+            // Element k + 1 of measure m: distinct for every pair, 0 first, growing, and one past 2^32.
+            func element(_ m: Int, _ k: Int) -> Int64 { k == 0 ? 0 : Int64(m + 1) << 33 + Int64(k * (m + 7)) }
+            let arrays = measures.indices.map { m in "'{" + (0..<QuarterBlock.counts).map { String(element(m, $0)) }.joined(separator: ",") + "}'" }
+            let keys = ["0", "timestamptz '2026-11-01 12:00:00+00'"] + table.dimensionColumns.map { "'\($0) value'" }
+            try await db.pool.withConnection { connection in
+                try connection.execute("""
+                    INSERT INTO \(table.tableName(.quarters)) (traffic_class, quarters_from, \(table.dimensionColumns.joined(separator: ", ")),
+                                                            \(measures.joined(separator: ", ")))
+                    VALUES (\((keys + arrays).joined(separator: ", ")))
+                    """)
+            }
+            _ = try await Migrator(logger: TestEnvironment.logger).migrate(db.pool)
+            let counts: [Int64] = try await db.pool.withConnection { connection in
+                let r = try connection.query("SELECT counts FROM \(table.tableName(.quarters))", [], binaryResults: true)
+                try #require(r.rowCount == 1)
+                let bytes = r.bytes(0, 0)
+                try #require(bytes.count == QuarterBlock.byteCount(width: measures.count))
+                return (0..<(bytes.count / 8)).map { QuarterBlock.value(bytes, $0) }
+            }
+            for m in measures.indices {
+                let read = (0..<QuarterBlock.counts).map { counts[$0 * measures.count + m] }
+                #expect(read == (0..<QuarterBlock.counts).map { element(m, $0) }, "\(measures[m])")
+            }
         }
     }
 }

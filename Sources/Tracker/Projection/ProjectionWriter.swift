@@ -34,11 +34,21 @@ public enum ProjectionGrain: Sendable, Hashable, CaseIterable {
     }
 }
 
-/// A quarters row covers 48 UTC quarter hours (half a day), each measure an array of their 49
-/// running counts.
+/// A quarters row covers 48 UTC quarter hours (half a day): 49 running counts of each measure,
+/// held in its `counts` column as big-endian int64s, element by element and measure by measure
+/// within an element (`sql/013_quarter_counts.sql`).
 enum QuarterBlock {
     static let quarters: Int32 = 48
     static let counts = Int(quarters) + 1
+
+    /// The length of a `counts` value of `width` measures.
+    static func byteCount(width: Int) -> Int { counts * width * 8 }
+
+    /// The int64 at `index` (element times width plus measure) of a `counts` value.
+    @inline(__always)
+    static func value(_ bytes: UnsafeRawBufferPointer, _ index: Int) -> Int64 {
+        Int64(bigEndian: bytes.loadUnaligned(fromByteOffset: index &* 8, as: Int64.self))
+    }
 }
 
 /// Adds signed row changes to the projection tables, one statement per table and grain.
@@ -65,8 +75,11 @@ enum ProjectionWriter {
         }
     }
 
-    /// The quarter-hour changes as running-count changes of their half-day rows: for each row
-    /// and measure, element k + 1 changes by the sum of the changes of its quarter hours before k.
+    /// The quarter-hour changes added to the running counts of their half-day rows: each row's
+    /// counts are read, element k + 1 of each measure grows by the changes of the row's quarter
+    /// hours before k, and the row is written back whole, or deleted when it holds nothing.
+    /// PostgreSQL has no arithmetic on a bytea; the projector writes one step at a time under its
+    /// lock, so no other writer comes between the read and the write.
     private static func writeQuarters(_ quarters: [ProjectionKey: Measures], _ table: ProjectionTable, on connection: Connection) throws {
         var blocks: [ProjectionKey: [Measures]] = [:]
         for (key, values) in quarters {
@@ -75,24 +88,56 @@ enum ProjectionWriter {
             blockKey.quarterHour = QuarterHour(index: block * QuarterBlock.quarters)
             blocks[blockKey, default: Array(repeating: Measures(), count: Int(QuarterBlock.quarters))][Int(offset)] &+= values
         }
-        let width = table.statements(.quarters).width
         let rows = blocks.filter { $0.value.contains { $0 != Measures() } }
         guard !rows.isEmpty else { return }
+        let statements = table.statements(.quarters)
+        let width = statements.width, length = QuarterBlock.byteCount(width: width)
         var keys = KeyColumns(capacity: rows.count)
-        var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count * QuarterBlock.counts) }
-        var emptied = false
-        for (key, perQuarter) in rows {
-            keys.append(key, time: Int64(key.quarterHour.index / QuarterBlock.quarters), table: table)
-            var running = Measures()
-            for m in 0..<width { measures[m].append(Int64(0)) }
-            for values in perQuarter {
-                running &+= values
-                for m in 0..<width { measures[m].append(running[m]) }
+        for (key, _) in rows { keys.append(key, time: Int64(key.quarterHour.index / QuarterBlock.quarters), table: table) }
+        let stored = try connection.query(statements.read!, keys.parameters(table).map(\.parameter), binaryResults: true)
+        // Each row's place in `rows` (1-based, the statement's ordinality) to its stored counts.
+        var storedRow: [Int: Int] = [:]
+        for r in 0..<stored.rowCount {
+            guard let ordinal = ByteReader.int64(stored.bytes(r, 0)), stored.bytes(r, 1).count == length else {
+                throw DatabaseError(.unexpectedResult, serverMessage: "\(table.tableName(.quarters)): a row's counts are not \(length) bytes")
             }
-            emptied = emptied || running.min() < 0
+            storedRow[Int(ordinal)] = r
         }
-        // Its counts are never negative, so a row whose half-day totals are all 0 holds nothing.
-        try upsert(keys, measures, table, .quarters, mayEmpty: emptied, on: connection)
+        var written = KeyColumns(capacity: rows.count), emptied = KeyColumns(capacity: 0)
+        var counts = BinaryArray(.bytea, capacity: rows.count * length / 16)
+        var values = [Int64](repeating: 0, count: QuarterBlock.counts * width)
+        var bytes = [UInt8](repeating: 0, count: length)
+        for (place, (key, perQuarter)) in rows.enumerated() {
+            if let r = storedRow[place + 1] {
+                let old = stored.bytes(r, 1)
+                for i in values.indices { values[i] = QuarterBlock.value(old, i) }
+            } else {
+                for i in values.indices { values[i] = 0 }
+            }
+            var running = Measures()
+            for (k, change) in perQuarter.enumerated() {
+                running &+= change
+                let first = (k + 1) * width
+                for m in 0..<width { values[first + m] &+= running[m] }
+            }
+            let time = Int64(key.quarterHour.index / QuarterBlock.quarters)
+            // Its counts are never negative, so a row whose counts are all 0 holds nothing.
+            if values.allSatisfy({ $0 == 0 }) {
+                emptied.append(key, time: time, table: table)
+                continue
+            }
+            bytes.withUnsafeMutableBytes { out in
+                for (i, value) in values.enumerated() { out.storeBytes(of: value.bigEndian, toByteOffset: i * 8, as: Int64.self) }
+            }
+            written.append(key, time: time, table: table)
+            counts.append(bytes: bytes)
+        }
+        if written.count > 0 {
+            try connection.query(statements.upsert, written.parameters(table).map(\.parameter) + [counts.parameter])
+        }
+        if emptied.count > 0 {
+            try connection.query(statements.deleteEmpty, emptied.parameters(table).map(\.parameter))
+        }
     }
 
     /// The half day (since the epoch) a quarter hour belongs to, and its place in it.
@@ -101,27 +146,20 @@ enum ProjectionWriter {
         return r < 0 ? (q - 1, r + QuarterBlock.quarters) : (q, r)
     }
 
-    /// Upserts `rows` (key, day since the epoch, measures) into one table's day rows.
+    /// Upserts `rows` (key, day since the epoch, measures) into one table's day rows; only a
+    /// subtraction can empty a row, so the empty ones are looked for only after one.
     private static func writeDays(_ rows: [(key: ProjectionKey, time: Int32, values: Measures)], _ table: ProjectionTable,
                                   on connection: Connection) throws {
-        let width = table.statements(.day).width
+        let statements = table.statements(.day)
         var keys = KeyColumns(capacity: rows.count)
-        var measures = (0..<width).map { _ in BinaryArray(.int8, capacity: rows.count) }
+        var measures = (0..<statements.width).map { _ in BinaryArray(.int8, capacity: rows.count) }
         for (key, t, values) in rows {
             keys.append(key, time: Int64(t), table: table)
-            for m in 0..<width { measures[m].append(values[m]) }
+            for m in 0..<statements.width { measures[m].append(values[m]) }
         }
-        try upsert(keys, measures, table, .day, mayEmpty: rows.contains { $0.values.min() < 0 }, on: connection)
-    }
-
-    /// One upsert of a table's rows in one grain; only a subtraction can empty a row, so the
-    /// empty ones are looked for only when `mayEmpty`.
-    private static func upsert(_ keys: KeyColumns, _ measures: [BinaryArray], _ table: ProjectionTable, _ grain: ProjectionGrain,
-                               mayEmpty: Bool, on connection: Connection) throws {
-        let statements = table.statements(grain)
         let keyParameters = keys.parameters(table).map(\.parameter)
         try connection.query(statements.upsert, keyParameters + measures.map(\.parameter))
-        if mayEmpty { try connection.query(statements.deleteEmpty, keyParameters) }
+        if rows.contains(where: { $0.values.min() < 0 }) { try connection.query(statements.deleteEmpty, keyParameters) }
     }
 
     /// The key columns of the rows one statement writes, in the statements' order: traffic
@@ -129,6 +167,7 @@ enum ProjectionWriter {
     /// table's second dimension.
     private struct KeyColumns {
         var trafficClass: BinaryArray, time: BinaryArray, adUnit: BinaryArray, formatId: BinaryArray, second: BinaryArray
+        private(set) var count = 0
 
         init(capacity: Int) {
             trafficClass = BinaryArray(.int8, capacity: capacity)
@@ -144,6 +183,7 @@ enum ProjectionWriter {
             adUnit.append(key.adUnit)
             formatId.append(key.formatId)
             if let s = key.secondDimension(table) { second.append(s) }
+            count += 1
         }
 
         func parameters(_ table: ProjectionTable) -> [BinaryArray] {
@@ -153,9 +193,9 @@ enum ProjectionWriter {
 }
 
 extension ProjectionTable {
-    /// The table's two statements in one grain and its number of measures, built once (every
-    /// projector step uses them).
-    func statements(_ grain: ProjectionGrain) -> (upsert: String, deleteEmpty: String, width: Int) {
+    /// The table's statements in one grain and its number of measures, built once (every
+    /// projector step uses them). Only the quarters grain reads rows before it writes them.
+    func statements(_ grain: ProjectionGrain) -> (upsert: String, deleteEmpty: String, read: String?, width: Int) {
         Self.built[Pair(table: self, grain: grain)]!
     }
 
@@ -167,7 +207,8 @@ extension ProjectionTable {
     private static let built = Dictionary(uniqueKeysWithValues: allCases.flatMap { table in
         ProjectionGrain.allCases.map { grain in
             (Pair(table: table, grain: grain),
-             (upsert: table.upsertSQL(grain), deleteEmpty: table.deleteEmptySQL(grain), width: table.measureColumns.count))
+             (upsert: table.upsertSQL(grain), deleteEmpty: table.deleteEmptySQL(grain),
+              read: grain == .quarters ? table.readCountsSQL() : nil, width: table.measureColumns.count))
         }
     })
 
@@ -191,61 +232,61 @@ extension ProjectionTable {
         }
     }
 
-    /// Deletes the rows named by the key arrays (`$1…` as in `upsertSQL`) whose measures are all zero.
-    private func deleteEmptySQL(_ grain: ProjectionGrain) -> String {
+    /// The key arrays' rows (`$1…` as in `upsertSQL`) matched with the table's rows as `t`.
+    private func keyMatch(_ grain: ProjectionGrain, ordinality: Bool = false) -> (from: String, match: String) {
         let dims = dimensionColumns
         var arrays = ["$1::int8[]", "$2::int8[]"]
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
         var match = ["t.traffic_class = u.c0", "t.\(grain.column) = \(grain.value("u.c1"))"]
         for (i, d) in dims.enumerated() { match.append("t.\(d) = u.c\(2 + i)") }
-        switch grain {
-        case .day: match += measureColumns.map { "t.\($0) = 0" }
-        case .quarters: match += measureColumns.map { "t.\($0)[\(QuarterBlock.counts)] = 0" }
-        }
-        return """
-            DELETE FROM \(tableName(grain)) AS t
-            USING unnest(\(arrays.joined(separator: ", "))) AS u(\((0..<arrays.count).map { "c\($0)" }.joined(separator: ", ")))
-            WHERE \(match.joined(separator: " AND "))
-            """
+        let aliases = (0..<arrays.count).map { "c\($0)" } + (ordinality ? ["o"] : [])
+        return ("unnest(\(arrays.joined(separator: ", ")))\(ordinality ? " WITH ORDINALITY" : "") AS u(\(aliases.joined(separator: ", ")))",
+                match.joined(separator: " AND "))
     }
 
-    /// `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m` over unnest'ed arrays, from the
-    /// fixed column lists above (identifiers, never values). In the quarters grain each measure
-    /// parameter holds 49 running counts per row, one row after the other; an unchanged measure
-    /// (all 0) is left as it is.
+    /// Deletes the rows named by the key arrays whose measures are all zero; in the quarters
+    /// grain the projector names only rows it found empty.
+    private func deleteEmptySQL(_ grain: ProjectionGrain) -> String {
+        let (from, match) = keyMatch(grain)
+        let empty = switch grain {
+        case .day: measureColumns.map { " AND t.\($0) = 0" }.joined()
+        case .quarters: ""
+        }
+        return "DELETE FROM \(tableName(grain)) AS t USING \(from) WHERE \(match)\(empty)"
+    }
+
+    /// The stored counts of the half-day rows named by the key arrays: each row's place among
+    /// them (1-based) and its counts.
+    private func readCountsSQL() -> String {
+        let (from, match) = keyMatch(.quarters, ordinality: true)
+        return "SELECT u.o::int8, t.counts FROM \(from) JOIN \(tableName(.quarters)) AS t ON \(match)"
+    }
+
+    /// An upsert over unnest'ed arrays, from the fixed column lists above (identifiers, never
+    /// values): by day `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m`, each measure a
+    /// parameter; in the quarters grain the rows' new counts whole (one bytea parameter).
     private func upsertSQL(_ grain: ProjectionGrain) -> String {
         let dims = dimensionColumns
-        let measures = measureColumns
+        let measures = grain == .day ? measureColumns : ["counts"]
         let columns = ["traffic_class", grain.column] + dims + measures
         let key = [grain.column] + dims + ["traffic_class"]
         var arrays = ["$1::int8[]", "$2::int8[]"]
         for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
-        switch grain {
-        case .day:
-            for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::int8[]") }
-            let aliases = (0..<columns.count).map { "c\($0)" }
-            let select = ["c0::smallint", grain.value("c1")] + aliases[2...]
-            return """
-                INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
-                SELECT \(select.joined(separator: ", "))
-                FROM unnest(\(arrays.joined(separator: ", "))) AS u(\(aliases.joined(separator: ", ")))
-                ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
-                \(measures.map { "\($0) = t.\($0) + excluded.\($0)" }.joined(separator: ", "))
-                """
-        case .quarters:
-            let n = QuarterBlock.counts
-            let aliases = (0..<(2 + dims.count)).map { "c\($0)" }
-            let slices = (0..<measures.count).map { i in "($\(3 + dims.count + i)::int8[])[(u.o - 1) * \(n) + 1 : u.o * \(n)]" }
-            let select = ["c0::smallint", grain.value("c1")] + aliases[2...] + slices
-            let zero = "'{" + Array(repeating: "0", count: n).joined(separator: ",") + "}'::int8[]"
-            return """
-                INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
-                SELECT \(select.joined(separator: ", "))
-                FROM unnest(\(arrays.joined(separator: ", "))) WITH ORDINALITY AS u(\(aliases.joined(separator: ", ")), o)
-                ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
-                \(measures.map { "\($0) = CASE WHEN excluded.\($0) = \(zero) THEN t.\($0) ELSE tracker_add_counts(t.\($0), excluded.\($0)) END" }.joined(separator: ",\n"))
-                """
+        let element = grain == .day ? "int8" : "bytea"
+        for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::\(element)[]") }
+        let aliases = (0..<columns.count).map { "c\($0)" }
+        let select = ["c0::smallint", grain.value("c1")] + aliases[2...]
+        let update = switch grain {
+        case .day: measures.map { "\($0) = t.\($0) + excluded.\($0)" }
+        case .quarters: ["counts = excluded.counts"]
         }
+        return """
+            INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
+            SELECT \(select.joined(separator: ", "))
+            FROM unnest(\(arrays.joined(separator: ", "))) AS u(\(aliases.joined(separator: ", ")))
+            ON CONFLICT (\(key.joined(separator: ", "))) DO UPDATE SET
+            \(update.joined(separator: ", "))
+            """
     }
 }
 

@@ -52,6 +52,7 @@ public struct Reports: Sendable {
             local = segments
         }
         let arguments = parameters
+        let columnCount = dimensions.count + spec.measureNames.count
         let conninfo = pool.conninfo
         let (rows, ivtRules, lag): ([[ReportValue]], Int, ProjectionLag) = try await pool.withConnection { [local] connection in
             let state = try connection.query(ReportSQL.projectionState)
@@ -61,10 +62,9 @@ public struct Reports: Sendable {
             let ivtRules = Int(state.int64(0, 1) ?? 0)
             var out: [[ReportValue]] = []
             if let local {
-                let r = try connection.query(spec.localSlices, arguments, binaryResults: true)
-                for (labels, counts) in try local.sum(r, dimensions: spec.dimensions.count - 1) {
-                    out.append(labels.map(ReportValue.text) + spec.measures(counts))
-                }
+                let r = try connection.query(local.cutsOfBlock == nil ? spec.localRows : spec.localCuts, arguments, binaryResults: true)
+                out = try local.sum(r, dimensions: spec.dimensions.count - 1, lanes: spec.lanes, width: spec.width,
+                                    columns: columnCount, appendMeasures: spec.appendMeasures)
                 return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
             }
             let r = try connection.query(spec.sql, arguments, binaryResults: false)
@@ -73,7 +73,7 @@ public struct Reports: Sendable {
             for row in 0..<r.rowCount {
                 var dims: [ReportValue] = (0..<columns).map { .text(r.string(row, $0) ?? "") }
                 let counts = (columns..<r.columnCount).map { r.int64(row, $0) ?? 0 }
-                dims.append(contentsOf: spec.measures(counts))
+                spec.appendMeasures(counts[...], &dims)
                 out.append(dims)
             }
             return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
@@ -143,11 +143,18 @@ enum ReportSQL {
         var measureNames: [String]
         /// UTC days, from the day table.
         var sql: String
-        /// Local days or hours: each slice of the segments ($6 on) of each half-day row, numbered
-        /// by its segment, which `LocalSegments.Segments.sum` sums by label and key.
-        var localSlices: String
-        /// Turns the summed counts (in SELECT order) into the report's measures.
-        var measures: @Sendable ([Int64]) -> [ReportValue]
+        /// Local days or hours: the half-day rows of the segments' blocks ($6 first, $7 last),
+        /// whole, which `LocalSegments.Segments.sum` cuts and sums by label and key.
+        var localRows: String
+        /// Local days: the same rows with two elements of their counts, each half day's cut
+        /// ($8, by half day from $6) and its total, all a local day needs of a half day.
+        var localCuts: String
+        /// Each summed measure's place (in SELECT order) among the `width` measures of a
+        /// half-day row's counts.
+        var lanes: [Int]
+        var width: Int
+        /// Appends the report's measures, made of the summed counts (in SELECT order), to a row.
+        var appendMeasures: @Sendable (ArraySlice<Int64>, inout [ReportValue]) -> Void
     }
 
     /// One of a report's measure columns: a measure of the table, summed over the report's
@@ -159,9 +166,9 @@ enum ReportSQL {
 
     /// A report row's summed measures, by measure.
     struct Sums<M: ProjectionMeasure> {
-        fileprivate let values: [Int64]
+        fileprivate let values: ArraySlice<Int64>
         fileprivate let position: [M: Int]
-        subscript(_ measure: M) -> Int64 { values[position[measure]!] }
+        subscript(_ measure: M) -> Int64 { values[values.startIndex + position[measure]!] }
     }
 
     static func ratio(_ a: Int64, _ b: Int64) -> ReportValue {
@@ -175,16 +182,13 @@ enum ReportSQL {
           AND ($5::text IS NULL OR format_id = $5::text)
         """
 
-    /// The row filters of a local-time report; the half days come from the segments ($6 on),
-    /// whose days are those asked ($1 to $2) already. No condition on the segments' own
-    /// columns: the planner then counts them from the array and joins the half-day rows by a
-    /// hash, reading each row once (with a filter on them it would guess one segment and read
-    /// the rows again for every segment, an index scan per local hour). $1 and $2 stay
-    /// referenced so that every report takes the same parameters.
+    /// The row filters of a local-time report; the half days come from the segments ($6 first,
+    /// $7 last), whose days are those asked ($1 to $2) already. $1 and $2 stay referenced so
+    /// that every report takes the same parameters.
     static let quartersFilters = """
         WHERE $1::date <= $2::date
-          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $9::int8 * interval '12 hours'
-                                  AND timestamptz '1970-01-01 00:00:00+00' + $10::int8 * interval '12 hours'
+          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $6::int8 * interval '12 hours'
+                                  AND timestamptz '1970-01-01 00:00:00+00' + $7::int8 * interval '12 hours'
           AND traffic_class = ANY($3::int2[])
           AND ($4::text IS NULL OR ad_unit = $4::text)
           AND ($5::text IS NULL OR format_id = $5::text)
@@ -246,18 +250,26 @@ enum ReportSQL {
             HAVING \(having)
             ORDER BY day, \(order)
             """
-        // A local day or hour is a slice of one or two half-day rows of running counts: the
-        // segments ($6 half day, $7 first and $8 past-last element, numbered in that order) say
-        // which (LocalSegments, docs/REPORTS.md "Time zones and hours"). PostgreSQL takes the
-        // slices, a few elements of each row's arrays; the tracker sums them by label and key,
-        // filters and sorts, with integer sums and ranks where SQL would sum numerics and sort
-        // collated text.
-        let slices = summed.map { "q.\($0.column)[g.hi] - q.\($0.column)[g.lo]" }
-        let localSlices = """
-            SELECT g.n::int8, \(dims.map { "q.\($0)" }.joined(separator: ", ")), \(slices.joined(separator: ", "))
-            FROM unnest($6::int8[], $7::int4[], $8::int4[]) WITH ORDINALITY AS g(block, lo, hi, n)
-            JOIN \(M.table.tableName(.quarters)) AS q
-              ON q.quarters_from = timestamptz '1970-01-01 00:00:00+00' + g.block * interval '12 hours'
+        // A local day or hour is a slice of one or two half-day rows of running counts, which
+        // the segments say (LocalSegments, docs/REPORTS.md "Time zones and hours"). PostgreSQL
+        // sends the rows whole, their counts as the bytes it stores; the tracker cuts the
+        // slices, sums them by label and key, filters and sorts, with integer sums and ranks
+        // where SQL would sum numerics and sort collated text.
+        let keyColumns = dims.map { "q.\($0)" }.joined(separator: ", ")
+        let localRows = """
+            SELECT q.quarters_from, \(keyColumns), q.counts
+            FROM \(M.table.tableName(.quarters)) AS q
+            \(quartersFilters)
+            """
+        // A 30-day report by day needs three of a row's 49 elements (the first is 0), and
+        // sending all of them made it slower than the rows' few bytes it uses.
+        let element = M.allCases.count * 8
+        let localCuts = """
+            SELECT q.quarters_from, \(keyColumns),
+                   substring(q.counts FROM ($8::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $6::int8 + 1] * \(element) + 1
+                             FOR \(element))
+                   || substring(q.counts FROM \(Int(QuarterBlock.quarters) * element + 1) FOR \(element))
+            FROM \(M.table.tableName(.quarters)) AS q
             \(quartersFilters)
             """
         let names = columns.map { column in
@@ -271,20 +283,18 @@ enum ReportSQL {
         let places: [Int?] = columns.map { column in
             if case .sum(let m) = column { position[m]! } else { nil }
         }
-        let measures: @Sendable ([Int64]) -> [ReportValue] = { counts in
+        let appendMeasures: @Sendable (ArraySlice<Int64>, inout [ReportValue]) -> Void = { counts, out in
             let row = Sums(values: counts, position: position)
-            var out: [ReportValue] = []
-            out.reserveCapacity(columns.count)
             for (column, place) in zip(columns, places) {
                 if let place {
-                    out.append(.count(counts[place]))
+                    out.append(.count(counts[counts.startIndex + place]))
                 } else if case .computed(_, let compute) = column {
                     out.append(compute(row))
                 }
             }
-            return out
         }
-        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localSlices: localSlices, measures: measures)
+        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localRows: localRows, localCuts: localCuts, lanes: summed.map(\.lane),
+                    width: M.allCases.count, appendMeasures: appendMeasures)
     }
 }
 
@@ -309,35 +319,58 @@ final class LocalSegments: Sendable {
     struct Segments: Sendable {
         /// The report's distinct labels (the day, and the hour when by hour).
         var labels: [[String]] = []
-        /// Each segment's labels (a position in `labels`), by its number less one: the half
-        /// days of one local day are two segments with one label.
-        var labelOfSegment: [Int] = []
         /// Each label's place in bytewise order of the labels.
         var labelRank: [Int] = []
-        /// $6 to $10 of `Spec.localSlices`: half days, first and past-last element (1-based) of
-        /// each segment, and the first and last half day (the rows' range).
+        /// Each segment's label (a position in `labels`; the half days of one local day are two
+        /// segments with one label), and where in a row's counts as the report reads them its
+        /// first and past-last running count are (-1: the first, which is 0): its events are
+        /// count `end` less count `start` of each measure. Reading rows whole, that is the
+        /// element (from 0); reading cuts, 0 for the half day's cut and 1 for its total.
+        var segmentLabel: [Int] = [], start: [Int] = [], end: [Int] = []
+        /// When every half day is cut at most once (reports by day), the element each half day is
+        /// cut at (its total's when it is not), and the report reads only those and the totals
+        /// (`Spec.localCuts`); otherwise `nil`, and it reads rows whole.
+        var cutsOfBlock: [Int]?
+        /// The running counts of each measure a row read has: 49, or 2 when reading cuts.
+        var elementsPerRow: Int { cutsOfBlock == nil ? QuarterBlock.counts : 2 }
+        /// The first half day (since the epoch) with a segment, and each half day's segments from
+        /// it on (positions in the arrays above).
+        var firstBlock: Int64 = 0
+        var segmentsOfBlock: [Range<Int>] = []
+        /// $6 and $7 of `Spec.localRows`, the first and last half day, and $8 when reading cuts.
         var parameters: [Parameter] = []
 
-        /// The report's rows from `r` (`Spec.localSlices`, binary: the segment's number, the
-        /// `dimensions` key columns, then the slice's counts): summed by labels and key, rows
-        /// whose counts are all zero left out, in bytewise order of labels and key.
-        func sum(_ r: QueryResult, dimensions: Int) throws -> [(labels: [String], counts: [Int64])] {
-            let measures = r.columnCount - 1 - dimensions
-            guard (1...Key.maxDimensions).contains(dimensions), measures >= 0 else { throw Self.unreadable }
-            // Each key's sums are `measures` consecutive places of `totals`, the key's number
-            // times `measures` on: one lookup per row, and no array made per row.
-            var keys: [Key] = [], keyNumbers: [Key: Int] = [:], totals: [Int64] = []
-            keyNumbers.reserveCapacity(r.rowCount)
+        /// The report's rows from `r` (`Spec.localRows` or `Spec.localCuts`, binary: the half
+        /// day's start, the `dimensions` key columns, the counts of `width` measures): the
+        /// measures at `lanes` cut by the segments and summed by labels and key, rows whose
+        /// counts are all zero left out, in bytewise order of labels and key. Each row is its
+        /// labels, its key values and what `appendMeasures` makes of its sums (`columns` in all).
+        func sum(_ r: QueryResult, dimensions: Int, lanes: [Int], width: Int, columns: Int,
+                 appendMeasures: (ArraySlice<Int64>, inout [ReportValue]) -> Void) throws -> [[ReportValue]] {
+            let measures = lanes.count, length = elementsPerRow * width * 8
+            guard (1...Key.maxDimensions).contains(dimensions), r.columnCount == dimensions + 2,
+                  lanes.allSatisfy({ (0..<width).contains($0) }) else { throw Self.unreadable }
+            // Each cell's (label and key) sums are `measures` consecutive places of `totals`, the
+            // cell's number times `measures` on: one lookup per segment of a row, and no array
+            // made per row.
+            var cells: [Key] = [], cellNumbers: [Key: Int] = [:], totals: [Int64] = []
+            // At most a cell per segment of each row read.
+            cellNumbers.reserveCapacity(r.rowCount * (start.count / max(segmentsOfBlock.count, 1) + 1))
             func counts(of number: Int) -> ArraySlice<Int64> { totals[(number * measures)..<((number + 1) * measures)] }
             // Values are told apart by their bytes, as PostgreSQL's GROUP BY does (two Swift
             // strings can be equal with different bytes: é and e + ◌́).
             var valueBytes: [[UInt8]] = [], numbers: [[UInt8]: Int] = [:]
-            // Consecutive rows mostly come from one half-day row (the join's segments of it),
-            // so each column's value is first compared with the row before's, in place.
+            // Consecutive rows mostly share key values (the rows come in key order within a half
+            // day), so each column's value is first compared with the row before's, in place.
             var previous = Array(repeating: (bytes: UnsafeRawBufferPointer(start: nil, count: 0), number: -1), count: dimensions)
             for row in 0..<r.rowCount {
-                guard let n = ByteReader.int64(r.bytes(row, 0)), n >= 1, n <= labelOfSegment.count else { throw Self.unreadable }
-                var key = Key(label: labelOfSegment[Int(n) - 1])
+                guard let microseconds = BinaryValue.microsecondsSince1970(timestamptz: r.bytes(row, 0)) else { throw Self.unreadable }
+                let (block, offset) = microseconds.quotientAndRemainder(dividingBy: Self.microsecondsPerBlock)
+                let place = Int(block - firstBlock)
+                guard offset == 0, segmentsOfBlock.indices.contains(place) else { continue }
+                let countBytes = r.bytes(row, 1 + dimensions)
+                guard countBytes.count == length else { throw Self.unreadable }
+                var key = Key(label: 0)
                 for column in 0..<dimensions {
                     let bytes = r.bytes(row, 1 + column)
                     let number: Int
@@ -356,39 +389,46 @@ final class LocalSegments: Sendable {
                     }
                     key.values[column] = number
                 }
-                let first: Int
-                if let number = keyNumbers[key] {
-                    first = number * measures
-                } else {
-                    keyNumbers[key] = keys.count
-                    first = keys.count * measures
-                    keys.append(key)
-                    totals.append(contentsOf: repeatElement(0, count: measures))
-                }
-                for m in 0..<measures {
-                    guard let count = ByteReader.int64(r.bytes(row, 1 + dimensions + m)) else { throw Self.unreadable }
-                    totals[first + m] += count
+                for segment in segmentsOfBlock[place] {
+                    key.label = segmentLabel[segment]
+                    let first: Int
+                    if let number = cellNumbers[key] {
+                        first = number * measures
+                    } else {
+                        cellNumbers[key] = cells.count
+                        first = cells.count * measures
+                        cells.append(key)
+                        totals.append(contentsOf: repeatElement(0, count: measures))
+                    }
+                    let (from, to) = (start[segment], end[segment] * width)
+                    for (m, lane) in lanes.enumerated() {
+                        let before = from < 0 ? 0 : QuarterBlock.value(countBytes, from * width + lane)
+                        totals[first + m] += QuarterBlock.value(countBytes, to + lane) - before
+                    }
                 }
             }
             // Bytewise order, compared as ranks: the distinct labels and key values are few and
             // the rows many, so each string is compared once, not once per pair of rows.
             let valueRank = Self.ranks(valueBytes) { $0.lexicographicallyPrecedes($1) }
             let values = valueBytes.map { String(decoding: $0, as: UTF8.self) }
-            let kept = keys.indices.filter { counts(of: $0).contains { $0 != 0 } }
+            let kept = cells.indices.filter { counts(of: $0).contains { $0 != 0 } }
             let ordered = kept.sorted { a, b in
-                let (x, y) = (keys[a], keys[b])
+                let (x, y) = (cells[a], cells[b])
                 if x.label != y.label { return labelRank[x.label] < labelRank[y.label] }
                 for column in 0..<dimensions where x.values[column] != y.values[column] {
                     return valueRank[x.values[column]] < valueRank[y.values[column]]
                 }
                 return false
             }
+            let texts = values.map(ReportValue.text), labelTexts = labels.map { $0.map(ReportValue.text) }
             return ordered.map { number in
-                let key = keys[number]
-                var row = labels[key.label]
-                row.reserveCapacity(row.count + dimensions)
-                for column in 0..<dimensions { row.append(values[key.values[column]]) }
-                return (row, Array(counts(of: number)))
+                let key = cells[number]
+                var row: [ReportValue] = []
+                row.reserveCapacity(columns)
+                row.append(contentsOf: labelTexts[key.label])
+                for column in 0..<dimensions { row.append(texts[key.values[column]]) }
+                appendMeasures(counts(of: number), &row)
+                return row
             }
         }
 
@@ -408,8 +448,26 @@ final class LocalSegments: Sendable {
             return rank
         }
 
+        static let microsecondsPerBlock: Int64 = 12 * 3_600_000_000
+
+        /// Reads cuts (`cutsOfBlock`) when no half day has running counts other than its first,
+        /// its total and one more at the segments' ends, and makes the segments' ends places in
+        /// what is read.
+        mutating func readCuts() {
+            let total = Int(QuarterBlock.quarters)
+            var cuts: [Int] = []
+            for segments in segmentsOfBlock {
+                let inner = Set(segments.flatMap { [start[$0], end[$0]] }).subtracting([0, total])
+                guard inner.count <= 1 else { return }
+                cuts.append(inner.first ?? total)
+            }
+            func place(_ element: Int) -> Int { element == 0 ? -1 : element == total ? 1 : 0 }
+            for segment in start.indices { (start[segment], end[segment]) = (place(start[segment]), place(end[segment])) }
+            cutsOfBlock = cuts
+        }
+
         private static var unreadable: DatabaseError {
-            DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable slice")
+            DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable half-day row")
         }
     }
 
@@ -423,31 +481,46 @@ final class LocalSegments: Sendable {
         let segments = try await pool.withConnection { connection in
             let r = try connection.query(Self.sql, [key.from, key.to, zone, byHour ? "true" : "false", zone == "UTC" ? "true" : "false"])
             var segments = Segments()
-            var blocks = BinaryArray(.int8, capacity: r.rowCount)
-            var lo = BinaryArray(.int4, capacity: r.rowCount), hi = BinaryArray(.int4, capacity: r.rowCount)
-            var first = Int64.max, last = Int64.min
             var positions: [[String]: Int] = [:]
+            var blockOfSegment: [Int64] = []
             for row in 0..<r.rowCount {
-                guard let block = r.int64(row, 0), let day = r.string(row, 1), let start = r.int64(row, 3), let end = r.int64(row, 4) else {
+                guard let block = r.int64(row, 0), let day = r.string(row, 1), let start = r.int64(row, 3), let end = r.int64(row, 4),
+                      (0...Int64(QuarterBlock.quarters)).contains(start), (start...Int64(QuarterBlock.quarters)).contains(end),
+                      blockOfSegment.last.map({ $0 <= block }) ?? true else {
                     throw DatabaseError(.unexpectedResult, serverMessage: "report: an unreadable segment")
                 }
                 let labels = byHour ? [day, r.string(row, 2) ?? ""] : [day]
                 if let known = positions[labels] {
-                    segments.labelOfSegment.append(known)
+                    segments.segmentLabel.append(known)
                 } else {
                     positions[labels] = segments.labels.count
-                    segments.labelOfSegment.append(segments.labels.count)
+                    segments.segmentLabel.append(segments.labels.count)
                     segments.labels.append(labels)
                 }
-                blocks.append(block)
-                lo.append(Int32(start))
-                hi.append(Int32(end))
-                (first, last) = (min(first, block), max(last, block))
+                segments.start.append(Int(start))
+                segments.end.append(Int(end))
+                blockOfSegment.append(block)
             }
+            // The segments come in order of half day: each half day's are consecutive.
+            if let first = blockOfSegment.first, let last = blockOfSegment.last {
+                segments.firstBlock = first
+                var next = 0
+                segments.segmentsOfBlock = (first...last).map { block in
+                    let from = next
+                    while next < blockOfSegment.count, blockOfSegment[next] == block { next += 1 }
+                    return from..<next
+                }
+            }
+            segments.readCuts()
             // Bytewise, as PostgreSQL's COLLATE "C" (the labels are ASCII).
             segments.labelRank = Segments.ranks(segments.labels) { $0.lexicographicallyPrecedes($1) }
-            segments.parameters = [blocks.parameter, lo.parameter, hi.parameter,
-                                   .text(String(first == .max ? 0 : first)), .text(String(last == .min ? -1 : last))]
+            let (first, last) = (segments.firstBlock, segments.firstBlock + Int64(segments.segmentsOfBlock.count) - 1)
+            segments.parameters = [.text(String(first)), .text(String(last))]
+            if let cuts = segments.cutsOfBlock {
+                var array = BinaryArray(.int4, capacity: cuts.count)
+                for cut in cuts { array.append(Int32(cut)) }
+                segments.parameters.append(array.parameter)
+            }
             return segments
         }
         kept.withLock { cache in
@@ -458,13 +531,14 @@ final class LocalSegments: Sendable {
     }
 
     /// $1 first and $2 last local day, $3 zone, $4 by hour, $5 the zone is UTC (hours written
-    /// with Z). Columns: half day, day label, hour label, first and past-last element. An hour
+    /// with Z). Columns: half day, day label, hour label, first and past-last running count
+    /// (from 0), in order of half day and first count. An hour
     /// is the local clock's hour at the zone's offset then: the repeated hour of a fall-back day
     /// is two, one per offset, labelled HH:00 with that offset (where an offset changes by half
     /// an hour, as on Lord Howe Island, the label names the clock hour, not the instant the
     /// part began).
     static let sql = """
-        SELECT block, day, hour, min(idx) + 1, max(idx) + 2
+        SELECT block, day, hour, min(idx), max(idx) + 1
         FROM (
             SELECT b.block, (q.n - b.block * 48)::int4 AS idx, to_char(l.local, 'YYYY-MM-DD') AS day,
                    CASE WHEN $4::boolean THEN

@@ -27,14 +27,14 @@ enum TestEnvironment {
     }
 }
 
-/// A fresh database with the schema applied, dropped when the test ends.
+/// A fresh database with the schema applied (or the `migrations` given), dropped when the test ends.
 final class TestDatabase: Sendable {
     let name: String
     let url: String
     let pool: ConnectionPool
     private let admin: ConnectionPool
 
-    init(adminURL: String? = TestEnvironment.adminURL) async throws {
+    init(adminURL: String? = TestEnvironment.adminURL, migrations: [Migration] = Migration.all) async throws {
         let adminURL = try #require(adminURL, "run the integration tests through scripts/test.sh")
         name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
         admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
@@ -42,7 +42,7 @@ final class TestDatabase: Sendable {
         try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") }
         url = try #require(TestDatabase.url(adminURL, database: name))
         pool = ConnectionPool(conninfo: url, maxConnections: 4, logger: TestEnvironment.logger)
-        _ = try await Migrator(logger: TestEnvironment.logger).migrate(pool)
+        _ = try await Migrator(migrations: migrations, logger: TestEnvironment.logger).migrate(pool)
     }
 
     /// `adminURL` with its database (the path after the host) replaced by `database`.
@@ -73,8 +73,8 @@ final class TestDatabase: Sendable {
 }
 
 /// Runs `body` with a fresh database, dropping it afterwards even when the test fails.
-func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async throws {
-    let db = try await TestDatabase()
+func withTestDatabase(migrations: [Migration] = Migration.all, _ body: (TestDatabase) async throws -> Void) async throws {
+    let db = try await TestDatabase(migrations: migrations)
     do {
         try await body(db)
     } catch {
