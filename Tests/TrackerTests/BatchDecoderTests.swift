@@ -371,13 +371,24 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         JSONText.appendQuoted(text, to: &string)
         #expect(bytes == Array(string.utf8))
         #expect(try JSONReader.parse(bytes) == .string(text))
+        // A report body writes its strings the same way, into memory sized beforehand.
+        let written = [UInt8](unsafeUninitializedCapacity: ReportValue.text(text).byteBound) { buffer, count in
+            var writer = RawWriter(UnsafeMutableRawBufferPointer(buffer))
+            writer.jsonString(text)
+            count = writer.count
+        }
+        #expect(written == bytes)
     }
 
     /// Counts in a report body are digits as `String(n)` writes them.
     @Test func countsAreWrittenAsStringWritesThem() {
         for n: Int64 in [0, 1, 9, 10, 99, 100, 1_234_567, -1, -10, .max, .min] {
-            var out: [UInt8] = Array("x".utf8)
-            ReportValue.appendDecimal(n, to: &out)
+            let out = [UInt8](unsafeUninitializedCapacity: 1 + ReportValue.count(n).byteBound) { buffer, count in
+                var writer = RawWriter(UnsafeMutableRawBufferPointer(buffer))
+                writer.byte(UInt8(ascii: "x"))
+                writer.decimal(n)
+                count = writer.count
+            }
             #expect(out == Array(("x" + String(n)).utf8), "\(n)")
         }
     }

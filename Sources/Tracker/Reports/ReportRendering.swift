@@ -1,25 +1,12 @@
 extension ReportValue {
-    /// The value as JSON into a response body's bytes: strings quoted, counts and ratios as
-    /// numbers, written as in CSV (`plain`).
-    func appendJSON(to out: inout [UInt8]) {
+    /// The most bytes the value takes in JSON or CSV: a string escaped at its longest (a control
+    /// character as \\u00XX) and quoted, a count's 20 characters, a ratio's 32.
+    var byteBound: Int {
         switch self {
-        case .text(let s): JSONText.appendQuoted(s, to: &out)
-        case .count(let n): Self.appendDecimal(n, to: &out)
-        case .ratio: out += plain.utf8
+        case .text(let s): 2 + 6 * s.utf8.count
+        case .count: 20
+        case .ratio: 32  // a Double's shortest form is at most 24 characters
         }
-    }
-
-    /// `n`'s digits as `String(n)` writes them, straight into `out`: an hourly report writes
-    /// tens of thousands of counts, and making a `String` of each costs more than its digits.
-    static func appendDecimal(_ n: Int64, to out: inout [UInt8]) {
-        if n < 0 { out.append(UInt8(ascii: "-")) }
-        let first = out.count
-        var rest = n.magnitude
-        repeat {
-            out.append(UInt8(ascii: "0") + UInt8(rest % 10))
-            rest /= 10
-        } while rest > 0
-        out[first...].reverse()
     }
 
     /// The value as it reads in CSV (and JSON): ratios as numbers.
@@ -49,18 +36,34 @@ extension ReportResult {
         String(decoding: jsonBytes, as: UTF8.self)
     }
 
-    /// `json` as UTF-8 bytes, built as bytes: a report by hour has thousands of rows, and
-    /// appending them to a `String` piece by piece costs more than the query.
+    /// `json` as UTF-8 bytes.
     public var jsonBytes: [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(128 + rows.count * columns.count * 24)
-        out += "{\"from\":\"\(query.from)\",\"to\":\"\(query.to)\",".utf8
-        if query.timeZone != ReportQuery.defaultTimeZone || query.granularity != .day {
-            out += "\"tz\":".utf8
-            JSONText.appendQuoted(query.timeZone, to: &out)
-            out += ",\"granularity\":\"\(query.granularity.rawValue)\",".utf8
+        Self.rendered(byteBound: jsonByteBound) { writeJSON(into: $0) }
+    }
+
+    /// The most bytes `json` can take (each string escaped at its longest): what a caller gives
+    /// `writeJSON(into:)`.
+    public var jsonByteBound: Int {
+        var bound = 160 + 6 * query.timeZone.utf8.count + columns.reduce(0) { $0 + 6 * $1.utf8.count + 3 } * max(rows.count, 1)
+        for row in rows {
+            bound += 2 + row.count
+            for value in row { bound += value.byteBound }
         }
-        out += "\"ivtRules\":\(ivtRules),\"rows\":[".utf8
+        return bound
+    }
+
+    /// Writes `json` into `out`, which holds `jsonByteBound` bytes at least, and answers how many
+    /// it wrote. An hourly report has thousands of rows: each byte is stored straight into the
+    /// response's memory, not appended to a growing array and copied again.
+    public func writeJSON(into out: UnsafeMutableRawBufferPointer) -> Int {
+        var w = RawWriter(out)
+        w.ascii("{\"from\":\"\(query.from)\",\"to\":\"\(query.to)\",")
+        if query.timeZone != ReportQuery.defaultTimeZone || query.granularity != .day {
+            w.ascii("\"tz\":")
+            w.jsonString(query.timeZone)
+            w.ascii(",\"granularity\":\"\(query.granularity.rawValue)\",")
+        }
+        w.ascii("\"ivtRules\":\(ivtRules),\"rows\":[")
         // Each row repeats the column names: quoted once.
         let keys: [[UInt8]] = columns.map { name in
             var key: [UInt8] = []
@@ -69,26 +72,58 @@ extension ReportResult {
             return key
         }
         for (i, row) in rows.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(UInt8(ascii: "{"))
+            if i > 0 { w.byte(UInt8(ascii: ",")) }
+            w.byte(UInt8(ascii: "{"))
             for (j, value) in row.enumerated() {
-                if j > 0 { out.append(UInt8(ascii: ",")) }
-                out += keys[j]
-                value.appendJSON(to: &out)
+                if j > 0 { w.byte(UInt8(ascii: ",")) }
+                w.bytes(keys[j])
+                switch value {
+                case .text(let s): w.jsonString(s)
+                case .count(let n): w.decimal(n)
+                case .ratio: w.ascii(value.plain)
+                }
             }
-            out.append(UInt8(ascii: "}"))
+            w.byte(UInt8(ascii: "}"))
         }
-        out += "]}".utf8
-        return out
+        w.ascii("]}")
+        return w.count
     }
 
     /// RFC 4180 CSV with a header row, lines ended by "\n".
     public var csv: String {
-        var out = columns.joined(separator: ",") + "\n"
+        String(decoding: csvBytes, as: UTF8.self)
+    }
+
+    /// `csv` as UTF-8 bytes, written as `writeJSON(into:)` writes JSON.
+    public var csvBytes: [UInt8] {
+        var bound = columns.reduce(1) { $0 + 2 * $1.utf8.count + 3 }
         for row in rows {
-            out += row.map { Self.csvField($0.plain) }.joined(separator: ",") + "\n"
+            bound += 1 + row.count
+            for value in row { bound += value.byteBound }
         }
-        return out
+        return Self.rendered(byteBound: bound) { out in
+            var w = RawWriter(out)
+            w.ascii(columns.joined(separator: ","))
+            w.byte(UInt8(ascii: "\n"))
+            for row in rows {
+                for (j, value) in row.enumerated() {
+                    if j > 0 { w.byte(UInt8(ascii: ",")) }
+                    switch value {
+                    case .text(let s): w.csvField(s)
+                    case .count(let n): w.decimal(n)
+                    case .ratio: w.ascii(value.plain)
+                    }
+                }
+                w.byte(UInt8(ascii: "\n"))
+            }
+            return w.count
+        }
+    }
+
+    private static func rendered(byteBound: Int, _ write: (UnsafeMutableRawBufferPointer) -> Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: byteBound) { buffer, count in
+            count = write(UnsafeMutableRawBufferPointer(buffer))
+        }
     }
 
     static func csvField(_ s: String) -> String {
@@ -108,5 +143,102 @@ extension ReportResult {
         var out = TextTable.render([columns] + rows.map { $0.map(\.shown) }, rightAligned: Set(numeric))
         if rows.isEmpty { out += "(no rows)\n" }
         return out
+    }
+}
+
+/// Stores bytes one after the other into memory sized beforehand (`jsonByteBound`): no
+/// capacity check nor copy-on-write check per byte, as appending to an array has.
+struct RawWriter {
+    private let base: UnsafeMutableRawBufferPointer
+    private(set) var count = 0
+
+    init(_ base: UnsafeMutableRawBufferPointer) { self.base = base }
+
+    @inline(__always)
+    mutating func byte(_ b: UInt8) {
+        precondition(count < base.count, "report body larger than its bound")
+        base[count] = b
+        count &+= 1
+    }
+
+    mutating func bytes(_ bytes: UnsafeRawBufferPointer) {
+        precondition(count + bytes.count <= base.count, "report body larger than its bound")
+        guard let from = bytes.baseAddress, bytes.count > 0 else { return }
+        (base.baseAddress! + count).copyMemory(from: from, byteCount: bytes.count)
+        count += bytes.count
+    }
+
+    mutating func bytes(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { self.bytes($0) }
+    }
+
+    mutating func ascii(_ s: String) {
+        var s = s
+        s.withUTF8 { bytes(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// `n`'s digits as `String(n)` writes them.
+    mutating func decimal(_ n: Int64) {
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: a sign and 19 digits fit
+        withUnsafeMutableBytes(of: &digits) { scratch in
+            var at = scratch.count
+            var rest = n.magnitude
+            repeat {
+                at -= 1
+                scratch[at] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10)
+                rest /= 10
+            } while rest > 0
+            if n < 0 {
+                at -= 1
+                scratch[at] = UInt8(ascii: "-")
+            }
+            bytes(UnsafeRawBufferPointer(rebasing: scratch[at...]))
+        }
+    }
+
+    /// `s` as a JSON string literal: runs of bytes that need no escape are copied whole.
+    mutating func jsonString(_ s: String) {
+        byte(0x22)
+        var s = s
+        s.withUTF8 { utf8 in
+            let all = UnsafeRawBufferPointer(utf8)
+            var run = 0
+            for (i, b) in utf8.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C {
+                bytes(UnsafeRawBufferPointer(rebasing: all[run..<i]))
+                switch b {
+                case 0x22: byte(0x5C); byte(0x22)
+                case 0x5C: byte(0x5C); byte(0x5C)
+                case 0x0A: byte(0x5C); byte(0x6E)
+                case 0x0D: byte(0x5C); byte(0x72)
+                case 0x09: byte(0x5C); byte(0x74)
+                default:
+                    for c in [0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15)] as [UInt8] { byte(c) }
+                }
+                run = i + 1
+            }
+            bytes(UnsafeRawBufferPointer(rebasing: all[run...]))
+        }
+        byte(0x22)
+    }
+
+    /// `s` as a CSV field: quoted, with quotes doubled, when it holds a comma, quote or line end.
+    mutating func csvField(_ s: String) {
+        var s = s
+        s.withUTF8 { utf8 in
+            let all = UnsafeRawBufferPointer(utf8)
+            guard utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else {
+                bytes(all)
+                return
+            }
+            byte(0x22)
+            var run = 0
+            for (i, b) in utf8.enumerated() where b == 0x22 {
+                bytes(UnsafeRawBufferPointer(rebasing: all[run...i]))
+                byte(0x22)
+                run = i + 1
+            }
+            bytes(UnsafeRawBufferPointer(rebasing: all[run...]))
+            byte(0x22)
+        }
     }
 }

@@ -49,7 +49,16 @@ struct ReportRoutes: Sendable {
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
         headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: csv ? ByteBuffer(string: result.csv) : ByteBuffer(bytes: result.jsonBytes)))
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: csv ? ByteBuffer(bytes: result.csvBytes) : Self.jsonBody(result)))
+    }
+
+    /// The report's JSON written straight into the response's buffer: an hourly report's body
+    /// is a megabyte, and writing it elsewhere first costs a copy of it.
+    static func jsonBody(_ result: ReportResult) -> ByteBuffer {
+        let bound = result.jsonByteBound
+        var buffer = ByteBufferAllocator().buffer(capacity: bound)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { result.writeJSON(into: $0) }
+        return buffer
     }
 
     /// Reports and audit trails are private figures: no shared or browser cache keeps them, and

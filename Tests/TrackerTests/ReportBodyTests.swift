@@ -1,0 +1,61 @@
+import Foundation
+import Testing
+@testable import Tracker
+
+/// Report bodies are written straight into memory sized beforehand: whatever the values, the
+/// bound holds them and the bytes read back as the values.
+struct ReportBodyTests {
+    /// The worst strings for the bound (control characters are six bytes each in JSON) and for
+    /// CSV quoting, the extreme counts, a ratio, in another zone by hour.
+    static func hostileResult() throws -> ReportResult {
+        var query = try ReportQuery(kind: .summary, from: Day(year: 2026, month: 11, day: 1)!, to: Day(year: 2026, month: 11, day: 2)!)
+        query.timeZone = "America/New_York"
+        query.granularity = .hour
+        let texts = ["\u{1}\u{2}\u{1f}", "a,b", "say \"hi\"", "line\nend\r", "back\\slash", "é 😀", ""]
+        let rows: [[ReportValue]] = texts.enumerated().map { i, text in
+            [.text(text), .count(i.isMultiple(of: 2) ? .max : .min), .ratio(1 / 3), .ratio(.infinity)]
+        }
+        return ReportResult(query: query, columns: ["adUnit", "impressions", "ctr", "share"], rows: rows,
+                            lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 7)
+    }
+
+    @Test func theJSONBodyReadsBackAsTheRows() throws {
+        let result = try Self.hostileResult()
+        let bytes = result.jsonBytes
+        #expect(bytes.count <= result.jsonByteBound)
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        #expect(body["tz"] as? String == "America/New_York")
+        #expect(body["granularity"] as? String == "hour")
+        #expect(body["ivtRules"] as? Int == 7)
+        let rows = try #require(body["rows"] as? [[String: Any]])
+        #expect(rows.count == result.rows.count)
+        for (row, values) in zip(rows, result.rows) {
+            guard case .text(let text) = values[0], case .count(let count) = values[1] else { Issue.record("unexpected values"); continue }
+            #expect(row["adUnit"] as? String == text)
+            #expect((row["impressions"] as? NSNumber)?.int64Value == count)
+            #expect((row["ctr"] as? NSNumber)?.doubleValue == 1.0 / 3)
+            #expect((row["share"] as? NSNumber)?.doubleValue == 0)
+        }
+    }
+
+    @Test func theCSVBodyQuotesWhatRFC4180Quotes() throws {
+        let result = try Self.hostileResult()
+        // Written the plain way, field by field, as a reader of RFC 4180 expects.
+        var expected = result.columns.joined(separator: ",") + "\n"
+        for row in result.rows {
+            expected += row.map { value -> String in
+                let s = value.plain
+                guard s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" || $0 == "\r\n" }) else { return s }
+                return "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+            }.joined(separator: ",") + "\n"
+        }
+        #expect(result.csv == expected)
+    }
+
+    @Test func anEmptyReportIsItsHeaderAlone() throws {
+        var result = try Self.hostileResult()
+        result.rows = []
+        #expect(result.json == #"{"from":"2026-11-01","to":"2026-11-02","tz":"America/New_York","granularity":"hour","ivtRules":7,"rows":[]}"#)
+        #expect(result.csv == "adUnit,impressions,ctr,share\n")
+    }
+}
