@@ -74,6 +74,31 @@ struct TimeZoneReportTests {
         }
     }
 
+    /// St. John's fell back across midnight until 2011 (00:01 NDT became 23:01 NST of the day
+    /// before, at 02:31 UTC): the old day's last hour comes again after the new day began, and
+    /// every event still counts on its own local day only, by day and by hour.
+    @Test func aZoneThatFellBackAcrossMidnightCountsEveryEventOnItsOwnDay() async throws {
+        try await withTestDatabase { db in
+            // 23:50 NDT and 23:20, 23:40 NST on the 28th; 00:10 and 01:20 NST on the 29th. (The
+            // quarter hour of the change, 02:30 UTC, is left out: it starts at 00:00 NDT on the
+            // 29th, where its events after 02:31 are, by the clock, on the 28th.)
+            let times = [Self.utc(2006, 10, 29, 2, 20), Self.utc(2006, 10, 29, 2, 50), Self.utc(2006, 10, 29, 3, 10),
+                         Self.utc(2006, 10, 29, 3, 40), Self.utc(2006, 10, 29, 4, 50)]
+            let events = times.enumerated().map { i, at in Events.make(.impression, ad: "s\(i)", at: at) }
+            try await db.append(events)
+            try await db.projector().catchUp()
+            for granularity in ReportGranularity.allCases {
+                let expected = ReferenceReports.csv(events, clock: .init("America/St_Johns", hourly: granularity == .hour))
+                let got = try await db.reportsAsCSV(days: 3, from: Day(year: 2006, month: 10, day: 27)!, timeZone: "America/St_Johns",
+                                                    granularity: granularity)
+                #expect(!expected.isEmpty && got == expected, "every report by \(granularity)")
+            }
+            let day = try await Reports(pool: db.pool).run(try ReportQuery(kind: .summary, from: Day(year: 2006, month: 10, day: 28)!,
+                                                                          to: Day(year: 2006, month: 10, day: 29)!, timeZone: "America/St_Johns"))
+            #expect(day.rows.map { $0[3] } == [.count(3), .count(2)], "three impressions on the 28th and two on the 29th")
+        }
+    }
+
     /// Two ad units whose names are the same text to Swift but not the same bytes (é, and e with
     /// a combining accent) are two rows in every zone, as in UTC, in bytewise order: the
     /// projector's rows (`ProjectionKey`) and the reports keep values apart by their bytes, as

@@ -303,8 +303,10 @@ enum ReportSQL {
 /// (by PostgreSQL's `AT TIME ZONE`, the zone database every report uses) and kept.
 ///
 /// Each UTC quarter hour of the range falls in one local day and one local hour (every offset in
-/// use is a whole number of quarter hours); the quarter hours of one half day that fall in one
-/// local day or hour are consecutive, so they are one slice of that half day's running counts.
+/// use is a whole number of quarter hours); each run of consecutive quarter hours of one half
+/// day in one local day or hour is one slice of that half day's running counts. It is mostly one
+/// run; where a zone fell back across midnight (St. John's, at 00:01 until 2011) the old day's
+/// last hour comes again after the new day began, and the day has two runs in that half day.
 final class LocalSegments: Sendable {
     static let shared = LocalSegments()
 
@@ -532,7 +534,7 @@ final class LocalSegments: Sendable {
 
     /// $1 first and $2 last local day, $3 zone, $4 by hour, $5 the zone is UTC (hours written
     /// with Z). Columns: half day, day label, hour label, first and past-last running count
-    /// (from 0), in order of half day and first count. An hour
+    /// (from 0) of each run of consecutive quarter hours, in order of half day and first count. An hour
     /// is the local clock's hour at the zone's offset then: the repeated hour of a fall-back day
     /// is two, one per offset, labelled HH:00 with that offset (where an offset changes by half
     /// an hour, as on Lord Howe Island, the label names the clock hour, not the instant the
@@ -540,6 +542,8 @@ final class LocalSegments: Sendable {
     static let sql = """
         SELECT block, day, hour, min(idx), max(idx) + 1
         FROM (
+            SELECT block, idx, day, hour, idx - row_number() OVER (PARTITION BY block, day, hour ORDER BY idx) AS run
+            FROM (
             SELECT b.block, (q.n - b.block * 48)::int4 AS idx, to_char(l.local, 'YYYY-MM-DD') AS day,
                    CASE WHEN $4::boolean THEN
                        to_char(date_trunc('hour', l.local), 'YYYY-MM-DD"T"HH24:MI:SS')
@@ -554,8 +558,9 @@ final class LocalSegments: Sendable {
                  LATERAL (SELECT floor(extract(epoch FROM s) / 900)::int8 AS n) AS q,
                  LATERAL (SELECT floor(q.n / 48.0)::int8 AS block) AS b
             WHERE l.local::date BETWEEN $1::date AND $2::date
-        ) slots
-        GROUP BY block, day, hour
+            ) slots
+        ) runs
+        GROUP BY block, day, hour, run
         ORDER BY block, min(idx)
         """
 }
