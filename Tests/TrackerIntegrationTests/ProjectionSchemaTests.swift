@@ -29,6 +29,9 @@ struct ProjectionSchemaTests {
                 let storage = try await db.scalar("SELECT attstorage::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'counts'",
                                                   [table.tableName(grain)])
                 #expect(storage == "p", "\(table.tableName(grain)).counts is stored uncompressed in the row")
+                let options = try await db.scalar("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = $1::regclass",
+                                                  [table.tableName(grain)])
+                #expect(options == "toast_tuple_target=8160", "\(table.tableName(grain)) keeps its key texts in the row")
             }
         }
     }

@@ -1015,12 +1015,14 @@ GRANT SELECT ON format_quarters, asset_quarters, source_quarters, ivt_quarters T
 --
 -- The projector reads a row's counts, adds its step's and writes them back (it is the only
 -- writer, one step at a time under its lock); PostgreSQL does no arithmetic on them.
-
-CREATE FUNCTION pg_temp.tracker_pack_counts(measures bigint[]) RETURNS bytea
-LANGUAGE sql IMMUTABLE STRICT AS $$
-    SELECT string_agg(int8send(measures[m][k]), ''::bytea ORDER BY k, m)
-    FROM generate_series(1, array_length(measures, 2)) AS k, generate_series(1, array_length(measures, 1)) AS m
-$$;
+--
+-- toast_tuple_target = 8160: a row's counts alone are past PostgreSQL's 2 kB TOAST threshold,
+-- and without it every key text longer than a few bytes (a real ad unit path) would be moved
+-- out of the row, to be fetched back for every row a report reads.
+--
+-- Each table is made anew and filled from its arrays, which are then dropped (grants added by
+-- hand to the old tables are not carried over); the packing is written out in each INSERT so
+-- that the migration needs no temporary objects (a role may lack TEMP).
 
 ALTER TABLE format_quarters RENAME TO format_quarters_arrays;
 ALTER TABLE format_quarters_arrays RENAME CONSTRAINT format_quarters_pkey TO format_quarters_arrays_pkey;
@@ -1033,12 +1035,15 @@ CREATE TABLE format_quarters (
     PRIMARY KEY (quarters_from, ad_unit, format_id, traffic_class)
 );
 ALTER TABLE format_quarters ALTER COLUMN counts SET STORAGE PLAIN;
+ALTER TABLE format_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN format_quarters.counts IS 'impressions,duplicate_impressions,stale_impressions,clicks,duplicate_clicks,attributed_clicks,adchoices_impressions,adchoices_clicks,video_plays,video_ends,eea_reservation_impressions,with_adchoices,givt_impressions,givt_clicks';
 INSERT INTO format_quarters
 SELECT traffic_class, quarters_from, ad_unit, format_id,
-       pg_temp.tracker_pack_counts(ARRAY[impressions, duplicate_impressions, stale_impressions, clicks, duplicate_clicks,
-                                         attributed_clicks, adchoices_impressions, adchoices_clicks, video_plays, video_ends,
-                                         eea_reservation_impressions, with_adchoices, givt_impressions, givt_clicks])
+       (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
+        FROM (SELECT ARRAY[impressions, duplicate_impressions, stale_impressions, clicks, duplicate_clicks,
+                           attributed_clicks, adchoices_impressions, adchoices_clicks, video_plays, video_ends,
+                           eea_reservation_impressions, with_adchoices, givt_impressions, givt_clicks] AS a) AS measures,
+             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
 FROM format_quarters_arrays;
 DROP TABLE format_quarters_arrays;
 
@@ -1054,10 +1059,13 @@ CREATE TABLE asset_quarters (
     PRIMARY KEY (quarters_from, ad_unit, format_id, asset_key, traffic_class)
 );
 ALTER TABLE asset_quarters ALTER COLUMN counts SET STORAGE PLAIN;
+ALTER TABLE asset_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN asset_quarters.counts IS 'clicks,duplicate_clicks,attributed_clicks,no_impression,before_impression,outside_window';
 INSERT INTO asset_quarters
 SELECT traffic_class, quarters_from, ad_unit, format_id, asset_key,
-       pg_temp.tracker_pack_counts(ARRAY[clicks, duplicate_clicks, attributed_clicks, no_impression, before_impression, outside_window])
+       (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
+        FROM (SELECT ARRAY[clicks, duplicate_clicks, attributed_clicks, no_impression, before_impression, outside_window] AS a) AS measures,
+             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
 FROM asset_quarters_arrays;
 DROP TABLE asset_quarters_arrays;
 
@@ -1073,11 +1081,14 @@ CREATE TABLE source_quarters (
     PRIMARY KEY (quarters_from, ad_unit, format_id, adapter, traffic_class)
 );
 ALTER TABLE source_quarters ALTER COLUMN counts SET STORAGE PLAIN;
+ALTER TABLE source_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN source_quarters.counts IS 'app_impressions,sdk_impressions,mediation_impressions,double_tracked_impression_ads,double_tracked_click_ads';
 INSERT INTO source_quarters
 SELECT traffic_class, quarters_from, ad_unit, format_id, adapter,
-       pg_temp.tracker_pack_counts(ARRAY[app_impressions, sdk_impressions, mediation_impressions, double_tracked_impression_ads,
-                                         double_tracked_click_ads])
+       (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
+        FROM (SELECT ARRAY[app_impressions, sdk_impressions, mediation_impressions, double_tracked_impression_ads,
+                           double_tracked_click_ads] AS a) AS measures,
+             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
 FROM source_quarters_arrays;
 DROP TABLE source_quarters_arrays;
 
@@ -1093,9 +1104,12 @@ CREATE TABLE ivt_quarters (
     PRIMARY KEY (quarters_from, ad_unit, format_id, label, traffic_class)
 );
 ALTER TABLE ivt_quarters ALTER COLUMN counts SET STORAGE PLAIN;
+ALTER TABLE ivt_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN ivt_quarters.counts IS 'impressions,clicks,events';
 INSERT INTO ivt_quarters
-SELECT traffic_class, quarters_from, ad_unit, format_id, label, pg_temp.tracker_pack_counts(ARRAY[impressions, clicks, events])
+SELECT traffic_class, quarters_from, ad_unit, format_id, label, (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
+        FROM (SELECT ARRAY[impressions, clicks, events] AS a) AS measures,
+             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
 FROM ivt_quarters_arrays;
 DROP TABLE ivt_quarters_arrays;
 
@@ -1104,6 +1118,8 @@ DROP FUNCTION tracker_add_counts(bigint[], bigint[]);
 REVOKE ALL ON format_quarters, asset_quarters, source_quarters, ivt_quarters FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON format_quarters, asset_quarters, source_quarters, ivt_quarters TO tracker_projector;
 GRANT SELECT ON format_quarters, asset_quarters, source_quarters, ivt_quarters TO tracker_report;
+
+ANALYZE format_quarters, asset_quarters, source_quarters, ivt_quarters;
 """#),
     ]
 
