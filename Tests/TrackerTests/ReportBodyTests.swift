@@ -11,9 +11,9 @@ struct ReportBodyTests {
         var query = try ReportQuery(kind: .summary, from: Day(year: 2026, month: 11, day: 1)!, to: Day(year: 2026, month: 11, day: 2)!)
         query.timeZone = "America/New_York"
         query.granularity = .hour
-        let texts = ["\u{1}\u{2}\u{1f}", "a,b", "say \"hi\"", "line\nend\r", "back\\slash", "é 😀", ""]
+        let texts = ["\u{1}\u{2}\u{1f}", "a,b", "say \"hi\"", "line\nend\r", "back\\slash", "é 😀", "", "q\"\u{301}", "crlf\r\n"]
         let rows: [[ReportValue]] = texts.enumerated().map { i, text in
-            [.text(text), .count(i.isMultiple(of: 2) ? .max : .min), .ratio(1 / 3), .ratio(.infinity)]
+            [.text(text), .count(i.isMultiple(of: 2) ? .max : .min), .ratio(1 / 3), .ratio(i == 0 ? -2.2250738585072014e-308 : .infinity)]
         }
         return ReportResult(query: query, columns: ["adUnit", "impressions", "ctr", "share"], rows: rows,
                             lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 7)
@@ -29,12 +29,12 @@ struct ReportBodyTests {
         #expect(body["ivtRules"] as? Int == 7)
         let rows = try #require(body["rows"] as? [[String: Any]])
         #expect(rows.count == result.rows.count)
-        for (row, values) in zip(rows, result.rows) {
+        for (place, (row, values)) in zip(rows, result.rows).enumerated() {
             guard case .text(let text) = values[0], case .count(let count) = values[1] else { Issue.record("unexpected values"); continue }
             #expect(row["adUnit"] as? String == text)
             #expect((row["impressions"] as? NSNumber)?.int64Value == count)
             #expect((row["ctr"] as? NSNumber)?.doubleValue == 1.0 / 3)
-            #expect((row["share"] as? NSNumber)?.doubleValue == 0)
+            #expect((row["share"] as? NSNumber)?.doubleValue == (place == 0 ? -2.2250738585072014e-308 : 0))
         }
     }
 
@@ -43,13 +43,22 @@ struct ReportBodyTests {
         // Written the plain way, field by field, as a reader of RFC 4180 expects.
         var expected = result.columns.joined(separator: ",") + "\n"
         for row in result.rows {
-            expected += row.map { value -> String in
-                let s = value.plain
-                guard s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" || $0 == "\r\n" }) else { return s }
-                return "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-            }.joined(separator: ",") + "\n"
+            expected += row.map { csvReference($0.plain) }.joined(separator: ",") + "\n"
         }
         #expect(result.csv == expected)
+        #expect(result.csvBytes.count <= result.csvByteBound)
+        // The reconciliation report's CSV quotes its fields the same way.
+        for row in result.rows {
+            for value in row { #expect(ReportResult.csvField(value.plain) == csvReference(value.plain)) }
+        }
+    }
+
+    /// RFC 4180's rule, on the field's bytes (a quote followed by a combining accent is still a
+    /// quote to a CSV reader, though Swift sees one character).
+    func csvReference(_ s: String) -> String {
+        guard s.utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else { return s }
+        let parts = s.utf8.split(separator: 0x22, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        return "\"" + parts.joined(separator: "\"\"") + "\""
     }
 
     @Test func anEmptyReportIsItsHeaderAlone() throws {

@@ -2,10 +2,12 @@
 /// columns, the projector's writes and the reports' SQL and names are derived.
 ///
 /// A case's position is its lane in a row's `Measures` vector, `column` is its column in the
-/// table, and reports name it as the case is named. Adding a measure takes a case here with
-/// its column, its rule in `AdContribution`, a migration adding the column, and the report
-/// columns that show it (`ReportSQL`); `ProjectionSchemaTests` fails while this list and the
-/// schema disagree.
+/// day table and its place in the half-day rows' `counts`, and reports name it as the case is
+/// named. Adding a measure takes a case here (at the end) with its column, its rule in
+/// `AdContribution`, a migration that adds the day table's column and rewrites every half-day
+/// row's `counts` to the new width (a 0 for the new measure after each count of the others) and
+/// the column's comment, and the report columns that show it (`ReportSQL`);
+/// `ProjectionSchemaTests` fails while this list and the schema disagree.
 public protocol ProjectionMeasure: CaseIterable, Sendable, Hashable, RawRepresentable<Int> where AllCases == [Self] {
     static var table: ProjectionTable { get }
     var column: String { get }

@@ -51,10 +51,15 @@ enum QuarterBlock {
     }
 }
 
-/// Adds signed row changes to the projection tables, one statement per table and grain.
+/// Adds signed row changes to the projection tables: by day one upsert per table, by half day
+/// a read of the rows' counts, an upsert of their new counts and a delete of the emptied ones.
 ///
 /// A row whose measures all return to zero is deleted, so the incrementally maintained
 /// tables hold exactly the rows a rebuild writes (it writes only non-zero rows).
+///
+/// The half-day rows are read, added to and written back, so the caller must be their only
+/// writer until it commits: a projector step holds the projector's lock (`ProjectorSQL.lock`),
+/// and a rebuild writes tables of its own schema before it swaps them in under that lock.
 enum ProjectionWriter {
     static func apply(_ delta: Contribution, on connection: Connection) throws {
         for table in ProjectionTable.allCases {

@@ -247,8 +247,8 @@ public struct Rebuild: Sendable {
             report("indexing", read, projected)
             try c.execute("ALTER TABLE tracker_rebuild.ad_state ADD PRIMARY KEY (request_id)")
             // Statistics for every new table, not only the large one: without them the planner
-            // guesses the projection tables' sizes until autovacuum comes by, and a report in a
-            // time zone joins its half-day rows the slow way for that while.
+            // guesses the projection tables' sizes until autovacuum comes by, and plans the
+            // reports' and the projector's reads of them on those guesses.
             try c.execute("ANALYZE " + tables.map { "tracker_rebuild.\($0)" }.joined(separator: ", "))
 
             // 4. Catch up with what arrived meanwhile, in the new schema.

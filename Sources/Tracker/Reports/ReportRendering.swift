@@ -44,12 +44,23 @@ extension ReportResult {
     /// The most bytes `json` can take (each string escaped at its longest): what a caller gives
     /// `writeJSON(into:)`.
     public var jsonByteBound: Int {
-        var bound = 160 + 6 * query.timeZone.utf8.count + columns.reduce(0) { $0 + 6 * $1.utf8.count + 3 } * max(rows.count, 1)
+        let keys = jsonKeys.reduce(0) { $0 + $1.count }
+        var bound = 160 + 6 * query.timeZone.utf8.count
         for row in rows {
-            bound += 2 + row.count
+            bound += 2 + row.count + keys
             for value in row { bound += value.byteBound }
         }
         return bound
+    }
+
+    /// Each column's name quoted, with its colon: every row repeats them.
+    private var jsonKeys: [[UInt8]] {
+        columns.map { name in
+            var key: [UInt8] = []
+            JSONText.appendQuoted(name, to: &key)
+            key.append(UInt8(ascii: ":"))
+            return key
+        }
     }
 
     /// Writes `json` into `out`, which holds `jsonByteBound` bytes at least, and answers how many
@@ -64,13 +75,7 @@ extension ReportResult {
             w.ascii(",\"granularity\":\"\(query.granularity.rawValue)\",")
         }
         w.ascii("\"ivtRules\":\(ivtRules),\"rows\":[")
-        // Each row repeats the column names: quoted once.
-        let keys: [[UInt8]] = columns.map { name in
-            var key: [UInt8] = []
-            JSONText.appendQuoted(name, to: &key)
-            key.append(UInt8(ascii: ":"))
-            return key
-        }
+        let keys = jsonKeys
         for (i, row) in rows.enumerated() {
             if i > 0 { w.byte(UInt8(ascii: ",")) }
             w.byte(UInt8(ascii: "{"))
@@ -94,30 +99,39 @@ extension ReportResult {
         String(decoding: csvBytes, as: UTF8.self)
     }
 
-    /// `csv` as UTF-8 bytes, written as `writeJSON(into:)` writes JSON.
+    /// `csv` as UTF-8 bytes.
     public var csvBytes: [UInt8] {
-        var bound = columns.reduce(1) { $0 + 2 * $1.utf8.count + 3 }
+        Self.rendered(byteBound: csvByteBound) { writeCSV(into: $0) }
+    }
+
+    /// The most bytes `csv` can take: what a caller gives `writeCSV(into:)`.
+    public var csvByteBound: Int {
+        var bound = columns.reduce(1) { $0 + $1.utf8.count + 1 }
         for row in rows {
-            bound += 1 + row.count
+            bound += row.count
             for value in row { bound += value.byteBound }
         }
-        return Self.rendered(byteBound: bound) { out in
-            var w = RawWriter(out)
-            w.ascii(columns.joined(separator: ","))
-            w.byte(UInt8(ascii: "\n"))
-            for row in rows {
-                for (j, value) in row.enumerated() {
-                    if j > 0 { w.byte(UInt8(ascii: ",")) }
-                    switch value {
-                    case .text(let s): w.csvField(s)
-                    case .count(let n): w.decimal(n)
-                    case .ratio: w.ascii(value.plain)
-                    }
+        return bound
+    }
+
+    /// Writes `csv` into `out`, which holds `csvByteBound` bytes at least, as `writeJSON(into:)`
+    /// writes JSON, and answers how many it wrote.
+    public func writeCSV(into out: UnsafeMutableRawBufferPointer) -> Int {
+        var w = RawWriter(out)
+        w.ascii(columns.joined(separator: ","))
+        w.byte(UInt8(ascii: "\n"))
+        for row in rows {
+            for (j, value) in row.enumerated() {
+                if j > 0 { w.byte(UInt8(ascii: ",")) }
+                switch value {
+                case .text(let s): w.csvField(s)
+                case .count(let n): w.decimal(n)
+                case .ratio: w.ascii(value.plain)
                 }
-                w.byte(UInt8(ascii: "\n"))
             }
-            return w.count
+            w.byte(UInt8(ascii: "\n"))
         }
+        return w.count
     }
 
     private static func rendered(byteBound: Int, _ write: (UnsafeMutableRawBufferPointer) -> Int) -> [UInt8] {
@@ -126,11 +140,17 @@ extension ReportResult {
         }
     }
 
+    /// `s` as a CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote
+    /// or line end, told by its bytes as `RawWriter.csvField` does.
     static func csvField(_ s: String) -> String {
-        guard s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return s }
-        var quoted = "\""
-        for ch in s { quoted += ch == "\"" ? "\"\"" : String(ch) }
-        return quoted + "\""
+        guard s.utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else { return s }
+        var quoted: [UInt8] = [0x22]
+        for b in s.utf8 {
+            quoted.append(b)
+            if b == 0x22 { quoted.append(0x22) }
+        }
+        quoted.append(0x22)
+        return String(decoding: quoted, as: UTF8.self)
     }
 
     /// Aligned columns for a terminal: dimensions left, numbers right.
@@ -146,8 +166,9 @@ extension ReportResult {
     }
 }
 
-/// Stores bytes one after the other into memory sized beforehand (`jsonByteBound`): no
-/// capacity check nor copy-on-write check per byte, as appending to an array has.
+/// Stores bytes one after the other into memory sized beforehand (`jsonByteBound`,
+/// `csvByteBound`): a bounds check per write, and neither the growth nor the copy-on-write
+/// check of appending to an array.
 struct RawWriter {
     private let base: UnsafeMutableRawBufferPointer
     private(set) var count = 0

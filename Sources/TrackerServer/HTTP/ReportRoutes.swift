@@ -49,15 +49,18 @@ struct ReportRoutes: Sendable {
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
         headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: csv ? ByteBuffer(bytes: result.csvBytes) : Self.jsonBody(result)))
+        let body = csv ? Self.body(bound: result.csvByteBound, result.writeCSV, else: { result.csvBytes })
+            : Self.body(bound: result.jsonByteBound, result.writeJSON, else: { result.jsonBytes })
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
     }
 
-    /// The report's JSON written straight into the response's buffer: an hourly report's body
-    /// is a megabyte, and writing it elsewhere first costs a copy of it.
-    static func jsonBody(_ result: ReportResult) -> ByteBuffer {
-        let bound = result.jsonByteBound
+    /// A report's body written straight into the response's buffer (an hourly report's is a
+    /// megabyte, and writing it elsewhere first costs a copy of it), or, past what a buffer can
+    /// be sized to at once, written as bytes of its own size first.
+    static func body(bound: Int, _ write: (UnsafeMutableRawBufferPointer) -> Int, else bytes: () -> [UInt8]) -> ByteBuffer {
+        guard bound <= Int(UInt32.max) else { return ByteBuffer(bytes: bytes()) }
         var buffer = ByteBufferAllocator().buffer(capacity: bound)
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { result.writeJSON(into: $0) }
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { write($0) }
         return buffer
     }
 

@@ -63,11 +63,13 @@ extension TestDatabase {
             "format_day": try await rows("SELECT * FROM format_day ORDER BY day, ad_unit, format_id, traffic_class"),
             "asset_day": try await rows("SELECT * FROM asset_day ORDER BY day, ad_unit, format_id, asset_key, traffic_class"),
             "source_day": try await rows("SELECT * FROM source_day ORDER BY day, ad_unit, format_id, adapter, traffic_class"),
+            "ivt_day": try await rows("SELECT * FROM ivt_day ORDER BY day, ad_unit, format_id, label, traffic_class"),
             "format_quarters": try await rows("SELECT * FROM format_quarters ORDER BY quarters_from, ad_unit, format_id, traffic_class"),
             "asset_quarters": try await rows(
                 "SELECT * FROM asset_quarters ORDER BY quarters_from, ad_unit, format_id, asset_key, traffic_class"),
             "source_quarters": try await rows(
                 "SELECT * FROM source_quarters ORDER BY quarters_from, ad_unit, format_id, adapter, traffic_class"),
+            "ivt_quarters": try await rows("SELECT * FROM ivt_quarters ORDER BY quarters_from, ad_unit, format_id, label, traffic_class"),
             "ad_events": try await rows("SELECT * FROM ad_events ORDER BY id"),
             "events_projected": try await rows("SELECT events_projected FROM projection_state"),
         ]
