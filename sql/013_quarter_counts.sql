@@ -22,7 +22,8 @@
 --
 -- Each table is made anew and filled from its arrays, which are then dropped (grants added by
 -- hand to the old tables are not carried over); the packing is written out in each INSERT so
--- that the migration needs no temporary objects (a role may lack TEMP).
+-- that the migration needs no temporary objects (a role may lack TEMP): the counts in order,
+-- count i / W + 1 of measure i % W + 1 for i from 0.
 
 ALTER TABLE format_quarters RENAME TO format_quarters_arrays;
 ALTER TABLE format_quarters_arrays RENAME CONSTRAINT format_quarters_pkey TO format_quarters_arrays_pkey;
@@ -39,12 +40,12 @@ ALTER TABLE format_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN format_quarters.counts IS 'impressions,duplicate_impressions,stale_impressions,clicks,duplicate_clicks,attributed_clicks,adchoices_impressions,adchoices_clicks,video_plays,video_ends,eea_reservation_impressions,with_adchoices,givt_impressions,givt_clicks';
 INSERT INTO format_quarters
 SELECT traffic_class, quarters_from, ad_unit, format_id,
-       (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
-        FROM (SELECT ARRAY[impressions, duplicate_impressions, stale_impressions, clicks, duplicate_clicks,
-                           attributed_clicks, adchoices_impressions, adchoices_clicks, video_plays, video_ends,
-                           eea_reservation_impressions, with_adchoices, givt_impressions, givt_clicks] AS a) AS measures,
-             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
-FROM format_quarters_arrays;
+       (SELECT string_agg(int8send(a[i % 14 + 1][i / 14 + 1]), ''::bytea ORDER BY i) FROM generate_series(0, 49 * 14 - 1) AS i)
+FROM (SELECT traffic_class, quarters_from, ad_unit, format_id,
+             ARRAY[impressions, duplicate_impressions, stale_impressions, clicks, duplicate_clicks, attributed_clicks,
+                   adchoices_impressions, adchoices_clicks, video_plays, video_ends, eea_reservation_impressions, with_adchoices,
+                   givt_impressions, givt_clicks] AS a
+      FROM format_quarters_arrays) AS arrays;
 DROP TABLE format_quarters_arrays;
 
 ALTER TABLE asset_quarters RENAME TO asset_quarters_arrays;
@@ -63,10 +64,10 @@ ALTER TABLE asset_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN asset_quarters.counts IS 'clicks,duplicate_clicks,attributed_clicks,no_impression,before_impression,outside_window';
 INSERT INTO asset_quarters
 SELECT traffic_class, quarters_from, ad_unit, format_id, asset_key,
-       (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
-        FROM (SELECT ARRAY[clicks, duplicate_clicks, attributed_clicks, no_impression, before_impression, outside_window] AS a) AS measures,
-             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
-FROM asset_quarters_arrays;
+       (SELECT string_agg(int8send(a[i % 6 + 1][i / 6 + 1]), ''::bytea ORDER BY i) FROM generate_series(0, 49 * 6 - 1) AS i)
+FROM (SELECT traffic_class, quarters_from, ad_unit, format_id, asset_key,
+             ARRAY[clicks, duplicate_clicks, attributed_clicks, no_impression, before_impression, outside_window] AS a
+      FROM asset_quarters_arrays) AS arrays;
 DROP TABLE asset_quarters_arrays;
 
 ALTER TABLE source_quarters RENAME TO source_quarters_arrays;
@@ -85,11 +86,10 @@ ALTER TABLE source_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN source_quarters.counts IS 'app_impressions,sdk_impressions,mediation_impressions,double_tracked_impression_ads,double_tracked_click_ads';
 INSERT INTO source_quarters
 SELECT traffic_class, quarters_from, ad_unit, format_id, adapter,
-       (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
-        FROM (SELECT ARRAY[app_impressions, sdk_impressions, mediation_impressions, double_tracked_impression_ads,
-                           double_tracked_click_ads] AS a) AS measures,
-             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
-FROM source_quarters_arrays;
+       (SELECT string_agg(int8send(a[i % 5 + 1][i / 5 + 1]), ''::bytea ORDER BY i) FROM generate_series(0, 49 * 5 - 1) AS i)
+FROM (SELECT traffic_class, quarters_from, ad_unit, format_id, adapter,
+             ARRAY[app_impressions, sdk_impressions, mediation_impressions, double_tracked_impression_ads, double_tracked_click_ads] AS a
+      FROM source_quarters_arrays) AS arrays;
 DROP TABLE source_quarters_arrays;
 
 ALTER TABLE ivt_quarters RENAME TO ivt_quarters_arrays;
@@ -107,10 +107,10 @@ ALTER TABLE ivt_quarters ALTER COLUMN counts SET STORAGE PLAIN;
 ALTER TABLE ivt_quarters SET (toast_tuple_target = 8160);
 COMMENT ON COLUMN ivt_quarters.counts IS 'impressions,clicks,events';
 INSERT INTO ivt_quarters
-SELECT traffic_class, quarters_from, ad_unit, format_id, label, (SELECT string_agg(int8send(a[m][k]), ''::bytea ORDER BY k, m)
-        FROM (SELECT ARRAY[impressions, clicks, events] AS a) AS measures,
-             generate_series(1, 49) AS k, generate_series(1, array_length(measures.a, 1)) AS m)
-FROM ivt_quarters_arrays;
+SELECT traffic_class, quarters_from, ad_unit, format_id, label,
+       (SELECT string_agg(int8send(a[i % 3 + 1][i / 3 + 1]), ''::bytea ORDER BY i) FROM generate_series(0, 49 * 3 - 1) AS i)
+FROM (SELECT traffic_class, quarters_from, ad_unit, format_id, label, ARRAY[impressions, clicks, events] AS a
+      FROM ivt_quarters_arrays) AS arrays;
 DROP TABLE ivt_quarters_arrays;
 
 DROP FUNCTION tracker_add_counts(bigint[], bigint[]);
