@@ -3,7 +3,7 @@ import TrackerInput
 @testable import Tracker
 
 /// The reports' specs fit what sums their local-time slices: a report given a fourth key
-/// column would fail every local-time request with an unreadable slice.
+/// column would fail every local-time request with an unreadable half-day row.
 struct ReportSpecTests {
     @Test(arguments: ReportKind.allCases)
     func everyReportsKeyFitsTheSlicesSum(kind: ReportKind) throws {

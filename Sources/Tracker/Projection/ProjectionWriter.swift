@@ -40,6 +40,7 @@ public enum ProjectionGrain: Sendable, Hashable, CaseIterable {
 enum QuarterBlock {
     static let quarters: Int32 = 48
     static let counts = Int(quarters) + 1
+    static let microseconds: Int64 = 12 * 3_600_000_000
 
     /// The length of a `counts` value of `width` measures.
     static func byteCount(width: Int) -> Int { counts * width * 8 }
@@ -81,10 +82,9 @@ enum ProjectionWriter {
     }
 
     /// The quarter-hour changes added to the running counts of their half-day rows: each row's
-    /// counts are read, element k + 1 of each measure grows by the changes of the row's quarter
-    /// hours before k, and the row is written back whole, or deleted when it holds nothing.
-    /// PostgreSQL has no arithmetic on a bytea; the projector writes one step at a time under its
-    /// lock, so no other writer comes between the read and the write.
+    /// counts are read (PostgreSQL has no arithmetic on a bytea), element k + 1 of each measure
+    /// grows by the changes of the row's quarter hours before k, and the row is written back
+    /// whole, or deleted when it holds nothing.
     private static func writeQuarters(_ quarters: [ProjectionKey: Measures], _ table: ProjectionTable, on connection: Connection) throws {
         var blocks: [ProjectionKey: [Measures]] = [:]
         for (key, values) in quarters {
@@ -99,7 +99,7 @@ enum ProjectionWriter {
         let width = statements.width, length = QuarterBlock.byteCount(width: width)
         var keys = KeyColumns(capacity: rows.count)
         for (key, _) in rows { keys.append(key, time: Int64(key.quarterHour.index / QuarterBlock.quarters), table: table) }
-        let stored = try connection.query(statements.read!, keys.parameters(table).map(\.parameter), binaryResults: true)
+        let stored = try connection.query(table.readCounts, keys.parameters(table).map(\.parameter), binaryResults: true)
         // Each row's place in `rows` (1-based, the statement's ordinality) to its stored counts.
         var storedRow: [Int: Int] = [:]
         for r in 0..<stored.rowCount {
@@ -198,11 +198,14 @@ enum ProjectionWriter {
 }
 
 extension ProjectionTable {
-    /// The table's statements in one grain and its number of measures, built once (every
-    /// projector step uses them). Only the quarters grain reads rows before it writes them.
-    func statements(_ grain: ProjectionGrain) -> (upsert: String, deleteEmpty: String, read: String?, width: Int) {
+    /// The table's two statements in one grain and its number of measures, built once (every
+    /// projector step uses them).
+    func statements(_ grain: ProjectionGrain) -> (upsert: String, deleteEmpty: String, width: Int) {
         Self.built[Pair(table: self, grain: grain)]!
     }
+
+    /// The statement that reads the counts of the half-day rows a step changes, built once.
+    var readCounts: String { Self.readCountsBuilt[self]! }
 
     private struct Pair: Hashable {
         var table: ProjectionTable
@@ -212,10 +215,11 @@ extension ProjectionTable {
     private static let built = Dictionary(uniqueKeysWithValues: allCases.flatMap { table in
         ProjectionGrain.allCases.map { grain in
             (Pair(table: table, grain: grain),
-             (upsert: table.upsertSQL(grain), deleteEmpty: table.deleteEmptySQL(grain),
-              read: grain == .quarters ? table.readCountsSQL() : nil, width: table.measureColumns.count))
+             (upsert: table.upsertSQL(grain), deleteEmpty: table.deleteEmptySQL(grain), width: table.measureColumns.count))
         }
     })
+
+    private static let readCountsBuilt = Dictionary(uniqueKeysWithValues: allCases.map { ($0, $0.readCountsSQL()) })
 
     /// The table's name in one grain: `format_day`, `format_quarters`, ….
     func tableName(_ grain: ProjectionGrain) -> String {

@@ -1,6 +1,6 @@
 extension ReportValue {
     /// The most bytes the value takes in JSON or CSV: a string escaped at its longest (a control
-    /// character as \\u00XX) and quoted, a count's 20 characters, a ratio's 32.
+    /// character as `\u00XX`) and quoted, a count's 20 characters, a ratio's 32.
     var byteBound: Int {
         switch self {
         case .text(let s): 2 + 6 * s.utf8.count
@@ -140,17 +140,13 @@ extension ReportResult {
         }
     }
 
-    /// `s` as a CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote
-    /// or line end, told by its bytes as `RawWriter.csvField` does.
+    /// `s` as a CSV field (RFC 4180), as `RawWriter.csvField` writes it.
     static func csvField(_ s: String) -> String {
-        guard s.utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else { return s }
-        var quoted: [UInt8] = [0x22]
-        for b in s.utf8 {
-            quoted.append(b)
-            if b == 0x22 { quoted.append(0x22) }
-        }
-        quoted.append(0x22)
-        return String(decoding: quoted, as: UTF8.self)
+        String(decoding: rendered(byteBound: ReportValue.text(s).byteBound) { out in
+            var w = RawWriter(out)
+            w.csvField(s)
+            return w.count
+        }, as: UTF8.self)
     }
 
     /// Aligned columns for a terminal: dimensions left, numbers right.
@@ -217,32 +213,13 @@ struct RawWriter {
         }
     }
 
-    /// `s` as a JSON string literal: runs of bytes that need no escape are copied whole.
+    /// `s` as a JSON string literal.
     mutating func jsonString(_ s: String) {
-        byte(0x22)
-        var s = s
-        s.withUTF8 { utf8 in
-            let all = UnsafeRawBufferPointer(utf8)
-            var run = 0
-            for (i, b) in utf8.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C {
-                bytes(UnsafeRawBufferPointer(rebasing: all[run..<i]))
-                switch b {
-                case 0x22: byte(0x5C); byte(0x22)
-                case 0x5C: byte(0x5C); byte(0x5C)
-                case 0x0A: byte(0x5C); byte(0x6E)
-                case 0x0D: byte(0x5C); byte(0x72)
-                case 0x09: byte(0x5C); byte(0x74)
-                default:
-                    for c in [0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15)] as [UInt8] { byte(c) }
-                }
-                run = i + 1
-            }
-            bytes(UnsafeRawBufferPointer(rebasing: all[run...]))
-        }
-        byte(0x22)
+        JSONText.writeQuoted(s) { bytes($0) }
     }
 
-    /// `s` as a CSV field: quoted, with quotes doubled, when it holds a comma, quote or line end.
+    /// `s` as a CSV field: quoted, with quotes doubled, when it holds a comma, quote or line end
+    /// (told by its bytes: a quote followed by a combining accent is still a quote to a reader).
     mutating func csvField(_ s: String) {
         var s = s
         s.withUTF8 { utf8 in

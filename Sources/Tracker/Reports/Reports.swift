@@ -261,8 +261,9 @@ enum ReportSQL {
             FROM \(M.table.tableName(.quarters)) AS q
             \(quartersFilters)
             """
-        // A 30-day report by day needs three of a row's 49 elements (the first is 0), and
-        // sending all of them made it slower than the rows' few bytes it uses.
+        // A report by day needs at most three of a row's 49 counts per measure, the first being
+        // 0: it reads the cut and the total, not the whole row, which for a month of rows would
+        // be megabytes to receive for a few hundred sums.
         let element = M.allCases.count * 8
         let localCuts = """
             SELECT q.quarters_from, \(keyColumns),
@@ -367,7 +368,7 @@ final class LocalSegments: Sendable {
             var previous = Array(repeating: (bytes: UnsafeRawBufferPointer(start: nil, count: 0), number: -1), count: dimensions)
             for row in 0..<r.rowCount {
                 guard let microseconds = BinaryValue.microsecondsSince1970(timestamptz: r.bytes(row, 0)) else { throw Self.unreadable }
-                let (block, offset) = microseconds.quotientAndRemainder(dividingBy: Self.microsecondsPerBlock)
+                let (block, offset) = microseconds.quotientAndRemainder(dividingBy: QuarterBlock.microseconds)
                 let place = Int(block - firstBlock)
                 guard offset == 0, segmentsOfBlock.indices.contains(place) else { continue }
                 let countBytes = r.bytes(row, 1 + dimensions)
@@ -449,8 +450,6 @@ final class LocalSegments: Sendable {
             for (place, index) in items.indices.sorted(by: { precedes(items[$0], items[$1]) }).enumerated() { rank[index] = place }
             return rank
         }
-
-        static let microsecondsPerBlock: Int64 = 12 * 3_600_000_000
 
         /// Reads cuts (`cutsOfBlock`) when no half day has running counts other than its first,
         /// its total and one more at the segments' ends, and makes the segments' ends places in
@@ -544,20 +543,20 @@ final class LocalSegments: Sendable {
         FROM (
             SELECT block, idx, day, hour, idx - row_number() OVER (PARTITION BY block, day, hour ORDER BY idx) AS run
             FROM (
-            SELECT b.block, (q.n - b.block * 48)::int4 AS idx, to_char(l.local, 'YYYY-MM-DD') AS day,
-                   CASE WHEN $4::boolean THEN
-                       to_char(date_trunc('hour', l.local), 'YYYY-MM-DD"T"HH24:MI:SS')
-                       || CASE WHEN $5::boolean THEN 'Z'
-                               ELSE CASE WHEN l.off < 0 THEN '-' ELSE '+' END
-                                    || to_char(abs(l.off) / 3600, 'FM00') || ':' || to_char(abs(l.off) % 3600 / 60, 'FM00') END
-                   ELSE '' END AS hour
-            FROM generate_series(($1::date - 1)::timestamp AT TIME ZONE 'UTC', ($2::date + 2)::timestamp AT TIME ZONE 'UTC' - interval '15 minutes',
-                                 interval '15 minutes') AS s,
-                 LATERAL (SELECT s AT TIME ZONE $3::text AS local,
-                                 extract(epoch FROM (s AT TIME ZONE $3::text) - (s AT TIME ZONE 'UTC'))::int AS off) AS l,
-                 LATERAL (SELECT floor(extract(epoch FROM s) / 900)::int8 AS n) AS q,
-                 LATERAL (SELECT floor(q.n / 48.0)::int8 AS block) AS b
-            WHERE l.local::date BETWEEN $1::date AND $2::date
+                SELECT b.block, (q.n - b.block * 48)::int4 AS idx, to_char(l.local, 'YYYY-MM-DD') AS day,
+                       CASE WHEN $4::boolean THEN
+                           to_char(date_trunc('hour', l.local), 'YYYY-MM-DD"T"HH24:MI:SS')
+                           || CASE WHEN $5::boolean THEN 'Z'
+                                   ELSE CASE WHEN l.off < 0 THEN '-' ELSE '+' END
+                                        || to_char(abs(l.off) / 3600, 'FM00') || ':' || to_char(abs(l.off) % 3600 / 60, 'FM00') END
+                       ELSE '' END AS hour
+                FROM generate_series(($1::date - 1)::timestamp AT TIME ZONE 'UTC', ($2::date + 2)::timestamp AT TIME ZONE 'UTC' - interval '15 minutes',
+                                     interval '15 minutes') AS s,
+                     LATERAL (SELECT s AT TIME ZONE $3::text AS local,
+                                     extract(epoch FROM (s AT TIME ZONE $3::text) - (s AT TIME ZONE 'UTC'))::int AS off) AS l,
+                     LATERAL (SELECT floor(extract(epoch FROM s) / 900)::int8 AS n) AS q,
+                     LATERAL (SELECT floor(q.n / 48.0)::int8 AS block) AS b
+                WHERE l.local::date BETWEEN $1::date AND $2::date
             ) slots
         ) runs
         GROUP BY block, day, hour, run

@@ -1001,10 +1001,10 @@ GRANT SELECT ON format_quarters, asset_quarters, source_quarters, ivt_quarters T
 -- The half-day rows' running counts as one bytea per row (docs/REPORTS.md, "Time zones and
 -- hours").
 --
--- A report in a time zone reads every half-day row of its range whole and cuts the local days
--- or hours out of them in the tracker. PostgreSQL sends a bigint[] element by element, through
--- the element type's send function; it sends a bytea as the bytes it holds. A week of asset
--- rows took 7 ms to send as arrays and takes 1 ms as bytea.
+-- A report in a time zone reads the half-day rows of its range and cuts the local days or
+-- hours out of them in the tracker. PostgreSQL sends a bigint[] element by element, through
+-- the element type's send function; it sends a bytea as the bytes it holds (docs/PERFORMANCE.md
+-- measures both).
 --
 -- counts: the 49 running counts of each measure (element k + 1 being the events of the half
 -- day's first k quarter hours), element by element and, within an element, measure by measure

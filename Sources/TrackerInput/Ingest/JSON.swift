@@ -331,26 +331,36 @@ package struct JSONReader {
 public enum JSONText {
     /// Appends `s` as a JSON string literal, as UTF-8 bytes (what a response body is made of).
     public static func appendQuoted(_ s: String, to out: inout [UInt8]) {
-        out.append(0x22)
+        writeQuoted(s) { out.append(contentsOf: $0) }
+    }
+
+    /// `s` as a JSON string literal, as UTF-8 bytes handed to `write` piece by piece: the quotes,
+    /// each run of bytes that needs no escape whole, and each escape.
+    @inlinable
+    public static func writeQuoted(_ s: String, _ write: (UnsafeRawBufferPointer) -> Void) {
+        withUnsafeBytes(of: UInt8(0x22)) { write($0) }
         var s = s
-        s.withUTF8 { bytes in
-            // Runs of bytes that need no escape are copied whole.
+        s.withUTF8 { utf8 in
+            let bytes = UnsafeRawBufferPointer(utf8)
             var run = 0
-            for (i, b) in bytes.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C {
-                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i]))
-                switch b {
-                case 0x22: out += [0x5C, 0x22]
-                case 0x5C: out += [0x5C, 0x5C]
-                case 0x0A: out += [0x5C, 0x6E]
-                case 0x0D: out += [0x5C, 0x72]
-                case 0x09: out += [0x5C, 0x74]
-                default: out += [0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15)]
+            for (i, b) in utf8.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C {
+                write(UnsafeRawBufferPointer(rebasing: bytes[run..<i]))
+                var escape: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0x5C, 0x75, 0x30, 0x30, Hex.digit(b >> 4), Hex.digit(b & 15))
+                let short: UInt8? = switch b {
+                case 0x22: 0x22
+                case 0x5C: 0x5C
+                case 0x0A: 0x6E
+                case 0x0D: 0x72
+                case 0x09: 0x74
+                default: nil
                 }
+                if let short { escape.1 = short }
+                withUnsafeBytes(of: &escape) { write(UnsafeRawBufferPointer(rebasing: $0[0..<(short == nil ? 6 : 2)])) }
                 run = i + 1
             }
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run...]))
+            write(UnsafeRawBufferPointer(rebasing: bytes[run...]))
         }
-        out.append(0x22)
+        withUnsafeBytes(of: UInt8(0x22)) { write($0) }
     }
 
     /// Appends `s` as a JSON string literal.
