@@ -135,6 +135,9 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         services: ([pool, ingestPool] + [projectorPool, reportPool].compactMap { $0 }).map { $0 as any Service }
             + backgroundServices(configuration, deps, logger: logger)
             + [roleCheck(configuration, deps, logger: logger)],
+        // The key table in memory lets QuickAnswers refuse a batch over its key's rate limit on
+        // the event loop; loaded now, it does so from the first requests on.
+        onServerRunning: { [keys = deps.keys] _ in keys.loadInBackground() },
         logger: logger)
 }
 

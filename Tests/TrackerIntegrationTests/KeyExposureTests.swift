@@ -74,4 +74,35 @@ struct KeyExposureTests {
             #expect(try await server.authenticate(newKey)?.name == "other-app", "a new key waits for one reload, not the TTL")
         }
     }
+
+    /// The table in memory that `QuickAnswers` reads on the event loop: loaded before any request
+    /// asked for it, answered past its TTL while it reloads in the background (for at most twice
+    /// the TTL), and those answers alone keep it fresh: a key revoked elsewhere leaves it while
+    /// the other keys stay.
+    @Test func theTableReadOnTheEventLoopIsLoadedAtStartAndKeptFresh() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            let other = try await db.createKey("other-app", scope: .ingest)
+            let server = APIKeys(pool: db.pool, cacheTTL: .seconds(1))
+            #expect(server.cachedPrincipal(key) == nil, "nothing is loaded before the server starts")
+            server.loadInBackground()
+            let loaded = ContinuousClock.now
+            while server.cachedPrincipal(key) == nil, ContinuousClock.now - loaded < .seconds(10) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(server.cachedPrincipal(key)?.name == "app", "loaded without any request authenticating")
+
+            try await Task.sleep(for: .milliseconds(1_200))
+            #expect(server.cachedPrincipal(key)?.name == "app", "past the TTL, within twice it, still answered")
+            try await APIKeys(pool: db.pool).revoke(name: "app")
+            let revoked = ContinuousClock.now
+            var gone = false
+            while !gone, ContinuousClock.now - revoked < .seconds(10) {
+                gone = server.cachedPrincipal(key) == nil
+                #expect(server.cachedPrincipal(other)?.name == "other-app", "the table was reloaded, not left to age out")
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(gone, "the revoked key is still answered 10 s later")
+        }
+    }
 }

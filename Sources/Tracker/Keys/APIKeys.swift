@@ -142,11 +142,22 @@ public final class APIKeys: Sendable {
     }
 
     /// The principal of a presented key from the table in memory, without waiting: `nil` when
-    /// the key is not in it or the table is older than the cache TTL (then only `authenticate`
-    /// can tell). For answers given on the event loop, where nothing may wait for the database.
+    /// the key is not in it or the table is older than twice the cache TTL (then only
+    /// `authenticate` can tell). For answers given on the event loop, where nothing may wait
+    /// for the database. Like `authenticate`, it answers from a table past the TTL while it
+    /// reloads it in the background, so these answers do not stop every `cacheTTL`.
     public func cachedPrincipal(_ presented: String) -> Principal? {
-        guard let (principal, age) = inMemory(KeyDigest(key: presented), at: .now), age < cacheTTL else { return nil }
+        let now = ContinuousClock.now
+        guard let (principal, age) = inMemory(KeyDigest(key: presented), at: now), age < cacheTTL * 2 else { return nil }
+        if age >= cacheTTL { refreshInBackground(requestedAt: now) }
         return principal
+    }
+
+    /// Loads the table in the background, so that answers from memory (`cachedPrincipal`) are
+    /// possible from the first requests on, before any request waited for a reload. A failed
+    /// load (the database down) is left to the requests' own reloads.
+    public func loadInBackground() {
+        refreshInBackground(requestedAt: .now)
     }
 
     /// `digest`'s principal in the table in memory, and the table's age at `now`.

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -25,17 +28,19 @@ package struct IngestRoute: Sendable {
 
     var limits: IngestLimits { decoder.limits }
 
-    /// Bodies of at least this many bytes are inflated and decoded on NIO's blocking thread
-    /// pool instead of the cooperative threads that run every request's task and the server's
-    /// accept loop. Under ten times the sustainable load, hundreds of 250 KiB decodes on those
-    /// two threads kept new connections waiting in the kernel's backlog (`/healthz` took 10 s),
-    /// and a refusal waited behind them. Small batches stay where they are: a thread hop costs
-    /// more than decoding a few events.
+    /// Bodies of at least this many bytes are inflated and decoded by `DecodeThreads` instead
+    /// of on the cooperative threads that run every request's task and the server's accept loop.
+    /// Under ten times the sustainable load, hundreds of 250 KiB decodes on those two threads
+    /// kept new connections waiting in the kernel's backlog (`/healthz` took 10 s), and a
+    /// refusal waited behind them. Small batches stay where they are: a thread hop costs more
+    /// than decoding a few events.
     static let offloadBytes = 16 * 1024
 
     /// A gzip body larger than this cannot be a valid batch (it would decompress past the limit
     /// or be incompressible noise); refusing it early bounds memory.
-    var maxCompressedBytes: Int { limits.maxBodyBytes * 2 }
+    static func wireLimit(gzip: Bool, limits: IngestLimits) -> Int {
+        gzip ? limits.maxBodyBytes * 2 : limits.maxBodyBytes
+    }
 
     func register(on router: Router<some RequestContext>) {
         router.post("/v1/events") { request, context in
@@ -44,41 +49,49 @@ package struct IngestRoute: Sendable {
     }
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
-        let principal = try await keys.principal(for: request, requiring: .ingest)
-        guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
-            throw APIError(.unsupportedMediaType, "send the batch with 'Content-Type: application/json'")
-        }
-        let gzip: Bool
-        switch request.headers[.contentEncoding]?.lowercased().trimmingSpaces {
-        case nil, "", "identity": gzip = false
-        case "gzip", "x-gzip": gzip = true
-        case let other?:
-            throw APIError(.unsupportedMediaType, "Content-Encoding '\(other)' is not supported; send identity or gzip")
-        }
-
-        let wireLimit = gzip ? maxCompressedBytes : limits.maxBodyBytes
-        let length = request.headers[.contentLength].flatMap(Int.init)
-        if let length, length > wireLimit {
-            throw tooLarge()
-        }
-        // The rate limit's one decision, before the body is read (usually already made on the
-        // event loop, by QuickAnswers): the reservation is settled once the batch is decoded.
-        var charged = 0
-        if let rateLimiter {
-            let reservation = Self.estimatedEvents(length: length, gzip: gzip, limits: limits)
-            if let wait = rateLimiter.reserve(key: principal.name, events: reservation) {
-                metrics.refused(by: .rateLimit)
-                throw rateLimiter.refusal(key: principal.name, wait: wait)
-            }
-            charged = reservation
-        }
+        // The rate limit's one decision is made before the body is read, usually already on the
+        // event loop by QuickAnswers, which then reserved the batch's events for its key. The
+        // charge is settled once the batch is decoded, and given back if the batch is refused whole.
+        var charge = rateLimiter?.headReservation(in: request.headers)
         do {
+            let principal = try await keys.principal(for: request, requiring: .ingest)
+            guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
+                throw APIError(.unsupportedMediaType, "send the batch with 'Content-Type: application/json'")
+            }
+            let encoding = request.headers[.contentEncoding]
+            guard let gzip = Self.isGzip(contentEncoding: encoding) else {
+                throw APIError(.unsupportedMediaType, "Content-Encoding '\(encoding ?? "")' is not supported; send identity or gzip")
+            }
+            let wireLimit = Self.wireLimit(gzip: gzip, limits: limits)
+            let length = request.headers[.contentLength].flatMap(Int.init)
+            if let length, length > wireLimit {
+                throw tooLarge()
+            }
+            if let rateLimiter, charge?.key != principal.name {
+                if let made = charge.take() { rateLimiter.refund(key: made.key, events: made.events) }
+                let reservation = Self.estimatedEvents(length: length, gzip: gzip, limits: limits)
+                if let wait = rateLimiter.reserve(key: principal.name, events: reservation) {
+                    metrics.refused(by: .rateLimit)
+                    throw rateLimiter.refusal(key: principal.name, wait: wait)
+                }
+                charge = (principal.name, reservation)
+            }
             let body = try await readBody(request, upTo: wireLimit)
             return try await decodeAndAppend(body, gzip: gzip, key: principal, client: clients.client(of: request, context: context),
-                                             charged: &charged, context: context)
+                                             charge: &charge, context: context)
         } catch {
-            rateLimiter?.refund(key: principal.name, events: charged)
+            if let charge { rateLimiter?.refund(key: charge.key, events: charge.events) }
             throw error
+        }
+    }
+
+    /// Whether a `Content-Encoding` value (in any case, spaces around it dropped) means gzip;
+    /// `nil` for an encoding other than identity or gzip.
+    static func isGzip(contentEncoding: String?) -> Bool? {
+        switch contentEncoding?.lowercased().trimmingSpaces {
+        case nil, "", "identity": false
+        case "gzip", "x-gzip": true
+        default: nil
         }
     }
 
@@ -91,9 +104,10 @@ package struct IngestRoute: Sendable {
         return min(limits.maxEventsPerBatch, max(1, length / (gzip ? 16 : 128)))
     }
 
-    /// Decodes and appends the batch; settles the rate limit's reservation in `charged` to the
+    /// Decodes and appends the batch; settles the rate limit's reservation in `charge` to the
     /// events the batch carried once it is decoded.
-    private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key principal: Principal, client: EventClient, charged: inout Int,
+    private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key principal: Principal, client: EventClient,
+                                 charge: inout (key: String, events: Int)?,
                                  context: some RequestContext) async throws -> Response {
         let key = principal.name
         let server = principal.server
@@ -106,12 +120,12 @@ package struct IngestRoute: Sendable {
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
             (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server) }
         }
-        let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
+        let batch = try (body.readableBytes >= Self.offloadBytes ? try await DecodeThreads.run(work) : work()).get()
         let carried = batch.accepted.count + batch.rejected.count
         metrics.parsed(events: carried, rejected: batch.rejected)
-        if let rateLimiter {
-            rateLimiter.settle(key: key, reserved: charged, actual: carried)
-            charged = carried
+        if let rateLimiter, let reserved = charge {
+            rateLimiter.settle(key: reserved.key, reserved: reserved.events, actual: carried)
+            charge?.events = carried
         }
 
         let outcome: AppendOutcome
@@ -208,6 +222,46 @@ package struct IngestRoute: Sendable {
             body += "}"
         }
         return body + "]}"
+    }
+}
+
+/// Where the larger batches (`IngestRoute.offloadBytes`) are inflated and decoded: NIO's
+/// shared thread pool, or, once a backlog has built up, a pool of its own whose threads run a
+/// few steps of `nice` below the rest of the process.
+///
+/// A backlog means more batches to decode than the cores can take (a burst under overload, up
+/// to 256 admitted batches at once). Decoding them at the event loops' priority took the cores
+/// from the event loops, which read requests and give the answers that must not wait
+/// (`/healthz`, and `503` and `429` at the head, `QuickAnswers`): in the overload suite these
+/// waited up to 1.2 s while the first 256 admitted batches were decoded (docs/RELIABILITY.md).
+/// Below the backlog decoding keeps its full priority, so a busy but not overloaded tracker
+/// (PostgreSQL and the senders on the same machine) does not yield its cores to them.
+enum DecodeThreads {
+    /// How far below the process's priority the backlog's threads run (Linux `nice`, per thread).
+    static let niceness: Int32 = 5
+    /// Decodes under way (queued or running) beyond which a new one goes to the backlog's threads.
+    static let backlog = 4 * System.coreCount
+
+    private static let underWay = Atomic<Int>(0)
+    private static let yielding: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: System.coreCount)
+        pool.start()
+        return pool
+    }()
+
+    /// The result of `work`, run on one of the threads.
+    static func run<T: Sendable>(_ work: @escaping @Sendable () -> T) async throws -> T {
+        let backlogged = underWay.wrappingAdd(1, ordering: .relaxed).newValue > backlog
+        defer { underWay.wrappingSubtract(1, ordering: .relaxed) }
+        guard backlogged else { return try await NIOThreadPool.singleton.runIfActive(work) }
+        return try await yielding.runIfActive {
+            #if os(Linux)
+            // Linux keeps a nice value per thread, and 0 names the calling thread. Set for
+            // every job: a system call, against the decoding of 16 KiB or more.
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness)
+            #endif
+            return work()
+        }
     }
 }
 

@@ -11,6 +11,9 @@ import Tracker
 /// batch whose key (known from the key table in memory) has nothing left of its rate limit.
 /// So a refusal is prompt and costs no decoding. Under ten times the sustainable load these
 /// used to wait behind hundreds of batches being decoded (docs/RELIABILITY.md, overload).
+/// A batch of such a key that is let through has its events reserved here too, so the next
+/// head of that key already sees them taken; the route learns of the reservation from a header
+/// of the request (`RateLimiter.headReservationField`).
 ///
 /// The refused batch's body is read and dropped and the connection stays open: closing with
 /// the body unread could reset the connection before the client read the answer. Nothing is
@@ -44,6 +47,8 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         /// With both, a key over its rate limit is refused here.
         var keys: APIKeys?
         var rateLimiter: RateLimiter?
+        /// The route's, from which a batch's reservation is reckoned as the route would.
+        var limits = IngestLimits()
     }
 
     init(rules: Rules) {
@@ -77,7 +82,8 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         if case .head(let head) = part {
-            if inFlight == 0, let answer = answer(to: head) {
+            switch inFlight == 0 ? decide(head) : nil {
+            case .answer(let answer)?:
                 dropping = true
                 closeAfterDropping = head.headerFields[values: .connection].contains { value in
                     value.split(separator: ",").contains { String($0).trimmingSpaces.lowercased() == "close" }
@@ -87,8 +93,13 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
                 Self.httpMetrics.count(route: answer.route, status: answer.status.code)
                 write(context, answer, requestID: id, close: closeAfterDropping)
                 return
+            case .pass(let reserving)?:
+                inFlight += 1
+                context.fireChannelRead(wrapInboundOut(.head(reserving)))
+                return
+            case nil:
+                inFlight += 1
             }
-            inFlight += 1
         }
         context.fireChannelRead(data)
     }
@@ -98,24 +109,38 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(data, promise: promise)
     }
 
-    /// The answer given here to a request with `head`, if any.
+    /// What is done here with a request that has `head`: answered, passed on with the events
+    /// its batch reserved, or (`nil`) passed on as it came.
     /// Runs for every request head: it allocates nothing for other requests, and for a batch
     /// only what finding its key costs (the header's key and its SHA-256, as the route does).
-    private func answer(to head: HTTPRequest) -> Answer? {
+    private func decide(_ head: HTTPRequest) -> Decision? {
         guard let path = head.path else { return nil }
         if head.method == .get, Self.path(path, is: "/healthz") {
-            return Answer(route: "/healthz", status: .ok, body: HealthRoutes.alive, retryAfter: nil)
+            return .answer(Answer(route: "/healthz", status: .ok, body: HealthRoutes.alive, retryAfter: nil))
         }
         guard head.method == .post, Self.path(path, is: "/v1/events") else { return nil }
         if rules.admission.isFull {
             Self.metrics.refused(by: .concurrentBatches)
-            return Answer(refusing: rules.admission.refusal)
+            return .answer(Answer(refusing: rules.admission.refusal))
         }
-        if let rateLimiter = rules.rateLimiter, let key = ingestKeyName(head), let wait = rateLimiter.exhausted(key: key) {
+        guard let rateLimiter = rules.rateLimiter, let key = ingestKeyName(head), let events = reservation(head) else { return nil }
+        if let wait = rateLimiter.reserve(key: key, events: events) {
             Self.metrics.refused(by: .rateLimit)
-            return Answer(refusing: rateLimiter.refusal(key: key, wait: wait))
+            return .answer(Answer(refusing: rateLimiter.refusal(key: key, wait: wait)))
         }
-        return nil
+        var reserving = head
+        reserving.headerFields[RateLimiter.headReservationField] = rateLimiter.headReservation(key: key, events: events)
+        return .pass(reserving)
+    }
+
+    /// The events the route would reserve for a batch with `head`, or `nil` when the route
+    /// refuses it before it reserves (its media type, encoding or declared length).
+    private func reservation(_ head: HTTPRequest) -> Int? {
+        guard let contentType = head.headerFields[.contentType], IngestRoute.isJSON(contentType),
+              let gzip = IngestRoute.isGzip(contentEncoding: head.headerFields[.contentEncoding]) else { return nil }
+        let length = head.headerFields[.contentLength].flatMap(Int.init)
+        if let length, length > IngestRoute.wireLimit(gzip: gzip, limits: rules.limits) { return nil }
+        return IngestRoute.estimatedEvents(length: length, gzip: gzip, limits: rules.limits)
     }
 
     /// The name of the ingest key the request carries, when the key table in memory knows it.
@@ -131,6 +156,12 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         guard path.utf8.starts(with: route.utf8) else { return false }
         let rest = path.utf8.dropFirst(route.utf8.count)
         return rest.isEmpty || rest.first == UInt8(ascii: "?")
+    }
+
+    enum Decision {
+        case answer(Answer)
+        /// The head with the batch's reservation (`RateLimiter.headReservationField`).
+        case pass(HTTPRequest)
     }
 
     struct Answer {

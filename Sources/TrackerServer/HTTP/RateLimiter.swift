@@ -5,31 +5,56 @@ import Synchronization
 /// request head.
 ///
 /// Off unless `TRACKER_RATE_LIMIT` is set. The one decision is made before the body is read:
-/// a key with less than one event left gets `429` with `Retry-After` (usually on the event
-/// loop, by `QuickAnswers`). A request let through reserves at once the valid events its body
-/// can carry at most (from its length, at most a batch's limit), so requests in flight
-/// together cannot pass the key's limit with valid events; once the batch is decoded the
-/// reservation is settled to the events it carried, valid or not (invalid ones can be a few
-/// bytes each: what a reservation missed becomes debt). The balance may go below zero: the key
-/// then waits until the debt is repaid, so over time it sends at most its limit, a refusal
-/// never waits behind other batches' decoding (it did, seconds under overload, when it was
-/// decided after decoding), and a batch larger than the bucket is not refused forever (every
+/// a key with less than one event left gets `429` with `Retry-After`. A request let through
+/// reserves at once the valid events its body can carry at most (from its length, at most a
+/// batch's limit), so requests in flight together cannot pass the key's limit with valid
+/// events; once the batch is decoded the reservation is settled to the events it carried, valid
+/// or not (invalid ones can be a few bytes each: what a reservation missed becomes debt). The
+/// balance may go below zero: the key then waits until the debt is repaid, so over time it
+/// sends at most its limit, and a batch larger than the bucket is not refused forever (every
 /// retry of it would have been). A batch refused whole (not JSON, over a limit, the database
 /// unavailable) gets its charge back.
+///
+/// Both the decision and the reservation are usually made on the event loop, by
+/// `QuickAnswers`, which hands the reservation to the route in a request header
+/// (`headReservation`). Deciding there and reserving only in the route let every head that
+/// arrived before the route's reservation pass, and each of those was then refused by the
+/// route: under ten times the sustainable load, after waiting up to a second for the route's
+/// task. A refusal never waits behind other batches' decoding.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
+    /// Makes `headReservationField` unforgeable: a client's own header of that name, whose
+    /// value cannot start with this process's secret, reserves nothing.
+    private let secret: String
 
     init(eventsPerSecond: Int) {
         self.eventsPerSecond = eventsPerSecond
+        var generator = SystemRandomNumberGenerator()
+        secret = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }.joined(separator: "-")
     }
 
-    /// The whole seconds until `key` may send again, or `nil` when it may now.
-    func exhausted(key: String) -> Int? {
-        buckets.withLock { b in
-            guard let bucket = b[key] else { return nil }
-            return wait(refilled(bucket, at: .now))
-        }
+    /// The request header in which `QuickAnswers` tells the route what it reserved at the head.
+    static let headReservationField = HTTPField.Name("Tracker-Head-Reservation")!
+
+    /// `headReservationField`'s value for `events` reserved for `key` (a key name has no space).
+    func headReservation(key: String, events: Int) -> String {
+        "\(secret) \(events) \(key)"
+    }
+
+    /// The reservation made at the head of the request with `fields`, or `nil` when none was
+    /// (the header is missing, or was not written by this limiter).
+    func headReservation(in fields: HTTPFields) -> (key: String, events: Int)? {
+        guard let value = fields[Self.headReservationField] else { return nil }
+        let parts = value.split(separator: " ", maxSplits: 2)
+        guard parts.count == 3, Self.sameBytes(parts[0], secret), let events = Int(parts[1]), events >= 0 else { return nil }
+        return (String(parts[2]), events)
+    }
+
+    /// Whether `a` and `b` are the same bytes, in a time that does not tell where they differ.
+    private static func sameBytes(_ a: Substring, _ b: String) -> Bool {
+        guard a.utf8.count == b.utf8.count else { return false }
+        return zip(a.utf8, b.utf8).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     /// Takes `events` from `key`'s bucket (into debt if it holds fewer) unless it has less than
