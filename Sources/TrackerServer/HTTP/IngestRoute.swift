@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -28,12 +25,12 @@ package struct IngestRoute: Sendable {
 
     var limits: IngestLimits { decoder.limits }
 
-    /// Bodies of at least this many bytes are inflated and decoded by `DecodeThreads` instead
-    /// of on the cooperative threads that run every request's task and the server's accept loop.
-    /// Under ten times the sustainable load, hundreds of 250 KiB decodes on those two threads
-    /// kept new connections waiting in the kernel's backlog (`/healthz` took 10 s), and a
-    /// refusal waited behind them. Small batches stay where they are: a thread hop costs more
-    /// than decoding a few events.
+    /// Bodies of at least this many bytes are inflated and decoded on NIO's blocking thread
+    /// pool instead of the cooperative threads that run every request's task and the server's
+    /// accept loop. Under ten times the sustainable load, hundreds of 250 KiB decodes on those
+    /// two threads kept new connections waiting in the kernel's backlog (`/healthz` took 10 s),
+    /// and a refusal waited behind them. Small batches stay where they are: a thread hop costs
+    /// more than decoding a few events.
     static let offloadBytes = 16 * 1024
 
     /// A gzip body larger than this cannot be a valid batch (it would decompress past the limit
@@ -120,7 +117,7 @@ package struct IngestRoute: Sendable {
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
             (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server) }
         }
-        let batch = try (body.readableBytes >= Self.offloadBytes ? try await DecodeThreads.run(work) : work()).get()
+        let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
         let carried = batch.accepted.count + batch.rejected.count
         metrics.parsed(events: carried, rejected: batch.rejected)
         if let rateLimiter, let reserved = charge {
@@ -222,46 +219,6 @@ package struct IngestRoute: Sendable {
             body += "}"
         }
         return body + "]}"
-    }
-}
-
-/// Where the larger batches (`IngestRoute.offloadBytes`) are inflated and decoded: NIO's
-/// shared thread pool, or, once a backlog has built up, a pool of its own whose threads run a
-/// few steps of `nice` below the rest of the process.
-///
-/// A backlog means more batches to decode than the cores can take (a burst under overload, up
-/// to 256 admitted batches at once). Decoding them at the event loops' priority took the cores
-/// from the event loops, which read requests and give the answers that must not wait
-/// (`/healthz`, and `503` and `429` at the head, `QuickAnswers`): in the overload suite these
-/// waited up to 1.2 s while the first 256 admitted batches were decoded (docs/RELIABILITY.md).
-/// Below the backlog decoding keeps its full priority, so a busy but not overloaded tracker
-/// (PostgreSQL and the senders on the same machine) does not yield its cores to them.
-enum DecodeThreads {
-    /// How far below the process's priority the backlog's threads run (Linux `nice`, per thread).
-    static let niceness: Int32 = 5
-    /// Decodes under way (queued or running) beyond which a new one goes to the backlog's threads.
-    static let backlog = 4 * System.coreCount
-
-    private static let underWay = Atomic<Int>(0)
-    private static let yielding: NIOThreadPool = {
-        let pool = NIOThreadPool(numberOfThreads: System.coreCount)
-        pool.start()
-        return pool
-    }()
-
-    /// The result of `work`, run on one of the threads.
-    static func run<T: Sendable>(_ work: @escaping @Sendable () -> T) async throws -> T {
-        let backlogged = underWay.wrappingAdd(1, ordering: .relaxed).newValue > backlog
-        defer { underWay.wrappingSubtract(1, ordering: .relaxed) }
-        guard backlogged else { return try await NIOThreadPool.singleton.runIfActive(work) }
-        return try await yielding.runIfActive {
-            #if os(Linux)
-            // Linux keeps a nice value per thread, and 0 names the calling thread. Set for
-            // every job: a system call, against the decoding of 16 KiB or more.
-            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness)
-            #endif
-            return work()
-        }
     }
 }
 
