@@ -22,6 +22,9 @@ struct ServerDependencies: Sendable {
     /// The ingest admission places, shared with each connection's `ConnectionGuard` (which
     /// refuses a batch at its head when all are taken).
     var admission: Admission
+    /// A batch's limits: the ingest route decodes by them, and `QuickAnswers` reckons from them
+    /// the events a batch reserves at its head.
+    var ingestLimits = IngestLimits()
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
     /// The Prometheus registry `/metrics` serves; `nil` when metrics are off.
@@ -58,7 +61,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     ReportRoutes(keys: deps.keys, reports: deps.reports, reconciliation: reconciliation).register(on: router)
     reconciliation.register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
-    IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(), rateLimiter: deps.rateLimiter,
+    IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(limits: deps.ingestLimits), rateLimiter: deps.rateLimiter,
                 admission: deps.admission, bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
                 metrics: IngestMetrics(), clients: deps.clients)
         .register(on: router)
@@ -118,7 +121,8 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         roleWarnings: RoleWarnings(),
         clients: configuration.clients)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
-    let quickAnswers = QuickAnswers.Rules(admission: deps.admission, keys: deps.keys, rateLimiter: deps.rateLimiter)
+    let quickAnswers = QuickAnswers.Rules(admission: deps.admission, keys: deps.keys, rateLimiter: deps.rateLimiter,
+                                          limits: deps.ingestLimits)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
         router: buildRouter(deps),

@@ -83,7 +83,7 @@ struct KeyExposureTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             let other = try await db.createKey("other-app", scope: .ingest)
-            let server = APIKeys(pool: db.pool, cacheTTL: .seconds(1))
+            let server = APIKeys(pool: db.pool, cacheTTL: .seconds(2))
             #expect(server.cachedPrincipal(key) == nil, "nothing is loaded before the server starts")
             server.loadInBackground()
             let loaded = ContinuousClock.now
@@ -92,7 +92,8 @@ struct KeyExposureTests {
             }
             #expect(server.cachedPrincipal(key)?.name == "app", "loaded without any request authenticating")
 
-            try await Task.sleep(for: .milliseconds(1_200))
+            // Past the TTL, and short of twice it even if the load took 1.5 s.
+            try await Task.sleep(for: .milliseconds(2_300))
             #expect(server.cachedPrincipal(key)?.name == "app", "past the TTL, within twice it, still answered")
             try await APIKeys(pool: db.pool).revoke(name: "app")
             let revoked = ContinuousClock.now

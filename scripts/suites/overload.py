@@ -131,16 +131,20 @@ def main():
         # is: a refusal's time is then the tracker's answer, not TCP's handshake and the
         # listener's accept queue behind 512 connections opened in the same moment while the
         # first 256 admitted batches are read. New connections under overload are what the
-        # /healthz probe measures (one per probe).
+        # /healthz probe measures (one per probe). Each connection's first request is a
+        # /healthz, so the tracker has accepted it before the offer starts.
         connected = threading.Barrier(CONNECTIONS + 1)
 
         def worker(i):
             conn = s.Connection(tracker.port, 60)
             try:
-                conn.open()
+                conn.request("GET", "/healthz")
             except OSError:
-                pass  # it connects at its first request instead
-            connected.wait()
+                conn.close()  # it connects at its first batch instead
+            try:
+                connected.wait()
+            except threading.BrokenBarrierError:
+                return  # the main thread gave up waiting, and fails
             while not stop.is_set():
                 try:
                     index = jobs.get(timeout=0.2)
@@ -168,7 +172,7 @@ def main():
         workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(CONNECTIONS)]
         for t in workers:
             t.start()
-        connected.wait()
+        connected.wait(timeout=120)
         threads = workers + [threading.Thread(target=health_probe, daemon=True), threading.Thread(target=dispatcher, daemon=True)]
         started = time.time()
         for t in threads[CONNECTIONS:]:

@@ -478,14 +478,6 @@ class Connection:
         self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def open(self):
-        """Connects now instead of at the first request (an OSError if it cannot). Until that
-        request the connection is idle at the server, as a reused one is between requests: if
-        the server closes it as idle just as the request leaves, the request is resent once."""
-        if self.sock is None:
-            self._connect()
-            self.reused = True
-
     def close(self):
         if self.sock:
             self.sock.close()

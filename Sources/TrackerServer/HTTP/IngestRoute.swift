@@ -33,8 +33,9 @@ package struct IngestRoute: Sendable {
     /// more than decoding a few events.
     static let offloadBytes = 16 * 1024
 
-    /// A gzip body larger than this cannot be a valid batch (it would decompress past the limit
-    /// or be incompressible noise); refusing it early bounds memory.
+    /// The most bytes a body may have as sent: the batch limit, or twice it gzipped (a gzip
+    /// body larger than that cannot be a valid batch: it would decompress past the limit or be
+    /// incompressible noise; refusing it early bounds memory).
     static func wireLimit(gzip: Bool, limits: IngestLimits) -> Int {
         gzip ? limits.maxBodyBytes * 2 : limits.maxBodyBytes
     }

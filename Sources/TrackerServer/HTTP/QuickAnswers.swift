@@ -48,7 +48,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var keys: APIKeys?
         var rateLimiter: RateLimiter?
         /// The route's, from which a batch's reservation is reckoned as the route would.
-        var limits = IngestLimits()
+        var limits: IngestLimits
     }
 
     init(rules: Rules) {
@@ -99,6 +99,13 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             case nil:
                 inFlight += 1
+                // Only this handler writes a reservation; one the client sent goes.
+                if head.headerFields[RateLimiter.headReservationField] != nil {
+                    var cleaned = head
+                    cleaned.headerFields[RateLimiter.headReservationField] = nil
+                    context.fireChannelRead(wrapInboundOut(.head(cleaned)))
+                    return
+                }
             }
         }
         context.fireChannelRead(data)
@@ -111,8 +118,9 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// What is done here with a request that has `head`: answered, passed on with the events
     /// its batch reserved, or (`nil`) passed on as it came.
-    /// Runs for every request head: it allocates nothing for other requests, and for a batch
-    /// only what finding its key costs (the header's key and its SHA-256, as the route does).
+    /// Runs for every request head: it allocates nothing for other requests; for a batch it
+    /// costs finding its key (the header's key and its SHA-256, as the route does) and, when
+    /// the batch goes on with a reservation, a copy of the head with one more field.
     private func decide(_ head: HTTPRequest) -> Decision? {
         guard let path = head.path else { return nil }
         if head.method == .get, Self.path(path, is: "/healthz") {

@@ -31,7 +31,10 @@ final class RateLimiter: Sendable {
     init(eventsPerSecond: Int) {
         self.eventsPerSecond = eventsPerSecond
         var generator = SystemRandomNumberGenerator()
-        secret = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }.joined(separator: "-")
+        secret = (0..<2).map { _ in
+            let hex = String(generator.next() as UInt64, radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
     }
 
     /// The request header in which `QuickAnswers` tells the route what it reserved at the head.
