@@ -33,13 +33,6 @@ package struct IngestRoute: Sendable {
     /// more than decoding a few events.
     static let offloadBytes = 16 * 1024
 
-    /// The most bytes a body may have as sent: the batch limit, or twice it gzipped (a gzip
-    /// body larger than that cannot be a valid batch: it would decompress past the limit or be
-    /// incompressible noise; refusing it early bounds memory).
-    static func wireLimit(gzip: Bool, limits: IngestLimits) -> Int {
-        gzip ? limits.maxBodyBytes * 2 : limits.maxBodyBytes
-    }
-
     func register(on router: Router<some RequestContext>) {
         router.post("/v1/events") { request, context in
             try await handle(request, context: context)
@@ -53,29 +46,17 @@ package struct IngestRoute: Sendable {
         var charge = rateLimiter?.headReservation(in: request.headers)
         do {
             let principal = try await keys.principal(for: request, requiring: .ingest)
-            guard let contentType = request.headers[.contentType], Self.isJSON(contentType) else {
-                throw APIError(.unsupportedMediaType, "send the batch with 'Content-Type: application/json'")
-            }
-            let encoding = request.headers[.contentEncoding]
-            guard let gzip = Self.isGzip(contentEncoding: encoding) else {
-                throw APIError(.unsupportedMediaType, "Content-Encoding '\(encoding ?? "")' is not supported; send identity or gzip")
-            }
-            let wireLimit = Self.wireLimit(gzip: gzip, limits: limits)
-            let length = request.headers[.contentLength].flatMap(Int.init)
-            if let length, length > wireLimit {
-                throw tooLarge()
-            }
+            let head = try Self.batchHead(request.headers, limits: limits).get()
             if let rateLimiter, charge?.key != principal.name {
                 if let made = charge.take() { rateLimiter.refund(key: made.key, events: made.events) }
-                let reservation = Self.estimatedEvents(length: length, gzip: gzip, limits: limits)
-                if let wait = rateLimiter.reserve(key: principal.name, events: reservation) {
+                if let wait = rateLimiter.reserve(key: principal.name, events: head.events) {
                     metrics.refused(by: .rateLimit)
                     throw rateLimiter.refusal(key: principal.name, wait: wait)
                 }
-                charge = (principal.name, reservation)
+                charge = (principal.name, head.events)
             }
-            let body = try await readBody(request, upTo: wireLimit)
-            return try await decodeAndAppend(body, gzip: gzip, key: principal, client: clients.client(of: request, context: context),
+            let body = try await readBody(request, upTo: head.wireLimit)
+            return try await decodeAndAppend(body, gzip: head.gzip, key: principal, client: clients.client(of: request, context: context),
                                              charge: &charge, context: context)
         } catch {
             if let charge { rateLimiter?.refund(key: charge.key, events: charge.events) }
@@ -83,14 +64,36 @@ package struct IngestRoute: Sendable {
         }
     }
 
-    /// Whether a `Content-Encoding` value (in any case, spaces around it dropped) means gzip;
-    /// `nil` for an encoding other than identity or gzip.
-    static func isGzip(contentEncoding: String?) -> Bool? {
-        switch contentEncoding?.lowercased().trimmingSpaces {
-        case nil, "", "identity": false
-        case "gzip", "x-gzip": true
-        default: nil
+    /// What a batch's request head tells of its body, checked before the body is read.
+    struct BatchHead {
+        var gzip: Bool
+        /// The most bytes the body may have as sent: the batch limit, or twice it gzipped (a
+        /// gzip body larger than that cannot be a valid batch: it would decompress past the
+        /// limit or be incompressible noise; refusing it early bounds memory).
+        var wireLimit: Int
+        /// What the rate limit reserves for the batch (`estimatedEvents`).
+        var events: Int
+    }
+
+    /// The batch head of a request with `fields`, or the refusal of its media type, encoding or
+    /// declared length. The route refuses by it, and QuickAnswers reserves by it at the head.
+    static func batchHead(_ fields: HTTPFields, limits: IngestLimits) -> Result<BatchHead, APIError> {
+        guard let contentType = fields[.contentType], isJSON(contentType) else {
+            return .failure(APIError(.unsupportedMediaType, "send the batch with 'Content-Type: application/json'"))
         }
+        let gzip: Bool
+        switch fields[.contentEncoding]?.lowercased().trimmingSpaces {
+        case nil, "", "identity": gzip = false
+        case "gzip", "x-gzip": gzip = true
+        case let other?:
+            return .failure(APIError(.unsupportedMediaType, "Content-Encoding '\(other)' is not supported; send identity or gzip"))
+        }
+        let wireLimit = gzip ? limits.maxBodyBytes * 2 : limits.maxBodyBytes
+        let length = fields[.contentLength].flatMap(Int.init)
+        if let length, length > wireLimit {
+            return .failure(tooLarge(limits))
+        }
+        return .success(BatchHead(gzip: gzip, wireLimit: wireLimit, events: estimatedEvents(length: length, gzip: gzip, limits: limits)))
     }
 
     /// At least as many valid events as a body of `length` bytes can carry (the smallest valid
@@ -158,7 +161,7 @@ package struct IngestRoute: Sendable {
             return .success(try Gunzip.decompress(body, maxSize: limits.maxBodyBytes))
         } catch {
             switch error {
-            case .tooLarge: return .failure(tooLarge())
+            case .tooLarge: return .failure(Self.tooLarge(limits))
             case .invalid(let why): return .failure(APIError(.invalidGzip, why))
             }
         }
@@ -180,7 +183,7 @@ package struct IngestRoute: Sendable {
         var held = 0
         defer { bodyBudget.release(held) }
         for try await chunk in request.body {
-            guard body.readableBytes + chunk.readableBytes <= limit else { throw tooLarge() }
+            guard body.readableBytes + chunk.readableBytes <= limit else { throw Self.tooLarge(limits) }
             guard bodyBudget.take(chunk.readableBytes) else {
                 metrics.refused(by: .bodyBuffer)
                 throw APIError(.overloaded, "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
@@ -192,7 +195,7 @@ package struct IngestRoute: Sendable {
         return body
     }
 
-    private func tooLarge() -> APIError {
+    private static func tooLarge(_ limits: IngestLimits) -> APIError {
         APIError(.payloadTooLarge, "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
     }
 

@@ -9,8 +9,8 @@ import Tracker
 /// `GET /healthz`, so a liveness probe learns that the process is alive, not how busy it is;
 /// the `503` to a batch that arrives while every admission place is taken; and the `429` to a
 /// batch whose key (known from the key table in memory) has nothing left of its rate limit.
-/// So a refusal is prompt and costs no decoding. Under ten times the sustainable load these
-/// used to wait behind hundreds of batches being decoded (docs/RELIABILITY.md, overload).
+/// So a refusal is prompt and costs no decoding: it never waits behind the batches being
+/// decoded, hundreds of them under overload (docs/RELIABILITY.md, overload).
 /// A batch of such a key that is let through has its events reserved here too, so the next
 /// head of that key already sees them taken; the route learns of the reservation from a header
 /// of the request (`RateLimiter.headReservationField`).
@@ -131,7 +131,11 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
             Self.metrics.refused(by: .concurrentBatches)
             return .answer(Answer(refusing: rules.admission.refusal))
         }
-        guard let rateLimiter = rules.rateLimiter, let key = ingestKeyName(head), let events = reservation(head) else { return nil }
+        // A batch the route will refuse before it reserves (its media type, encoding or
+        // declared length) reserves nothing here either.
+        guard let rateLimiter = rules.rateLimiter, let key = ingestKeyName(head),
+              case .success(let batch) = IngestRoute.batchHead(head.headerFields, limits: rules.limits) else { return nil }
+        let events = batch.events
         if let wait = rateLimiter.reserve(key: key, events: events) {
             Self.metrics.refused(by: .rateLimit)
             return .answer(Answer(refusing: rateLimiter.refusal(key: key, wait: wait)))
@@ -139,16 +143,6 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var reserving = head
         reserving.headerFields[RateLimiter.headReservationField] = rateLimiter.headReservation(key: key, events: events)
         return .pass(reserving)
-    }
-
-    /// The events the route would reserve for a batch with `head`, or `nil` when the route
-    /// refuses it before it reserves (its media type, encoding or declared length).
-    private func reservation(_ head: HTTPRequest) -> Int? {
-        guard let contentType = head.headerFields[.contentType], IngestRoute.isJSON(contentType),
-              let gzip = IngestRoute.isGzip(contentEncoding: head.headerFields[.contentEncoding]) else { return nil }
-        let length = head.headerFields[.contentLength].flatMap(Int.init)
-        if let length, length > IngestRoute.wireLimit(gzip: gzip, limits: rules.limits) { return nil }
-        return IngestRoute.estimatedEvents(length: length, gzip: gzip, limits: rules.limits)
     }
 
     /// The name of the ingest key the request carries, when the key table in memory knows it.

@@ -17,10 +17,9 @@ import Synchronization
 ///
 /// Both the decision and the reservation are usually made on the event loop, by
 /// `QuickAnswers`, which hands the reservation to the route in a request header
-/// (`headReservation`). Deciding there and reserving only in the route let every head that
-/// arrived before the route's reservation pass, and each of those was then refused by the
-/// route: under ten times the sustainable load, after waiting up to a second for the route's
-/// task. A refusal never waits behind other batches' decoding.
+/// (`headReservation`). They are made together so that the next head of the key already sees
+/// the events taken: a head let through is never refused later by the route, after waiting for
+/// a task, and a refusal never waits behind other batches' decoding.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
