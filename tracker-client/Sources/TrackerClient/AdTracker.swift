@@ -140,16 +140,53 @@ public final class AdTracker: Sendable {
                   test: test, source: source, adapter: adapter, attributes: attributes)
     }
 
+    /// Records `ad_request` for a load the app is starting (`GADAdLoader`'s `loadRequest:`),
+    /// and returns it for what the load then gets: ads, an error, mediation networks' answers.
+    /// Its latencies are measured from this call on the device's monotonic clock.
+    ///
+    /// - Parameters:
+    ///   - loadId: the load's id, unique per `loadRequest:` call (a new UUID by default).
+    ///   - adUnit: the ad unit path the ads are requested for.
+    ///   - format: the format asked for, when the app asks for one.
+    ///   - adsRequested: how many ads the load asks for (`GADMultipleAdsAdLoaderOptions`' `numberOfAds`, 1 to 5).
+    ///   - test: whether it is a test request (reports leave those out unless asked).
+    ///   - attributes: attributes every event of this load carries.
+    /// - Returns: the load, to record its outcome on.
+    public func loadStarted(loadId: String = UUID().uuidString.lowercased(), adUnit: String, format: NativeAdFormat? = nil,
+                            adsRequested: Int = 1, test: Bool = false, attributes: [String: AttributeValue] = [:]) -> TrackedLoad {
+        let started = clock.monotonic()
+        var fields = TrackedLoad.fields(loadId: loadId, adUnit: adUnit, format: format, source: .app, test: test)
+        fields.adsRequested = adsRequested
+        let id = record(.adRequest, fields: fields, attributes: attributes)
+        return TrackedLoad(tracker: self, loadId: loadId, adUnit: adUnit, format: format, test: test, attributes: attributes,
+                           started: started, requestEventID: id)
+    }
+
+    /// Milliseconds since `start` on the monotonic clock, within the protocol's 0 to 600 000.
+    func milliseconds(since start: Duration) -> Int {
+        let elapsed = clock.monotonic() - start
+        return min(max(Int(elapsed / .milliseconds(1)), 0), 600_000)
+    }
+
     /// Encodes one event and appends it to the queue; its id.
     func record(_ type: EventType, of ad: TrackedAd, source: EventSource?, assetKey: String?, clickAction: ClickAction?,
                 attributes: [String: AttributeValue]) -> UUID {
+        var fields = ad.fields
+        fields.source = source ?? ad.source
+        fields.assetKey = assetKey
+        fields.clickAction = clickAction
+        var merged = ad.attributes
+        for (key, value) in attributes { merged[key] = value }
+        return record(type, fields: fields, attributes: merged)
+    }
+
+    /// Encodes one event with `fields` and appends it to the queue; its id.
+    func record(_ type: EventType, fields: EventFields, attributes: [String: AttributeValue]) -> UUID {
         let now = clock.wallMicros()
         let id = EventID.make(wallMicros: now)
         var merged = configuration.attributes
-        for (key, value) in ad.attributes { merged[key] = value }
         for (key, value) in attributes { merged[key] = value }
-        let json = EventJSON.encode(id: id, type: type, ad: ad, source: source ?? ad.source, assetKey: assetKey,
-                                    clickAction: clickAction, occurredAtMicros: now, attributes: merged)
+        let json = EventJSON.encode(id: id, type: type, fields: fields, occurredAtMicros: now, attributes: merged)
         let limit = IngestLimits().maxEventBytes
         guard json.count <= limit else {
             queue.rejectUnsent(AdTracker.RejectedEvent(

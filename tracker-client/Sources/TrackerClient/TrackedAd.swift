@@ -26,8 +26,14 @@ public struct TrackedAd: Sendable {
     public let adapter: String?
     /// Attributes every event of this ad carries (a call's own attributes add to them).
     public let attributes: [String: AttributeValue]
-    /// The id of this ad's `ad_loaded` event, when `AdTracker.adLoaded` recorded it.
+    /// The id of this ad's `ad_loaded` event, when `AdTracker.adLoaded` or `TrackedLoad.adLoaded` recorded it.
     public internal(set) var loadEventID: UUID?
+
+    /// The fields every event of this ad carries.
+    var fields: EventFields {
+        EventFields(requestId: requestId, adUnit: adUnit, format: format, source: source, adapter: adapter, eea: eea,
+                    reservation: reservation, test: test)
+    }
 
     init(tracker: AdTracker, requestId: String, adUnit: String, format: NativeAdFormat, eea: Bool, reservation: Bool,
          test: Bool, source: EventSource, adapter: String?, attributes: [String: AttributeValue]) {
