@@ -39,13 +39,35 @@ func checkAccepted(_ event: TrackingEvent, receivedAt: Timestamp, limits: Ingest
         precondition(range.contains(text.unicodeScalars.count), "identifier length \(text.unicodeScalars.count) outside \(range)")
         precondition(!text.unicodeScalars.contains(where: isControl), "control character in an identifier")
     }
-    identifier(event.requestId, 1...128)
+    // A load's own events (PROTOCOL.md 10) have a loadId and no requestId; every other event a requestId.
+    if event.type.isLoadEvent {
+        precondition(event.requestId == nil, "a load's event with a requestId")
+        precondition(event.loadId != nil, "a load's event without its loadId")
+    } else {
+        identifier(event.requestId ?? "", 1...128)
+        precondition(event.loadId == nil || event.type == .adLoaded, "a loadId on a type that has none")
+    }
+    if let loadId = event.loadId { identifier(loadId, 1...128) }
+    if let ads = event.adsRequested { precondition(event.type == .adRequest && (1...5).contains(ads)) }
+    if event.type == .adRequest { precondition(event.adsRequested != nil, "adsRequested defaults to 1") }
+    if let latency = event.latencyMs {
+        precondition([.adLoaded, .adFailed, .mediationResult].contains(event.type) && (0...600_000).contains(latency))
+    }
+    if event.type == .adFailed { precondition(event.errorCode != nil, "ad_failed without errorCode") }
+    if event.errorCode != nil { precondition(event.type == .adFailed || event.type == .mediationResult) }
+    if event.type == .mediationResult {
+        precondition(event.result != nil && event.position.map { (1...100).contains($0) } == true, "a mediation_result's result and position")
+        precondition(event.adapter.map { !$0.isEmpty } == true, "a mediation_result's adapter")
+        if event.result == .failed { precondition(event.errorCode != nil, "a failed mediation_result without errorCode") }
+    } else {
+        precondition(event.result == nil && event.position == nil, "result or position on another type")
+    }
     identifier(event.adUnit, 1...256)
     precondition(event.adUnit.hasPrefix("/"), "adUnit must start with /")
     if let assetKey = event.assetKey { identifier(assetKey, 1...64) }
     if event.type == .click { precondition(event.assetKey != nil, "a click needs an assetKey") }
     if let adapter = event.adapter { identifier(adapter, 0...64) }
-    precondition(!event.formatId.isEmpty && event.formatId.utf8.count <= 64)
+    precondition((!event.formatId.isEmpty || event.type.isLoadEvent) && event.formatId.utf8.count <= 64)
     precondition(event.attributes.count <= limits.maxAttributes)
     if let json = event.attributesJSON {
         precondition(json.utf8.count <= limits.maxAttributeBytes, "attributes over the limit")

@@ -51,6 +51,7 @@ struct ReportJSON: Encodable {
                 case .text(let s): try c.encode(s, forKey: Key(stringValue: name))
                 case .count(let n): try c.encode(n, forKey: Key(stringValue: name))
                 case .ratio(let r): try c.encode(r.isFinite ? r : 0, forKey: Key(stringValue: name))
+                case .missing: try c.encodeNil(forKey: Key(stringValue: name))
                 }
             }
         }

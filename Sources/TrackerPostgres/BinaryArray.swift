@@ -37,7 +37,8 @@ public struct BinaryArray: BinaryFieldWriter {
 
     public let element: Element
     private var bytes: [UInt8]
-    private var count: Int32 = 0
+    /// The elements appended so far.
+    public private(set) var count: Int32 = 0
     private var hasNulls = false
 
     public init(_ element: Element, capacity: Int = 0) {

@@ -13,9 +13,9 @@ struct AdAuditTests {
         try await withTestDatabase { db in
             var g = SeededGenerator(seed: seed)
             let stream = RandomTraffic.events(ads: 200, using: &g)
-            let ads = Array(Set(stream.map(\.requestId)).sorted().shuffled(using: &g).prefix(40))
+            let ads = Array(Set(stream.compactMap(\.requestId)).sorted().shuffled(using: &g).prefix(40))
             let chosen = Set(ads)
-            try await db.append(stream.filter { chosen.contains($0.requestId) })
+            try await db.append(stream.filter { chosen.contains($0.requestId ?? "") })
             let key = try await db.createKey("ops", scope: .report)
             try await withInProcessTracker(db) { tracker in
                 for includeTest in [false, true] {

@@ -37,7 +37,7 @@ struct InvalidTrafficTests {
         var g = SeededGenerator(seed: seed)
         let events = RandomTraffic.events(ads: ads, using: &g)
         var clientOf: [String: EventClient] = [:]
-        for ad in Set(events.map(\.requestId)).sorted() {
+        for ad in Set(events.map(\.logKey)).sorted() {
             let roll = Int.random(in: 0..<20, using: &g)
             clientOf[ad] = switch roll {
             case 0..<3: EventClient(userAgent: bots.randomElement(using: &g)!, ip: home(&g))
@@ -46,7 +46,7 @@ struct InvalidTrafficTests {
             default: EventClient(userAgent: people.randomElement(using: &g)!, ip: home(&g))
             }
         }
-        return events.map { $0.sent(by: clientOf[$0.requestId]!) }
+        return events.map { $0.sent(by: clientOf[$0.logKey]!) }
     }
 
     func activate(_ document: String, _ db: TestDatabase) async throws -> Int {

@@ -27,6 +27,14 @@ struct ReconciliationTests {
         out.append(Events.make(.click, ad: "h0", at: ny(day: 0, 23, 31), adUnit: home))
         for i in 0..<3 { out.append(Events.make(.impression, ad: "f\(i)", at: ny(day: 1, 9, i), adUnit: feed)) }
         out.append(Events.make(.impression, ad: "x", at: ny(day: 1, 9), adUnit: "/6499/example/native"))  // test traffic
+        // Loads of the top unit: three asked for, two filled with ads that t0 and t1 show, one failed.
+        for l in 0..<3 {
+            out.append(Events.load(.adRequest, "load-\(l)", at: ny(day: 0, 9, 59) + .seconds(l), adUnit: top))
+        }
+        for l in 0..<2 {
+            out.append(Events.make(.adLoaded, ad: "t\(l)", at: ny(day: 0, 10), adUnit: top, loadId: "load-\(l)", latencyMs: 400))
+        }
+        out.append(Events.load(.adFailed, "load-2", at: ny(day: 0, 10), adUnit: top, errorCode: .noFill))
         return out
     }
 
@@ -45,13 +53,15 @@ struct ReconciliationTests {
     /// The report's rows computed the plain way: the reference summary in New York days summed
     /// over formats, next to the file's matched rows summed by day and unit.
     static func expectedRows(_ events: [TrackingEvent], file: [[String]: (Int64, Int64)], threshold: Double) -> [[String: String]] {
-        let summary = ReferenceReports.compute(events, includeTest: false, windowMicros: 3_600_000_000,
-                                               clock: .init(zone, hourly: false))[.summary] ?? [:]
+        let reference = ReferenceReports.compute(events, includeTest: false, windowMicros: 3_600_000_000, clock: .init(zone, hourly: false))
         var tracker: [[String]: [String: Int64]] = [:]
-        for (key, row) in summary {
-            for (name, value) in row { tracker[[key[0], key[1]], default: [:]][name, default: 0] += value }
+        for kind in [ReportKind.summary, .funnel] {
+            for (key, row) in reference[kind] ?? [:] {
+                for (name, value) in row where !name.hasPrefix("latency:") { tracker[[key[0], key[1]], default: [:]][name, default: 0] += value }
+            }
         }
-        let measures = ["impressions", "clicks", "duplicateImpressions", "givtImpressions", "staleImpressions", "givtClicks", "duplicateClicks"]
+        let measures = ["impressions", "clicks", "duplicateImpressions", "givtImpressions", "staleImpressions", "givtClicks", "duplicateClicks",
+                        "requests", "loadedAds", "shownAds"]
         tracker = tracker.filter { _, row in measures.contains { (row[$0] ?? 0) != 0 } }
         return Set(tracker.keys).union(file.keys).sorted { $0.lexicographicallyPrecedes($1) }.map { key in
             let t = tracker[key] ?? [:]
@@ -120,7 +130,8 @@ struct ReconciliationTests {
                 }
                 let csv = try await tracker.request("GET", "/v1/reports/reconciliation?import=\(id)&format=csv",
                                                      headers: ["Authorization": "Bearer \(key)"]).text
-                #expect(csv.hasPrefix("day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,givtClicks,duplicateClicks\n"))
+                #expect(csv.hasPrefix("day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,givtClicks,duplicateClicks,requests,loadedAds,shownAds\n"),
+                        "no Ad Manager requests in this file, so no column for them")
                 #expect(csv.contains("2026-11-11,/6499/sports/top,0,0,,0,0,,true,"), "zero on both sides is within tolerance: \(csv)")
                 #expect(csv.contains("2026-11-11,/1234/feed/native,0,3,,0,0,,false,"), "counts Ad Manager does not have are outside it: \(csv)")
 
@@ -129,6 +140,35 @@ struct ReconciliationTests {
                 let one = try await tracker.request("GET", "/v1/reconciliations/\(id)", headers: ["Authorization": "Bearer \(key)"])
                 #expect(one.json["matched"] as? Int == 4)
                 #expect(try await tracker.request("GET", "/v1/reconciliations/abc123", headers: ["Authorization": "Bearer \(key)"]).status == 404)
+            }
+        }
+    }
+
+    /// A file with Ad Manager's total ad requests: each row gains them and their discrepancy from
+    /// the funnel's requests, which then counts for the tolerance too.
+    @Test func aFileWithRequestsIsComparedWithTheFunnelsRequests() async throws {
+        try await withTestDatabase { db in
+            try await db.append(Self.events())
+            try await db.projector().catchUp()
+            let key = try await db.createKey("ops", scope: .report)
+            let export = """
+                Dimension.DATE,Dimension.AD_UNIT_NAME,Column.AD_SERVER_IMPRESSIONS,Column.AD_SERVER_CLICKS,Column.TOTAL_AD_REQUESTS
+                2026-11-10,/6499/sports/top,12,4,4
+                2026-11-10,/1234/home/native,4,1,0
+                """
+            try await withInProcessTracker(db) { tracker in
+                #expect(try await post(tracker, export, key: key).status == 200)
+                let r = try await tracker.request("GET", "/v1/reports/reconciliation", headers: ["Authorization": "Bearer \(key)"])
+                let rows = (r.json["rows"] as? [[String: Any]]) ?? []
+                let top = try #require(rows.first { $0["adUnit"] as? String == Self.top })
+                #expect(top["requests"] as? Int == 3 && top["adManagerRequests"] as? Int == 4)
+                #expect(top["requestDiscrepancy"] as? Double == -0.25)
+                #expect(top["loadedAds"] as? Int == 2 && top["shownAds"] as? Int == 2)
+                #expect(top["withinTolerance"] as? Bool == false, "the requests are 25 % short: \(top)")
+                let home = try #require(rows.first { $0["adUnit"] as? String == Self.home })
+                #expect(home["requestDiscrepancy"] is NSNull && home["withinTolerance"] as? Bool == true, "0 requests on both sides: \(home)")
+                let csv = try await tracker.request("GET", "/v1/reports/reconciliation?format=csv", headers: ["Authorization": "Bearer \(key)"]).text
+                #expect(csv.hasPrefix("day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,givtClicks,duplicateClicks,requests,loadedAds,shownAds,adManagerRequests,requestDiscrepancy\n"))
             }
         }
     }

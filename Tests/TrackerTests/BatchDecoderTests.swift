@@ -91,8 +91,8 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         #expect(try accepted(event(["id": "550e8400-e29b-41d4-a716-446655440000"])).id.text == "550e8400-e29b-41d4-a716-446655440000")
     }
 
-    @Test func typeMustBeOneOfTheTenTypes() throws {
-        for type in EventType.allCases where type != .click {
+    @Test func typeMustBeOneOfTheProtocolsTypes() throws {
+        for type in EventType.allCases where type != .click && !type.isLoadEvent {
             #expect(try accepted(event(["type": type.rawValue])).type == type)
         }
         #expect(try rejection(event(["type": "view"])).contains("type must be one of ad_loaded, impression, click"))
@@ -101,8 +101,8 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
     }
 
     @Test func requestIdIsOneTo128CharactersWithoutControlCharacters() throws {
-        #expect(try accepted(event(["requestId": String(repeating: "r", count: 128)])).requestId.count == 128)
-        #expect(try accepted(event(["requestId": String(repeating: "é", count: 128)])).requestId.unicodeScalars.count == 128)
+        #expect(try accepted(event(["requestId": String(repeating: "r", count: 128)])).requestId?.count == 128)
+        #expect(try accepted(event(["requestId": String(repeating: "é", count: 128)])).requestId?.unicodeScalars.count == 128)
         #expect(try rejection(event(["requestId": String(repeating: "r", count: 129)])).contains("requestId must be at most 128 characters, got 129"))
         #expect(try rejection(event(["requestId": ""])).contains("requestId must not be empty"))
         #expect(try rejection(event(["requestId": "req\n1"])).contains("requestId must not contain control characters"))
@@ -391,5 +391,96 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
             }
             #expect(out == Array(("x" + String(n)).utf8), "\(n)")
         }
+    }
+}
+
+/// PROTOCOL.md 10's field table: each rule refuses the event naming the field, and keeps the
+/// rest of the batch.
+@Suite struct FunnelFieldRules {
+    /// A valid event of a load: no requestId, a loadId.
+    private func loadEvent(_ type: String, _ fields: [String: Any] = [:]) -> [String: Any] {
+        event(["type": type, "requestId": Absent(), "loadId": "load-1", "formatId": Absent()].merging(fields) { $1 })
+    }
+
+    @Test func aRequestAFailureAndAMediationResultAreAcceptedWithTheirFields() throws {
+        let request = try accepted(loadEvent("ad_request", ["adsRequested": 3, "formatId": "10063170"]))
+        #expect(request.requestId == nil && request.loadId == "load-1" && request.adsRequested == 3 && request.formatId == "10063170")
+        #expect(request.logKey == "load-1", "the log keeps a load's events under its id")
+        #expect(try accepted(loadEvent("ad_request")).adsRequested == 1, "adsRequested defaults to 1")
+        #expect(try accepted(loadEvent("ad_request")).formatId == "", "a load that asks for no format")
+        let failed = try accepted(loadEvent("ad_failed", ["errorCode": "no_fill", "latencyMs": 1250]))
+        #expect(failed.errorCode == .noFill && failed.latencyMs == 1250)
+        let result = try accepted(loadEvent("mediation_result", ["result": "failed", "errorCode": "mediation_no_fill", "adapter": "Meta",
+                                                                 "position": 2, "latencyMs": 0]))
+        #expect(result.result == .failed && result.errorCode == .mediationNoFill && result.adapter == "Meta" && result.position == 2)
+        #expect(try accepted(loadEvent("mediation_result", ["result": "timeout", "adapter": "Meta", "position": 100])).position == 100)
+        let loaded = try accepted(event(["type": "ad_loaded", "loadId": "load-1", "latencyMs": 600_000]))
+        #expect(loaded.loadId == "load-1" && loaded.latencyMs == 600_000 && loaded.requestId == "req-7f3c")
+    }
+
+    @Test func aLoadsEventMustNotSetARequestId() throws {
+        let message = try rejection(loadEvent("ad_request", ["requestId": "req-1"]))
+        #expect(message.contains("requestId must be absent for ad_request"))
+    }
+
+    @Test func aLoadsEventNeedsItsLoadId() throws {
+        for type in ["ad_request", "ad_failed", "mediation_result"] {
+            #expect(try rejection(loadEvent(type, ["loadId": Absent()])).contains("loadId is required"), "\(type)")
+        }
+        #expect(try rejection(loadEvent("ad_request", ["loadId": ""])).contains("loadId must not be empty"))
+        #expect(try rejection(loadEvent("ad_request", ["loadId": String(repeating: "l", count: 129)])).contains("loadId must be at most 128"))
+    }
+
+    @Test func everyErrorCodeOfTheSDKIsAcceptedAndNothingElse() throws {
+        for code in AdErrorCode.allCases {
+            #expect(try accepted(loadEvent("ad_failed", ["errorCode": code.rawValue])).errorCode == code)
+        }
+        #expect(try rejection(loadEvent("ad_failed", ["errorCode": "NO_FILL"])).contains("errorCode must be one of no_fill"))
+        #expect(try rejection(loadEvent("ad_failed", ["errorCode": 1])).contains("errorCode must be a string"))
+        #expect(try rejection(loadEvent("ad_failed")).contains("errorCode is required"))
+        #expect(try rejection(loadEvent("mediation_result", ["result": "failed", "adapter": "Meta", "position": 1]))
+            .contains("errorCode is required"))
+    }
+
+    @Test func aMediationResultNeedsItsResultAdapterAndPosition() throws {
+        let base: [String: Any] = ["result": "loaded", "adapter": "Meta", "position": 1]
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["position": Absent()]) { $1 })).contains("position is required"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["adapter": Absent()]) { $1 })).contains("adapter is required"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["adapter": ""]) { $1 })).contains("adapter must not be empty"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["result": Absent()]) { $1 })).contains("result is required"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["result": "won"]) { $1 }))
+            .contains("result must be one of loaded, failed, timeout"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["position": 0]) { $1 }))
+            .contains("position must be an integer from 1 to 100, got 0"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["position": 101]) { $1 })).contains("position must be an integer"))
+        #expect(try rejection(loadEvent("mediation_result", base.merging(["position": "1"]) { $1 })).contains("position must be an integer from 1 to 100, got"))
+    }
+
+    @Test func numbersMustBeIntegersInTheirRanges() throws {
+        #expect(try rejection(loadEvent("ad_failed", ["errorCode": "timeout", "latencyMs": 600_001]))
+            .contains("latencyMs must be an integer from 0 to 600000, got 600001"))
+        #expect(try rejection(loadEvent("ad_failed", ["errorCode": "timeout", "latencyMs": -1])).contains("latencyMs must be an integer"))
+        #expect(try rejection(loadEvent("ad_failed", ["errorCode": "timeout", "latencyMs": 1.5])).contains("got 1.5"))
+        #expect(try rejection(loadEvent("ad_request", ["adsRequested": 0])).contains("adsRequested must be an integer from 1 to 5"))
+        #expect(try rejection(loadEvent("ad_request", ["adsRequested": 6])).contains("adsRequested must be an integer from 1 to 5"))
+    }
+
+    @Test func aFieldOnATypeItDoesNotBelongToIsRefusedNamingIt() throws {
+        #expect(try rejection(event(["loadId": "load-1"])).contains("loadId is a field of ad_request, ad_failed, mediation_result, ad_loaded events only, not of impression"))
+        #expect(try rejection(event(["latencyMs": 10])).contains("latencyMs is a field of"))
+        #expect(try rejection(event(["type": "click", "assetKey": "MainImage", "errorCode": "no_fill"])).contains("errorCode is a field of"))
+        #expect(try rejection(event(["position": 1])).contains("position is a field of"))
+        #expect(try rejection(event(["type": "ad_loaded", "adsRequested": 2])).contains("adsRequested is a field of ad_request events only"))
+        #expect(try rejection(loadEvent("ad_request", ["result": "loaded"])).contains("result is a field of mediation_result events only"))
+        #expect(try rejection(loadEvent("ad_request", ["latencyMs": 5])).contains("latencyMs is a field of"))
+    }
+
+    @Test func aBadLoadEventCostsTheRestOfTheBatchNothing() throws {
+        let batch = try decode(body([loadEvent("ad_failed", ["errorCode": "bogus"]),
+                                     event(["id": "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b12"]),
+                                     loadEvent("ad_request", ["id": "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b13"])]))
+        #expect(batch.accepted.count == 2)
+        #expect(batch.rejected.map(\.index) == [0])
+        #expect(batch.rejected.first?.error.contains("errorCode") == true)
     }
 }

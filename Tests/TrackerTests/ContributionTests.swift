@@ -40,7 +40,8 @@ private func eventID(_ n: Int) -> PackedUUID {
 /// The sums of a contribution's rows of one table, as a report leaving test traffic out
 /// (or including it) would add them up; optionally only the rows of one day.
 private struct Totals {
-    var format = Measures(), asset = Measures(), source = Measures(), ivt = Measures()
+    var format = Measures(), asset = Measures(), source = Measures(), ivt = Measures(), funnel = Measures(), failure = Measures(),
+        waterfall = Measures()
 
     init(_ c: Contribution, includeTest: Bool = false, day: Day? = nil, adapter: String? = nil, assetKey: String? = nil) {
         let classes = TrafficClass.classes(includeTest: includeTest)
@@ -50,6 +51,9 @@ private struct Totals {
             case .asset: if assetKey == nil || key.assetKey == assetKey { asset &+= m }
             case .source: if adapter == nil || key.adapter == adapter { source &+= m }
             case .ivt: ivt &+= m
+            case .funnel: funnel &+= m
+            case .failure: failure &+= m
+            case .waterfall: waterfall &+= m
             }
         }
     }

@@ -35,7 +35,7 @@ struct RebuildPipelineTests {
         try await Task.sleep(for: .milliseconds(500))  // the threads finish the files they are on and stop
         // Released with projected files left over and files never started: nothing holds it
         // once its threads finished, and releasing it stops nothing twice or in a bad state.
-        weak var released = pipeline
+        weak let released = pipeline
         pipeline = nil
         #expect(released == nil, "the threads stopped and nothing else holds the pipeline")
     }

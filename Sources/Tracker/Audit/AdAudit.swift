@@ -1,7 +1,8 @@
-/// Reads one ad's stored events and explains them (`GET /v1/ads/{requestId}`, `tracker explain`).
+/// Reads one ad's or one load's stored events and explains them (`GET /v1/ads/{requestId}`,
+/// `GET /v1/loads/{loadId}`, `tracker explain`).
 ///
 /// The events come from the log, where every stored field is (the log has no index on
-/// `requestId`: the read scans the partitions from the ad's first day on, found through
+/// `requestId`: the read scans the partitions from the state's first day on, found through
 /// `ad_state`). Events that retention already dropped from the log are still in `ad_state`
 /// and still counted: they are listed without their device and server times. Like a report,
 /// the audit first waits for the projections to include what was committed before it was asked.
@@ -14,56 +15,110 @@ public struct AdAudit: Sendable {
         self.maxWait = maxWait
     }
 
-    /// The ad's audit trail and the projection lag, or `nil` when no event of it is stored.
+    /// The ad's audit trail, with the trails of the loads it names, and the projection lag, or
+    /// `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], rules: AdContribution, ivtRules: Int)? in
-            let state = try connection.query(AdAuditSQL.window)
-            let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
-            // The labels are the projections' (each event's client, judged under their rule set);
-            // excessive clicks follow from the rule set's limit.
-            let ruleSet = try IVTRuleSets.load(version: Int(state.int64(0, 1) ?? 0), on: connection)
-            let rules = AdContribution(attributionWindow: window, maxClicksPerAd: ruleSet.ruleSet.maxClicksPerAd)
-            var strings = StringTable(limit: 64)
-            let packed = try connection.query(AdAuditSQL.adState, [.text(requestId)], binaryResults: true)
-            var projected: [AdEvent] = []
-            if packed.rowCount == 1 {
-                guard let events = AdState.decode(packed.bytes(0, 0), strings: &strings) else {
-                    throw DatabaseError(.unexpectedResult, serverMessage: "ad_state of \(requestId) does not follow the packed layout")
-                }
-                projected = events
+        let found = try await pool.withConnection { connection -> (ad: [LoggedEvent], loads: [(String, [LoggedEvent])], rules: Rules)? in
+            let rules = try Rules.read(on: connection)
+            guard let ad = try Self.trail(of: requestId, .ad, on: connection) else { return nil }
+            var loadIds: [String] = []
+            for l in ad where l.event.type == .adLoaded {
+                if let load = l.loadId, !loadIds.contains(load) { loadIds.append(load) }
             }
-            guard let earliest = projected.map(\.correctedAt).min() else { return nil }
-            // corrected_at <= received_at + 1 s (PROTOCOL.md 3 refuses occurredAt more than 1 s after sentAt),
-            // so no event of the ad was received before this: the earlier partitions are skipped.
-            let since = earliest - .seconds(2)
-            let rows = try connection.query(AdAuditSQL.logged, [.text(requestId), .text(since.postgresText)], binaryResults: true)
-            var logged: [LoggedEvent] = []
-            var seen = Set<PackedUUID>()
-            let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
-            for r in 0..<rows.rowCount {
-                let row: AdEventRow
-                do throws(UnreadableColumn) { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch {
-                    throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
-                }
-                func time(_ column: Int) -> Timestamp? { Timestamp(timestamptz: rows.bytes(r, column)) }
-                let id = PackedUUID(binary: row.id)
-                let event = row.event(strings: &strings, label: labels[id] ?? nil)
-                seen.insert(event.id)
-                logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),
-                                          sentAt: time(AdAuditSQL.sentAt), receivedAt: time(AdAuditSQL.receivedAt)))
-            }
-            for event in projected where !seen.contains(event.id) {
-                // Dropped from the log by retention; the packed state keeps no test flag of its own.
-                logged.append(LoggedEvent(event: event, testFlag: event.isTest && !AdEvent.testAdUnits.contains(event.adUnit),
-                                          occurredAt: nil, sentAt: nil, receivedAt: nil))
-            }
-            return (logged, rules, ruleSet.version)
+            let loads = try loadIds.compactMap { id in try Self.trail(of: id, .load, on: connection).map { (id, $0) } }
+            return (ad, loads, rules)
         }
         guard let found else { return nil }
-        var explanation = found.rules.explain(requestId: requestId, found.logged, includeTest: includeTest)
-        explanation.ivtRules = found.ivtRules
+        var explanation = found.rules.contribution.explain(requestId: requestId, found.ad, includeTest: includeTest)
+        explanation.ivtRules = found.rules.ivtRules
+        explanation.loads = found.loads.map { id, logged in
+            var load = found.rules.contribution.explain(loadId: id, logged, includeTest: includeTest)
+            load.ivtRules = found.rules.ivtRules
+            return load
+        }
         return (explanation, try await LogCursor(pool: pool).lag())
+    }
+
+    /// The load's audit trail and the projection lag, or `nil` when no event of it is stored.
+    public func explain(loadId: String, includeTest: Bool) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
+        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
+        let found = try await pool.withConnection { connection -> (load: [LoggedEvent], rules: Rules)? in
+            let rules = try Rules.read(on: connection)
+            return try Self.trail(of: loadId, .load, on: connection).map { ($0, rules) }
+        }
+        guard let found else { return nil }
+        var explanation = found.rules.contribution.explain(loadId: loadId, found.load, includeTest: includeTest)
+        explanation.ivtRules = found.rules.ivtRules
+        return (explanation, try await LogCursor(pool: pool).lag())
+    }
+
+    /// The rules the projections were computed with: the attribution window, and the rule set
+    /// whose labels the events carry (excessive clicks follow from its limit).
+    struct Rules {
+        var contribution: AdContribution
+        var ivtRules: Int
+
+        static func read(on connection: Connection) throws -> Rules {
+            let state = try connection.query(AdAuditSQL.window)
+            let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
+            let ruleSet = try IVTRuleSets.load(version: Int(state.int64(0, 1) ?? 0), on: connection)
+            return Rules(contribution: AdContribution(attributionWindow: window, maxClicksPerAd: ruleSet.ruleSet.maxClicksPerAd),
+                         ivtRules: ruleSet.version)
+        }
+    }
+
+    /// Which part of a state a trail reads: an ad's events, or a load's (its own events and the
+    /// `ad_loaded` events that name it).
+    enum Part {
+        case ad, load
+
+        func holds(_ e: AdEvent) -> Bool { (self == .load) == e.isLoadPart }
+
+        var logged: String { self == .ad ? AdAuditSQL.loggedOfAd : AdAuditSQL.loggedOfLoad }
+    }
+
+    /// The stored events of the ad or load `key` with the log's times, or `nil` when it has none.
+    private static func trail(of key: String, _ part: Part, on connection: Connection) throws -> [LoggedEvent]? {
+        var strings = StringTable(limit: 64)
+        let packed = try connection.query(AdAuditSQL.adState, [.text(key)], binaryResults: true)
+        var projected: [AdEvent] = []
+        if packed.rowCount == 1 {
+            guard let events = AdState.decode(packed.bytes(0, 0), strings: &strings) else {
+                throw DatabaseError(.unexpectedResult, serverMessage: "ad_state of \(key) does not follow the packed layout")
+            }
+            projected = events.filter(part.holds)
+        }
+        guard let earliest = projected.map(\.correctedAt).min() else { return nil }
+        // corrected_at <= received_at + 1 s (PROTOCOL.md 3 refuses occurredAt more than 1 s after sentAt),
+        // so no event of the state was received before this: the earlier partitions are skipped.
+        let since = earliest - .seconds(2)
+        let rows = try connection.query(part.logged, [.text(key), .text(since.postgresText)], binaryResults: true)
+        var logged: [LoggedEvent] = []
+        var seen = Set<PackedUUID>()
+        let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
+        for r in 0..<rows.rowCount {
+            let row: AdEventRow
+            do throws(UnreadableColumn) { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch {
+                throw DatabaseError(.unexpectedResult, serverMessage: "audit: log row \(r) has an unreadable \(error.column.name)")
+            }
+            func time(_ column: Int) -> Timestamp? { Timestamp(timestamptz: rows.bytes(r, column)) }
+            let id = PackedUUID(binary: row.id)
+            var event = row.event(strings: &strings, label: labels[id] ?? nil)
+            if part == .load, event.type == .adLoaded { event = event.loadReference }
+            seen.insert(event.id)
+            logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),
+                                      sentAt: time(AdAuditSQL.sentAt), receivedAt: time(AdAuditSQL.receivedAt),
+                                      requestId: row.type.isLoadEvent ? nil : row.requestIdString,
+                                      loadId: row.loadId.map { String(decoding: $0, as: UTF8.self) }))
+        }
+        for event in projected where !seen.contains(event.id) {
+            // Dropped from the log by retention; the packed state keeps no test flag of its own.
+            logged.append(LoggedEvent(event: event, testFlag: event.isTest && !AdEvent.testAdUnits.contains(event.adUnit),
+                                      occurredAt: nil, sentAt: nil, receivedAt: nil,
+                                      requestId: part == .ad ? key : nil, loadId: part == .load ? key : nil))
+        }
+        return logged
     }
 }
 
@@ -74,10 +129,22 @@ enum AdAuditSQL {
     static let adState = "SELECT events FROM ad_state WHERE request_id = $1"
 
     /// Binary columns: the `AdEventColumn`s, then the device's, the SDK's and the server's times.
-    static let logged = """
+    /// An ad's events are stored under its request id; a load's under its id, where an ad may
+    /// have the same key, so each read takes its own types.
+    static let loggedOfAd = """
         SELECT \(AdEventColumn.list), occurred_at, sent_at, received_at
         FROM events
         WHERE request_id = $1 AND received_at >= $2::timestamptz
+          AND type NOT IN ('ad_request', 'ad_failed', 'mediation_result')
+        """
+
+    /// A load's events, and the `ad_loaded` events that name it.
+    static let loggedOfLoad = """
+        SELECT \(AdEventColumn.list), occurred_at, sent_at, received_at
+        FROM events
+        WHERE received_at >= $2::timestamptz
+          AND ((request_id = $1 AND type IN ('ad_request', 'ad_failed', 'mediation_result'))
+               OR (load_id = $1 AND type = 'ad_loaded'))
         """
     static let occurredAt = AdEventColumn.allCases.count, sentAt = occurredAt + 1, receivedAt = occurredAt + 2
 }

@@ -9,10 +9,18 @@ struct ClientGroup: Hashable {
     static let microsecondsPerMinute: Int64 = 60_000_000
 }
 
-/// An event of a group, as `client_minutes.members` lists it: enough to find it in `ad_state`.
+/// An event of a group, as `client_minutes.members` lists it: enough to find it in `ad_state`,
+/// by the key of a state that holds it (its ad's, or the load an `ad_loaded` names: such an
+/// event is a member twice, once per state).
 struct GroupMember: Hashable {
     var requestId: String
     var id: PackedUUID
+}
+
+/// What one step adds to a group: its events, and the states they are in.
+struct GroupAddition {
+    var events = 0
+    var members: [GroupMember] = []
 }
 
 /// The `high_rate` rule's counts (`client_minutes`): stored events per client and minute.
@@ -27,7 +35,7 @@ enum ClientMinutes {
     /// - Returns: the groups that hold more events than `limit` after this (every event of
     ///   them is `high_rate`), and the events of earlier steps in groups that went over the
     ///   limit in this one (they are to be relabelled).
-    static func count(_ added: [ClientGroup: [GroupMember]], limit: Int,
+    static func count(_ added: [ClientGroup: GroupAddition], limit: Int,
                       on connection: Connection) throws -> (overLimit: Set<ClientGroup>, relabel: [GroupMember]) {
         guard !added.isEmpty else { return ([], []) }
         let groups = Array(added.keys)
@@ -57,7 +65,7 @@ enum ClientMinutes {
         for g in groups {
             let new = added[g]!
             let old = before[g]
-            let total = (old?.events ?? 0) + new.count
+            let total = (old?.events ?? 0) + new.events
             counts.append(Int32(clamping: total))
             if total > limit {
                 overLimit.insert(g)
@@ -67,7 +75,7 @@ enum ClientMinutes {
                 members.appendNull()
             } else {
                 var packed = old?.members ?? []
-                for m in new { encode(m, into: &packed) }
+                for m in new.members { encode(m, into: &packed) }
                 members.append(bytes: packed)
             }
         }
@@ -111,6 +119,15 @@ enum ClientMinutes {
 }
 
 enum ClientMinutesSQL {
+    /// A log row's members as `ClientMinutes.encode` packs them (for `string_agg`): its state's
+    /// key and id, and for an `ad_loaded` that names its load, the load's key and id too.
+    static let membersOfRow = """
+        int2send(octet_length(request_id)::int2) || convert_to(request_id, 'UTF8') || uuid_send(id)
+        || CASE WHEN type = 'ad_loaded' AND load_id IS NOT NULL
+                THEN int2send(octet_length(load_id)::int2) || convert_to(load_id, 'UTF8') || uuid_send(id)
+                ELSE ''::bytea END
+        """
+
     /// Binary columns: 0 minute, 1 user agent, 2 address, 3 events, 4 members. Locked: the
     /// counts written back are computed from these.
     static let lock = """

@@ -36,7 +36,7 @@ struct AppendBatch {
         }
     }
 
-    /// The conflict-checking statement's parameters ($1 to $20): every column as an array, the
+    /// The conflict-checking statement's parameters ($1 to $26): every column as an array, the
     /// user agents given by their numbers in `user_agents` (`ids` holds every one of `userAgents`).
     func parameters(userAgentIds ids: [String: Int32]) -> [Parameter] {
         var columns = LogColumnArrays(capacity: firstOccurrence.count)
@@ -67,7 +67,7 @@ struct AppendBatch {
             rows.beginRow()
             rows.append(e.id)
             rows.append(e.type.rawValue)
-            rows.append(e.requestId)
+            rows.append(e.logKey)
             rows.append(e.adUnit)
             rows.append(e.formatId)
             rows.append(e.assetKey)
@@ -85,6 +85,12 @@ struct AppendBatch {
             rows.append(key)
             rows.append(e.clientIP)
             rows.append(e.userAgent.flatMap { ids[$0] })
+            rows.append(e.loadId)
+            rows.append(e.adsRequested.map { Int32($0) })
+            rows.append(e.latencyMs.map { Int32($0) })
+            rows.append(e.errorCode?.rawValue)
+            rows.append(e.result?.rawValue)
+            rows.append(e.position.map { Int32($0) })
         }
     }
 
@@ -121,7 +127,8 @@ private struct LogColumnArrays: LogRowWriter {
 
     init(capacity: Int) {
         let elements: [BinaryArray.Element] = [.uuid, .text, .text, .text, .text, .text, .text, .text, .text, .bool, .bool, .bool,
-                                               .jsonb, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .inet, .int4]
+                                               .jsonb, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .inet, .int4,
+                                               .text, .int4, .int4, .text, .text, .int4]
         assert(elements.count == EventLogSQL.columnCount)
         arrays = elements.map { BinaryArray($0, capacity: capacity) }
     }
@@ -220,12 +227,13 @@ enum EventLogSQL {
         COPY event_ids (id) FROM STDIN (FORMAT binary); COPY events (\(columns)) FROM STDIN (FORMAT binary)
         """
 
-    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $20) and of a row of the log's COPY in `appendByCopy`.
-    static let columnCount = 20
+    /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $26) and of a row of the log's COPY in `appendByCopy`.
+    /// `request_id` holds `TrackingEvent.logKey`: a load's events are stored under the load's id.
+    static let columnCount = 26
     private static let columns = """
         id, type, request_id, ad_unit, format_id, asset_key, click_action, source, adapter, eea, \
         reservation, test, attributes, occurred_at, sent_at, received_at, corrected_at, key_name, \
-        client_ip, user_agent_id
+        client_ip, user_agent_id, load_id, ads_requested, latency_ms, error_code, result, position
         """
 
     /// The insert of a group's rows into the log, up to the alias of the unnested arrays.
@@ -234,11 +242,12 @@ enum EventLogSQL {
         SELECT i.id, i.type::event_type, i.request_id, i.ad_unit, i.format_id, i.asset_key,
                i.click_action::click_action, i.source::event_source, i.adapter, i.eea, i.reservation,
                i.test, i.attributes, i.occurred_at, i.sent_at, i.received_at, i.corrected_at, i.key_name,
-               i.client_ip, i.user_agent_id
+               i.client_ip, i.user_agent_id, i.load_id, i.ads_requested, i.latency_ms, i.error_code, i.result, i.position
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::bool[],
                     $13::jsonb[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[],
-                    $17::timestamptz[], $18::text[], $19::inet[], $20::int4[])
+                    $17::timestamptz[], $18::text[], $19::inet[], $20::int4[],
+                    $21::text[], $22::int4[], $23::int4[], $24::text[], $25::text[], $26::int4[])
         """
 
     /// Numbers user agents not yet in `user_agents` and returns the numbers of all of $1. The

@@ -1,4 +1,9 @@
-/// The part of a logged event that reports depend on, as the projections keep it per ad.
+/// The part of a logged event that reports depend on, as the projections keep it per ad or per
+/// load (PROTOCOL.md 10).
+///
+/// A load's state holds its own events (`ad_request`, `ad_failed`, `mediation_result`) and, as
+/// *load references*, a copy of every `ad_loaded` that names it by `loadId`: what makes the load
+/// filled, while the `ad_loaded` itself counts for its ad.
 public struct AdEvent: Sendable, Hashable {
     public var id: PackedUUID
     public var type: EventType
@@ -16,6 +21,17 @@ public struct AdEvent: Sendable, Hashable {
     /// (`declaredBot`, `datacenter` or `highRate`), or `nil`. `excessiveClicks` is never
     /// stored: it follows from the ad's other clicks (`AdContribution`).
     public var label: IVTLabel?
+    /// A copy of an `ad_loaded` kept in the state of the load it names (`loadId`).
+    public var isLoadReference = false
+    /// The funnel's fields (PROTOCOL.md 10), on the types they belong to.
+    public var adsRequested: Int?
+    public var latencyMs: Int?
+    public var errorCode: AdErrorCode?
+    public var result: MediationResult?
+    public var position: Int?
+
+    /// Whether the event counts for a load (its own event or a load reference) rather than for an ad.
+    public var isLoadPart: Bool { isLoadReference || type.isLoadEvent }
 
     public init(id: PackedUUID, type: EventType, correctedAt: Timestamp, adUnit: String, formatId: String,
                 assetKey: String? = nil, source: EventSource = .app, adapter: String? = nil,
@@ -55,6 +71,18 @@ public struct AdEvent: Sendable, Hashable {
         self.init(id: event.id, type: event.type, correctedAt: event.correctedAt, adUnit: event.adUnit,
                   formatId: event.formatId, assetKey: event.assetKey, source: event.source, adapter: event.adapter,
                   eea: event.eea, reservation: event.reservation, test: event.test)
+        adsRequested = event.adsRequested
+        latencyMs = event.latencyMs
+        errorCode = event.errorCode
+        result = event.result
+        position = event.position
+    }
+
+    /// The copy of this `ad_loaded` that its load's state keeps.
+    var loadReference: AdEvent {
+        var reference = self
+        reference.isLoadReference = true
+        return reference
     }
 
     /// The SDK's sample ad units, which serve only test ads.
@@ -64,9 +92,12 @@ public struct AdEvent: Sendable, Hashable {
     ]
 
 
-    /// The protocol's order for "earliest": corrected time, then the smaller id as a string.
+    /// The protocol's order for "earliest": corrected time, then the smaller id as a string
+    /// (and an event before its own load reference, when an ad and a load share a key).
     static func earlier(_ a: AdEvent, _ b: AdEvent) -> Bool {
-        a.correctedAt != b.correctedAt ? a.correctedAt < b.correctedAt : a.id < b.id
+        if a.correctedAt != b.correctedAt { return a.correctedAt < b.correctedAt }
+        if a.id != b.id { return a.id < b.id }
+        return !a.isLoadReference && b.isLoadReference
     }
 }
 

@@ -7,6 +7,8 @@ enum AdEventColumn: Int, CaseIterable {
     case requestId, id, type, correctedAt, adUnit, formatId, assetKey, source, adapter, eea, reservation, test
     /// Who sent the event (the invalid-traffic rules): when, with which user agent, from where.
     case receivedAt, userAgentId, clientIP
+    /// The funnel's fields (PROTOCOL.md 10).
+    case loadId, adsRequested, latencyMs, errorCode, result, position
 
     var name: String {
         switch self {
@@ -25,6 +27,12 @@ enum AdEventColumn: Int, CaseIterable {
         case .receivedAt: "received_at"
         case .userAgentId: "user_agent_id"
         case .clientIP: "client_ip"
+        case .loadId: "load_id"
+        case .adsRequested: "ads_requested"
+        case .latencyMs: "latency_ms"
+        case .errorCode: "error_code"
+        case .result: "result"
+        case .position: "position"
         }
     }
 
@@ -42,6 +50,7 @@ struct UnreadableColumn: Error {
 /// `COPY`), checked and decoded in one place. The strings stay bytes, valid as long as the row's
 /// buffer: the rebuild copies them straight into its spill files, the others make an `AdEvent`.
 struct AdEventRow {
+    /// The log's key of the event (`TrackingEvent.logKey`): its ad's request id, or its load's id.
     let requestId: UnsafeRawBufferPointer
     /// The id's 16 bytes.
     let id: UnsafeRawBufferPointer
@@ -61,6 +70,10 @@ struct AdEventRow {
     let userAgentId: Int32?
     /// Its client's address, a binary `inet`; `nil` when none was recorded.
     let clientIP: UnsafeRawBufferPointer?
+    /// The load a load's event belongs to, or an `ad_loaded` links its ad to.
+    let loadId: UnsafeRawBufferPointer?
+    /// The funnel's other fields.
+    let funnel: AdState.FunnelPart
 
     /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
     @inline(__always)
@@ -95,7 +108,24 @@ struct AdEventRow {
             userAgentId = nil
         }
         clientIP = value(.clientIP)
+        loadId = value(.loadId)
+        func integer(_ column: AdEventColumn) throws(UnreadableColumn) -> Int? {
+            guard let bytes = value(column) else { return nil }
+            guard bytes.count == 4 else { throw UnreadableColumn(column: column) }
+            return Int(Int32(bitPattern: UInt32(bytes[0]) << 24 | UInt32(bytes[1]) << 16 | UInt32(bytes[2]) << 8 | UInt32(bytes[3])))
+        }
+        func named<T>(_ column: AdEventColumn, _ labels: [([UInt8], T)]) throws(UnreadableColumn) -> T? {
+            guard let bytes = value(column) else { return nil }
+            guard let found = Self.label(bytes, in: labels) else { throw UnreadableColumn(column: column) }
+            return found
+        }
+        funnel = AdState.FunnelPart(latencyMs: try integer(.latencyMs), errorCode: try named(.errorCode, Self.errorCodes),
+                                    result: try named(.result, Self.results), position: try integer(.position),
+                                    adsRequested: try integer(.adsRequested))
     }
+
+    /// The key of the load whose state keeps a reference to this event: an `ad_loaded` that names its load.
+    var referencedLoad: UnsafeRawBufferPointer? { type == .adLoaded ? loadId : nil }
 
     /// The client's address; `nil` when none was recorded (or the bytes are not an address).
     var clientAddress: IPAddress? { clientIP.flatMap { IPAddress(inetBinary: $0) } }
@@ -113,14 +143,22 @@ struct AdEventRow {
 
     /// The event as the projections keep it; `strings` shares the repeated ad units and formats.
     func event(strings: inout StringTable, label: IVTLabel? = nil) -> AdEvent {
-        AdEvent(id: PackedUUID(binary: id), type: type, correctedAt: correctedAt,
-                adUnit: strings.string(adUnit), formatId: strings.string(formatId),
-                assetKey: assetKey.map { strings.string($0) }, source: source,
-                adapter: adapter.map { strings.string($0) }, eea: eea, reservation: reservation, isTest: isTest, label: label)
+        var event = AdEvent(id: PackedUUID(binary: id), type: type, correctedAt: correctedAt,
+                            adUnit: strings.string(adUnit), formatId: strings.string(formatId),
+                            assetKey: assetKey.map { strings.string($0) }, source: source,
+                            adapter: adapter.map { strings.string($0) }, eea: eea, reservation: reservation, isTest: isTest, label: label)
+        event.latencyMs = funnel.latencyMs
+        event.errorCode = funnel.errorCode
+        event.result = funnel.result
+        event.position = funnel.position
+        event.adsRequested = funnel.adsRequested
+        return event
     }
 
     private static let types = EventType.allCases.map { (Array($0.rawValue.utf8), $0) }
     private static let sources = EventSource.allCases.map { (Array($0.rawValue.utf8), $0) }
+    private static let errorCodes = AdErrorCode.allCases.map { (Array($0.rawValue.utf8), $0) }
+    private static let results = MediationResult.allCases.map { (Array($0.rawValue.utf8), $0) }
 
     /// The case whose label (an enum's binary value is its label) equals `bytes`.
     private static func label<T>(_ bytes: UnsafeRawBufferPointer, in labels: [([UInt8], T)]) -> T? {

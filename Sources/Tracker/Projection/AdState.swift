@@ -18,18 +18,110 @@ import TrackerPostgres
 /// [u16 length + UTF-8 ad unit, u16 length + UTF-8 format id]   unless flags & sameUnitAndFormat
 /// [u16 length + UTF-8 asset key]     if flags & hasAssetKey
 /// [u16 length + UTF-8 adapter]       if flags & hasAdapter
+/// [u8 funnel flags                   if flags & funnel
+///  [i32 latencyMs]                   if funnel flags & hasLatency
+///  [u8 errorCode (AdErrorCode's case index)]   if funnel flags & hasErrorCode
+///  [u8 result (MediationResult's case index)]  if funnel flags & hasResult
+///  [u8 position]                     if funnel flags & hasPosition
+///  [u8 adsRequested]]                if funnel flags & hasAdsRequested
 /// ```
+///
+/// A record with the funnel flag `loadReference` is a load's copy of an `ad_loaded` that names
+/// it (`AdEvent.isLoadReference`).
 ///
 /// `sameUnitAndFormat` refers to the previous record of the same value; the encoder never sets
 /// it on a value's first record. Migration 010's `tracker_unpack_ad_events` reads the layout in SQL.
 enum AdState {
     enum Flag {
         static let eea: UInt8 = 1, reservation: UInt8 = 2, test: UInt8 = 4, hasAssetKey: UInt8 = 8,
-                   hasAdapter: UInt8 = 16, sameUnitAndFormat: UInt8 = 32, labelled: UInt8 = 64
+                   hasAdapter: UInt8 = 16, sameUnitAndFormat: UInt8 = 32, labelled: UInt8 = 64, funnel: UInt8 = 128
+    }
+
+    enum FunnelFlag {
+        static let loadReference: UInt8 = 1, hasLatency: UInt8 = 2, hasErrorCode: UInt8 = 4, hasResult: UInt8 = 8,
+                   hasPosition: UInt8 = 16, hasAdsRequested: UInt8 = 32
     }
 
     static let types = EventType.allCases
     static let sources = EventSource.allCases
+    static let errorCodes = AdErrorCode.allCases
+    static let results = MediationResult.allCases
+
+    /// The funnel's part of a record (PROTOCOL.md 10).
+    struct FunnelPart: Equatable {
+        var loadReference = false
+        var latencyMs: Int?
+        var errorCode: AdErrorCode?
+        var result: MediationResult?
+        var position: Int?
+        var adsRequested: Int?
+
+        init(loadReference: Bool = false, latencyMs: Int? = nil, errorCode: AdErrorCode? = nil, result: MediationResult? = nil,
+             position: Int? = nil, adsRequested: Int? = nil) {
+            self.loadReference = loadReference
+            self.latencyMs = latencyMs
+            self.errorCode = errorCode
+            self.result = result
+            self.position = position
+            self.adsRequested = adsRequested
+        }
+
+        init(_ e: AdEvent) {
+            self.init(loadReference: e.isLoadReference, latencyMs: e.latencyMs, errorCode: e.errorCode, result: e.result,
+                      position: e.position, adsRequested: e.adsRequested)
+        }
+
+        var isEmpty: Bool { self == FunnelPart() }
+    }
+
+    /// Appends one record: the one place the layout is written, for the projector's states
+    /// (`encode`) and the rebuild's spill files (`RebuildBuckets`). `unit` and `format` are
+    /// `nil` when they equal the previous record's of the same value.
+    static func appendRecord<Text: Collection<UInt8>>(type: EventType, source: EventSource, eea: Bool, reservation: Bool, test: Bool,
+                                                      label: IVTLabel?, id: PackedUUID, correctedAt: Timestamp,
+                                                      unitAndFormat: (unit: Text, format: Text)?, assetKey: Text?, adapter: Text?,
+                                                      funnel: FunnelPart, into out: inout [UInt8]) {
+        out.append(UInt8(truncatingIfNeeded: types.firstIndex(of: type) ?? 0))
+        out.append(UInt8(truncatingIfNeeded: sources.firstIndex(of: source) ?? 0))
+        var flags: UInt8 = 0
+        if eea { flags |= Flag.eea }
+        if reservation { flags |= Flag.reservation }
+        if test { flags |= Flag.test }
+        if assetKey != nil { flags |= Flag.hasAssetKey }
+        if adapter != nil { flags |= Flag.hasAdapter }
+        if unitAndFormat == nil { flags |= Flag.sameUnitAndFormat }
+        if label != nil { flags |= Flag.labelled }
+        if !funnel.isEmpty { flags |= Flag.funnel }
+        out.append(flags)
+        if let label { out.append(UInt8(truncatingIfNeeded: IVTLabel.stored.firstIndex(of: label) ?? 0)) }
+        out.appendBigEndian(id.high)
+        out.appendBigEndian(id.low)
+        out.appendBigEndian(correctedAt.microseconds)
+        func appendText(_ text: Text) {
+            out.appendBigEndian(UInt16(truncatingIfNeeded: text.count))
+            out.append(contentsOf: text)
+        }
+        if let (unit, format) = unitAndFormat {
+            appendText(unit)
+            appendText(format)
+        }
+        if let assetKey { appendText(assetKey) }
+        if let adapter { appendText(adapter) }
+        guard !funnel.isEmpty else { return }
+        var funnelFlags: UInt8 = 0
+        if funnel.loadReference { funnelFlags |= FunnelFlag.loadReference }
+        if funnel.latencyMs != nil { funnelFlags |= FunnelFlag.hasLatency }
+        if funnel.errorCode != nil { funnelFlags |= FunnelFlag.hasErrorCode }
+        if funnel.result != nil { funnelFlags |= FunnelFlag.hasResult }
+        if funnel.position != nil { funnelFlags |= FunnelFlag.hasPosition }
+        if funnel.adsRequested != nil { funnelFlags |= FunnelFlag.hasAdsRequested }
+        out.append(funnelFlags)
+        if let latency = funnel.latencyMs { out.appendBigEndian(Int32(truncatingIfNeeded: latency)) }
+        if let code = funnel.errorCode { out.append(UInt8(truncatingIfNeeded: errorCodes.firstIndex(of: code) ?? 0)) }
+        if let result = funnel.result { out.append(UInt8(truncatingIfNeeded: results.firstIndex(of: result) ?? 0)) }
+        if let position = funnel.position { out.append(UInt8(truncatingIfNeeded: position)) }
+        if let ads = funnel.adsRequested { out.append(UInt8(truncatingIfNeeded: ads)) }
+    }
 
     /// Appends `events` in the rules' order (corrected time, then id): equal lists give equal bytes,
     /// so a rebuilt `ad_state` equals the incremental one byte for byte.
@@ -37,29 +129,11 @@ enum AdState {
         let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
         var previous: AdEvent?
         for e in sorted {
-            out.append(UInt8(truncatingIfNeeded: types.firstIndex(of: e.type) ?? 0))
-            out.append(UInt8(truncatingIfNeeded: sources.firstIndex(of: e.source) ?? 0))
-            var flags: UInt8 = 0
-            if e.eea { flags |= Flag.eea }
-            if e.reservation { flags |= Flag.reservation }
-            if e.isTest { flags |= Flag.test }
-            if e.assetKey != nil { flags |= Flag.hasAssetKey }
-            if e.adapter != nil { flags |= Flag.hasAdapter }
             // By bytes: `String ==` would call two spellings of one text the same and store only the first.
             let same = previous.map { $0.adUnit.hasSameBytes(as: e.adUnit) && $0.formatId.hasSameBytes(as: e.formatId) } ?? false
-            if same { flags |= Flag.sameUnitAndFormat }
-            if e.label != nil { flags |= Flag.labelled }
-            out.append(flags)
-            if let label = e.label { out.append(UInt8(truncatingIfNeeded: IVTLabel.stored.firstIndex(of: label) ?? 0)) }
-            out.appendBigEndian(e.id.high)
-            out.appendBigEndian(e.id.low)
-            out.appendBigEndian(e.correctedAt.microseconds)
-            if !same {
-                appendString(e.adUnit, to: &out)
-                appendString(e.formatId, to: &out)
-            }
-            if let asset = e.assetKey { appendString(asset, to: &out) }
-            if let adapter = e.adapter { appendString(adapter, to: &out) }
+            appendRecord(type: e.type, source: e.source, eea: e.eea, reservation: e.reservation, test: e.isTest, label: e.label,
+                         id: e.id, correctedAt: e.correctedAt, unitAndFormat: same ? nil : (e.adUnit.utf8, e.formatId.utf8),
+                         assetKey: e.assetKey?.utf8, adapter: e.adapter?.utf8, funnel: FunnelPart(e), into: &out)
             previous = e
         }
     }
@@ -105,10 +179,26 @@ enum AdState {
         var asset: String?, adapter: String?
         if flags & Flag.hasAssetKey != 0 { guard let a = reader.string(&strings) else { return nil }; asset = a }
         if flags & Flag.hasAdapter != 0 { guard let a = reader.string(&strings) else { return nil }; adapter = a }
-        return AdEvent(id: id, type: types[Int(typeIndex)], correctedAt: Timestamp(microseconds: micros),
-                       adUnit: unit, formatId: format, assetKey: asset, source: sources[Int(sourceIndex)],
-                       adapter: adapter, eea: flags & Flag.eea != 0, reservation: flags & Flag.reservation != 0,
-                       isTest: flags & Flag.test != 0, label: label)
+        var event = AdEvent(id: id, type: types[Int(typeIndex)], correctedAt: Timestamp(microseconds: micros),
+                            adUnit: unit, formatId: format, assetKey: asset, source: sources[Int(sourceIndex)],
+                            adapter: adapter, eea: flags & Flag.eea != 0, reservation: flags & Flag.reservation != 0,
+                            isTest: flags & Flag.test != 0, label: label)
+        if flags & Flag.funnel != 0 {
+            guard let funnel = reader.u8() else { return nil }
+            event.isLoadReference = funnel & FunnelFlag.loadReference != 0
+            if funnel & FunnelFlag.hasLatency != 0 { guard let v = reader.i32() else { return nil }; event.latencyMs = Int(v) }
+            if funnel & FunnelFlag.hasErrorCode != 0 {
+                guard let i = reader.u8(), Int(i) < errorCodes.count else { return nil }
+                event.errorCode = errorCodes[Int(i)]
+            }
+            if funnel & FunnelFlag.hasResult != 0 {
+                guard let i = reader.u8(), Int(i) < results.count else { return nil }
+                event.result = results[Int(i)]
+            }
+            if funnel & FunnelFlag.hasPosition != 0 { guard let v = reader.u8() else { return nil }; event.position = Int(v) }
+            if funnel & FunnelFlag.hasAdsRequested != 0 { guard let v = reader.u8() else { return nil }; event.adsRequested = Int(v) }
+        }
+        return event
     }
 
     /// The test ad units as bytes, to recognise them without making a `String`.
@@ -118,10 +208,6 @@ enum AdState {
         testAdUnits.contains { $0.count == bytes.count && $0.elementsEqual(bytes) }
     }
 
-    private static func appendString(_ s: String, to out: inout [UInt8]) {
-        out.appendBigEndian(UInt16(truncatingIfNeeded: s.utf8.count))
-        out.append(contentsOf: s.utf8)
-    }
 }
 
 /// Reads big-endian values from PostgreSQL's binary formats and from `AdState` values.
@@ -145,6 +231,13 @@ struct ByteReader {
         guard offset + 2 <= bytes.count else { return nil }
         defer { offset += 2 }
         return Int(bytes[offset]) << 8 | Int(bytes[offset + 1])
+    }
+
+    mutating func i32() -> Int32? {
+        guard offset + 4 <= bytes.count else { return nil }
+        defer { offset += 4 }
+        return Int32(bitPattern: UInt32(bytes[offset]) << 24 | UInt32(bytes[offset + 1]) << 16 | UInt32(bytes[offset + 2]) << 8
+                     | UInt32(bytes[offset + 3]))
     }
 
     mutating func i64() -> Int64? {

@@ -1,4 +1,5 @@
-/// The per-ad memory (`ad_state`): what one step reads from it, computes, and writes back.
+/// The projector's memory of every ad and load (`ad_state`): what one step reads from it,
+/// computes, and writes back.
 enum AdStateStore {
     /// How a step names the `ad_state` rows it read when it writes them back.
     enum RowKey {
@@ -12,92 +13,108 @@ enum AdStateStore {
         fileprivate var update: String { self == .requestId ? AdStateSQL.updateByRequestId : AdStateSQL.update }
     }
 
-    /// One ad a step changes: its stored state (if any) and what it becomes.
+    /// One state a step changes: as stored (if at all) and what it becomes.
     private struct Change {
-        /// The row's key (`RowKey`) and its events as stored; `nil` for an ad new to the projections.
+        /// The row's key (`RowKey`) and its events as stored; `nil` for a state new to the projections.
         var stored: (row: [UInt8], events: [AdEvent])?
         var events: [AdEvent]
     }
 
-    /// Recomputes every ad of `batch`, and every ad whose events the step labels `high_rate`
-    /// after the fact: subtracts its old contribution, adds its new one, and writes the ads'
-    /// new states and the changed projection rows (in the caller's transaction).
+    /// The states of one step, by key (an ad's request id or a load's id).
+    private typealias Changes = [String: Change]
+
+    /// Recomputes every ad and load of `batch`, and every one whose events the step labels
+    /// `high_rate` after the fact: subtracts its old contribution, adds its new one, and writes
+    /// the new states and the changed projection rows (in the caller's transaction).
     ///
-    /// An id the ad already has is a retry the log stored again because retention forgot its
-    /// id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
+    /// An event a state already holds is a retry the log stored again because retention forgot
+    /// its id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
     static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey,
                         strings: inout StringTable, on connection: Connection) throws {
-        let load = { (ads: Set<String>, strings: inout StringTable) in
-            try Self.load(ads, rowKey: rowKey, strings: &strings, on: connection)
-        }
-        var changes = try load(Set(batch.events.keys), &strings)
-
-        // The step's new events, labelled by their clients.
-        var fresh: [String: [LogBatch.Logged]] = [:]
-        var agents = Set<Int32>()
-        for (ad, logged) in batch.events {
-            let known = Set(changes[ad]?.stored?.events.lazy.map(\.id) ?? [])
-            let new = logged.filter { !known.contains($0.event.id) }
-            guard !new.isEmpty else { continue }
-            fresh[ad] = new
-            for l in new { if let a = l.userAgent { agents.insert(a) } }
-        }
-        try labeller.learn(userAgents: agents, on: connection)
-        for (ad, logged) in fresh {
-            fresh[ad] = logged.map { l in
-                var l = l
-                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address)
-                return l
-            }
-        }
-
-        // high_rate: the step's events counted into their groups; a group over the limit labels
-        // all its events, those of earlier steps too.
+        var changes = try load(Set(batch.events.keys), rowKey: rowKey, strings: &strings, on: connection)
+        var fresh = freshEvents(of: batch, in: changes)
+        try label(&fresh, by: labeller, on: connection)
         if let limit = labeller.rules.maxEventsPerClientMinute {
-            var added: [ClientGroup: [GroupMember]] = [:]
-            for (ad, logged) in fresh {
-                for l in logged {
-                    guard let group = group(of: l) else { continue }
-                    added[group, default: []].append(GroupMember(requestId: ad, id: l.event.id))
-                }
-            }
-            let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, on: connection)
-            for (ad, logged) in fresh {
-                fresh[ad] = logged.map { l in
-                    var l = l
-                    if l.event.label == nil, let g = group(of: l), overLimit.contains(g) { l.event.label = .highRate }
-                    return l
-                }
-            }
-            if !relabel.isEmpty {
-                let missing = Set(relabel.map(\.requestId)).subtracting(changes.keys)
-                changes.merge(try load(missing, &strings)) { a, _ in a }
-                let ids = Dictionary(grouping: relabel, by: \.requestId).mapValues { Set($0.map(\.id)) }
-                for (ad, members) in ids {
-                    guard var change = changes[ad] else { continue }
-                    change.events = change.events.map { e in
-                        var e = e
-                        if e.label == nil, members.contains(e.id) { e.label = .highRate }
-                        return e
-                    }
-                    changes[ad] = change
-                }
-            }
+            try applyHighRate(limit: limit, to: &fresh, and: &changes, rowKey: rowKey, strings: &strings, on: connection)
             if batch.newestReceipt.microseconds > 0 {
                 try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
                                          on: connection)
             }
         }
-        for (ad, logged) in fresh {
-            changes[ad, default: Change(stored: nil, events: [])].events += logged.map(\.event)
+        for (key, logged) in fresh {
+            changes[key, default: Change(stored: nil, events: [])].events += logged.map(\.event)
         }
+        try write(changes, rules: rules, rowKey: rowKey, on: connection)
+    }
 
+    /// The step's events that their states do not hold yet (an event is known to a state by its
+    /// id and whether it is a load reference).
+    private static func freshEvents(of batch: LogBatch, in changes: Changes) -> [String: [LogBatch.Logged]] {
+        var fresh: [String: [LogBatch.Logged]] = [:]
+        for (key, logged) in batch.events {
+            let known = Set(changes[key]?.stored?.events.lazy.map(EventIdentity.init) ?? [])
+            let new = logged.filter { !known.contains(EventIdentity($0.event)) }
+            if !new.isEmpty { fresh[key] = new }
+        }
+        return fresh
+    }
+
+    /// Labels the fresh events by their clients: `declared_bot`, then `datacenter`.
+    private static func label(_ fresh: inout [String: [LogBatch.Logged]], by labeller: IVTLabeller, on connection: Connection) throws {
+        var agents = Set<Int32>()
+        for logged in fresh.values { for l in logged { if let a = l.userAgent { agents.insert(a) } } }
+        try labeller.learn(userAgents: agents, on: connection)
+        for (key, logged) in fresh {
+            fresh[key] = logged.map { l in
+                var l = l
+                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address)
+                return l
+            }
+        }
+    }
+
+    /// `high_rate`: the step's events counted into their groups (a load reference is its
+    /// `ad_loaded` again, a member but not a second event); a group over the limit labels all
+    /// its events, those of earlier steps too, whose states are loaded into `changes`.
+    private static func applyHighRate(limit: Int, to fresh: inout [String: [LogBatch.Logged]], and changes: inout Changes,
+                                      rowKey: RowKey, strings: inout StringTable, on connection: Connection) throws {
+        var added: [ClientGroup: GroupAddition] = [:]
+        for (key, logged) in fresh {
+            for l in logged {
+                guard let group = group(of: l) else { continue }
+                if !l.event.isLoadReference { added[group, default: GroupAddition()].events += 1 }
+                added[group, default: GroupAddition()].members.append(GroupMember(requestId: key, id: l.event.id))
+            }
+        }
+        let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, on: connection)
+        for (key, logged) in fresh {
+            fresh[key] = logged.map { l in
+                var l = l
+                if l.event.label == nil, let g = group(of: l), overLimit.contains(g) { l.event.label = .highRate }
+                return l
+            }
+        }
+        guard !relabel.isEmpty else { return }
+        let missing = Set(relabel.map(\.requestId)).subtracting(changes.keys)
+        changes.merge(try load(missing, rowKey: rowKey, strings: &strings, on: connection)) { a, _ in a }
+        for (key, members) in Dictionary(grouping: relabel, by: \.requestId).mapValues({ Set($0.map(\.id)) }) {
+            guard var change = changes[key] else { continue }
+            change.events = change.events.map { e in
+                var e = e
+                if e.label == nil, members.contains(e.id) { e.label = .highRate }
+                return e
+            }
+            changes[key] = change
+        }
+    }
+
+    /// Writes the changed states and what their change does to the projection tables.
+    private static func write(_ changes: Changes, rules: AdContribution, rowKey: RowKey, on connection: Connection) throws {
         var delta = Contribution(), removed = Contribution()
-        var newAds = BinaryArray(.text), newStates = BinaryArray(.bytea)
+        var newKeys = BinaryArray(.text), newStates = BinaryArray(.bytea)
         var changedRows = BinaryArray(rowKey.element), changedStates = BinaryArray(.bytea)
-        var inserted = 0, updated = 0
         var buffer: [UInt8] = []
-        for (ad, change) in changes {
+        for (key, change) in changes {
             if let stored = change.stored, stored.events == change.events { continue }
             buffer.removeAll(keepingCapacity: true)
             AdState.encode(change.events, into: &buffer)
@@ -106,20 +123,28 @@ enum AdStateStore {
                 rules.accumulate(stored.events, into: &removed)
                 changedRows.append(bytes: stored.row)
                 changedStates.append(bytes: buffer)
-                updated += 1
             } else {
-                newAds.append(ad)
+                newKeys.append(key)
                 newStates.append(bytes: buffer)
-                inserted += 1
             }
         }
-        if inserted > 0 { try connection.query(AdStateSQL.insert, [newAds.parameter, newStates.parameter]) }
-        if updated > 0 {
-            try connection.query(rowKey.update, [changedRows.parameter, changedStates.parameter])
-        }
+        if newKeys.count > 0 { try connection.query(AdStateSQL.insert, [newKeys.parameter, newStates.parameter]) }
+        if changedRows.count > 0 { try connection.query(rowKey.update, [changedRows.parameter, changedStates.parameter]) }
         delta.subtract(removed)
         delta.removeZeros()
         try ProjectionWriter.apply(delta, on: connection)
+    }
+
+    /// How a state tells its events apart: an `ad_loaded` and its load reference share an id
+    /// when an ad and its load share a key.
+    private struct EventIdentity: Hashable {
+        var id: PackedUUID
+        var isLoadReference: Bool
+
+        init(_ e: AdEvent) {
+            id = e.id
+            isLoadReference = e.isLoadReference
+        }
     }
 
     /// The `high_rate` group of an event, when its client is known.
@@ -130,7 +155,7 @@ enum AdStateStore {
 
     /// The stored states of `ads` (those that have one), each unchanged so far.
     private static func load(_ ads: Set<String>, rowKey: RowKey, strings: inout StringTable,
-                             on connection: Connection) throws -> [String: Change] {
+                             on connection: Connection) throws -> Changes {
         guard !ads.isEmpty else { return [:] }
         var requestIds = BinaryArray(.text, capacity: ads.count)
         for ad in ads { requestIds.append(ad) }

@@ -31,6 +31,29 @@ protocol AdVerdicts {
     mutating func duplicateAdchoicesImpression(_ e: AdEvent, of counted: AdEvent)
     mutating func adchoicesClick(_ e: AdEvent)
     mutating func video(_ e: AdEvent, countedAs measure: VideoMeasure?)
+    /// After every event: the ad's earliest `ad_loaded`, which makes it a loaded ad
+    /// (PROTOCOL.md 10), `shown` when it has a counted impression.
+    mutating func loadedAd(_ loaded: AdEvent, shown: Bool)
+    /// General invalid traffic: the event takes no part in the rules above.
+    mutating func labelled(_ e: AdEvent, _ label: IVTLabel)
+}
+
+/// What the funnel's rules (PROTOCOL.md 10) made of each event of one load, as
+/// `AdContribution.foldLoad` finds it.
+protocol LoadVerdicts {
+    /// After every event: the load's earliest `ad_request`, which makes it requested, and its outcome.
+    mutating func requested(_ request: AdEvent, outcome: LoadOutcome)
+    /// A further `ad_request` of the load: not a request again.
+    mutating func repeatedRequest(_ e: AdEvent, of counted: AdEvent)
+    /// After every event: an `ad_failed`; `counted` when its error is the failed load's (the
+    /// earliest failure of a requested load that is not filled).
+    mutating func failure(_ e: AdEvent, counted: Bool)
+    /// A load reference: an `ad_loaded` that names the load, which fills it.
+    mutating func fill(_ reference: AdEvent)
+    /// A mediation attempt's earliest `mediation_result`, which counts it.
+    mutating func attempt(_ e: AdEvent)
+    /// A further `mediation_result` of the same adapter and position.
+    mutating func repeatedAttempt(_ e: AdEvent, of counted: AdEvent)
     /// General invalid traffic: the event takes no part in the rules above.
     mutating func labelled(_ e: AdEvent, _ label: IVTLabel)
 }

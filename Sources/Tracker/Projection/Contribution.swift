@@ -57,23 +57,37 @@ public struct AdContribution: Sendable {
         return out
     }
 
-    /// Adds the contribution of one ad to `out`: the rebuild sums millions of ads this way
-    /// without a dictionary per ad.
+    /// Adds the contribution of one state's events to `out`: the rebuild sums millions of ads
+    /// this way without a dictionary per ad.
+    ///
+    /// A state holds an ad's events, a load's (its own and its load references), or both when an
+    /// ad and a load share a key: each part is judged by its own rules.
     public func accumulate(_ events: [AdEvent], into out: inout Contribution) {
-        if events.contains(where: \.isTest) {
-            add(events, as: .withTest, to: &out)
-            let nonTest = events.filter { !$0.isTest }
-            if !nonTest.isEmpty { add(nonTest, as: .withoutTest, to: &out) }
-        } else {
-            add(events, as: .plain, to: &out)
+        guard events.contains(where: \.isLoadPart) else {
+            accumulate(events, into: &out) { self.fold($0, into: &$1) }
+            return
         }
+        let ad = events.filter { !$0.isLoadPart }
+        if !ad.isEmpty { accumulate(ad, into: &out) { self.fold($0, into: &$1) } }
+        accumulate(events.filter(\.isLoadPart), into: &out) { self.foldLoad($0, into: &$1) }
     }
 
-    private func add(_ events: [AdEvent], as cls: TrafficClass, to out: inout Contribution) {
-        var rows = ContributionRows(trafficClass: cls)
-        swap(&rows.out, &out)  // lend `out` to the sink without copying its dictionary
-        fold(events, into: &rows)
-        swap(&rows.out, &out)
+    /// The rows of `events` under each traffic class they belong to (`TrafficClass`).
+    private func accumulate(_ events: [AdEvent], into out: inout Contribution,
+                            by rules: ([AdEvent], inout ContributionRows) -> Void) {
+        func add(_ events: [AdEvent], as cls: TrafficClass) {
+            var rows = ContributionRows(trafficClass: cls)
+            swap(&rows.out, &out)  // lend `out` to the sink without copying its dictionary
+            rules(events, &rows)
+            swap(&rows.out, &out)
+        }
+        if events.contains(where: \.isTest) {
+            add(events, as: .withTest)
+            let nonTest = events.filter { !$0.isTest }
+            if !nonTest.isEmpty { add(nonTest, as: .withoutTest) }
+        } else {
+            add(events, as: .plain)
+        }
     }
 
     /// The report rules (PROTOCOL.md 5) over the events of one ad (one traffic class): tells `verdicts` what each event
@@ -132,7 +146,13 @@ public struct AdContribution: Sendable {
                 if firstVideoEnd == nil { firstVideoEnd = e }
             case .videoPause, .videoMute, .videoUnmute:
                 verdicts.video(e, countedAs: nil)
+            case .adRequest, .adFailed, .mediationResult:
+                break  // a load's (`foldLoad`)
             }
+        }
+
+        if let loaded = firstLoaded {
+            verdicts.loadedAd(loaded, shown: countedImpression != nil)
         }
 
         if let impression = countedImpression {
@@ -176,6 +196,77 @@ public struct AdContribution: Sendable {
             } else {
                 verdicts.countedClick(c, .attributed(to: impression.id))
             }
+        }
+    }
+}
+
+extension AdContribution {
+    /// The funnel's rules (PROTOCOL.md 10) over the events of one load (one traffic class): its
+    /// `ad_request`, `ad_failed` and `mediation_result` events and its load references (the
+    /// `ad_loaded` events that name it). Tells `verdicts` what each became.
+    func foldLoad<Verdicts: LoadVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
+        let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
+        var request: AdEvent?
+        var failures: [AdEvent] = []
+        var filled = false
+        // One attempt per adapter (by its bytes, as the report rows tell them apart) and position.
+        var attempts: [AttemptKey: AdEvent] = [:]
+        for e in sorted {
+            // A labelled event takes no part: the others are judged as if it did not exist.
+            if let label = e.label {
+                verdicts.labelled(e, label)
+                continue
+            }
+            if e.isLoadReference {
+                filled = true
+                verdicts.fill(e)
+                continue
+            }
+            switch e.type {
+            case .adRequest:
+                if let first = request { verdicts.repeatedRequest(e, of: first) } else { request = e }
+            case .adFailed:
+                failures.append(e)
+            case .mediationResult:
+                let key = AttemptKey(adapter: Array((e.adapter ?? "").utf8), position: e.position ?? 0)
+                if let first = attempts[key] {
+                    verdicts.repeatedAttempt(e, of: first)
+                } else {
+                    attempts[key] = e
+                    verdicts.attempt(e)
+                }
+            default:
+                break
+            }
+        }
+        let outcome: LoadOutcome = filled ? .filled : failures.first.map { .failed($0.errorCode ?? .other) } ?? .unanswered
+        if let request { verdicts.requested(request, outcome: outcome) }
+        for (i, failure) in failures.enumerated() {
+            verdicts.failure(failure, counted: request != nil && !filled && i == 0)
+        }
+    }
+
+    private struct AttemptKey: Hashable {
+        var adapter: [UInt8]
+        var position: Int
+    }
+}
+
+/// What became of a requested load (PROTOCOL.md 10).
+public enum LoadOutcome: Sendable, Hashable {
+    /// An `ad_loaded` event names it.
+    case filled
+    /// Not filled, and it has an `ad_failed` event: the error of its earliest.
+    case failed(AdErrorCode)
+    /// Neither.
+    case unanswered
+
+    /// The outcome's name in the API.
+    public var name: String {
+        switch self {
+        case .filled: "filled"
+        case .failed: "failed"
+        case .unanswered: "unanswered"
         }
     }
 }

@@ -1,5 +1,6 @@
-/// The verdicts of one ad as signed rows of the projection tables (PROTOCOL.md 6: where a row counts a thing).
-struct ContributionRows: AdVerdicts {
+/// The verdicts of one ad or load as signed rows of the projection tables (PROTOCOL.md 6 and 10:
+/// where a row counts a thing).
+struct ContributionRows: AdVerdicts, LoadVerdicts {
     let trafficClass: TrafficClass
     var out = Contribution()
 
@@ -24,6 +25,20 @@ struct ContributionRows: AdVerdicts {
     private func sourceKey(_ e: AdEvent) -> ProjectionKey {
         ProjectionKey(table: .source, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
                       adapter: e.adapter ?? "")
+    }
+
+    private func funnelKey(_ e: AdEvent) -> ProjectionKey {
+        ProjectionKey(table: .funnel, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId)
+    }
+
+    private func failureKey(_ e: AdEvent, _ code: AdErrorCode) -> ProjectionKey {
+        ProjectionKey(table: .failure, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
+                      errorCode: code.rawValue)
+    }
+
+    private func waterfallKey(_ e: AdEvent) -> ProjectionKey {
+        ProjectionKey(table: .waterfall, trafficClass: trafficClass, quarterHour: QuarterHour(e.correctedAt), adUnit: e.adUnit, formatId: e.formatId,
+                      adapter: e.adapter ?? "", position: Int32(e.position ?? 0))
     }
 
     private mutating func impressionBySource(_ e: AdEvent) {
@@ -96,7 +111,49 @@ struct ContributionRows: AdVerdicts {
         }
     }
 
+    mutating func loadedAd(_ loaded: AdEvent, shown: Bool) {
+        let key = funnelKey(loaded)
+        out.add(key, FunnelMeasure.loadedAds)
+        if shown { out.add(key, FunnelMeasure.shownAds) }
+        if let latency = loaded.latencyMs { out.add(key, FunnelMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
+    }
+
+    mutating func requested(_ request: AdEvent, outcome: LoadOutcome) {
+        let key = funnelKey(request)
+        out.add(key, FunnelMeasure.requests)
+        out.add(key, FunnelMeasure.adsRequested, Int64(request.adsRequested ?? 1))
+        switch outcome {
+        case .filled: out.add(key, FunnelMeasure.filledRequests)
+        case .failed(let code):
+            out.add(key, FunnelMeasure.failedRequests)
+            out.add(failureKey(request, code), FailureMeasure.failedRequests)
+        case .unanswered: out.add(key, FunnelMeasure.unansweredRequests)
+        }
+    }
+
+    mutating func repeatedRequest(_ e: AdEvent, of counted: AdEvent) {}
+
+    mutating func failure(_ e: AdEvent, counted: Bool) {}
+
+    mutating func fill(_ reference: AdEvent) {}
+
+    mutating func attempt(_ e: AdEvent) {
+        let key = waterfallKey(e)
+        out.add(key, WaterfallMeasure.attempts)
+        switch e.result {
+        case .loaded?: out.add(key, WaterfallMeasure.loaded)
+        case .failed?: out.add(key, WaterfallMeasure.failed)
+        case .timeout?: out.add(key, WaterfallMeasure.timeouts)
+        case nil: break
+        }
+        if let latency = e.latencyMs { out.add(key, WaterfallMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
+    }
+
+    mutating func repeatedAttempt(_ e: AdEvent, of counted: AdEvent) {}
+
     mutating func labelled(_ e: AdEvent, _ label: IVTLabel) {
+        // A load reference is its ad_loaded again, which its ad's rows count.
+        guard !e.isLoadReference else { return }
         let key = ivtKey(e, label)
         out.add(key, IVTMeasure.events)
         switch e.type {

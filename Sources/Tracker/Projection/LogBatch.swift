@@ -1,5 +1,7 @@
-/// One step's events from the log, grouped by ad: the binary rows of `ProjectorSQL.nextEvents`
-/// (or of `CitusSQL.nextEvents`, one result per worker, each row ending with its shard's id).
+/// One step's events from the log, grouped by the key of the state they change (an ad's request
+/// id, or a load's id): the binary rows of `ProjectorSQL.nextEvents` (or of
+/// `CitusSQL.nextEvents`, one result per worker, each row ending with its shard's id). An
+/// `ad_loaded` that names its load is in two groups: its ad's, and as a load reference its load's.
 struct LogBatch {
     /// An event with the client that sent it (what the invalid-traffic rules read).
     struct Logged {
@@ -18,7 +20,7 @@ struct LogBatch {
         var rows: Int
     }
 
-    /// The events of each ad the step touches.
+    /// The events of each ad and load the step touches, by state key.
     var events: [String: [Logged]] = [:]
     /// The position of the step's last row: the next checkpoint (single node).
     var lastTx: UInt64 = 0
@@ -35,9 +37,14 @@ struct LogBatch {
                 let row: AdEventRow
                 do { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
                 let address = row.clientAddress
-                events[row.requestIdString, default: []].append(
-                    Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
-                           addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt))
+                let logged = Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
+                                    addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt)
+                events[row.requestIdString, default: []].append(logged)
+                if let load = row.referencedLoad {
+                    var reference = logged
+                    reference.event = logged.event.loadReference
+                    events[String(decoding: load, as: UTF8.self), default: []].append(reference)
+                }
                 newestReceipt = max(newestReceipt, row.receivedAt)
                 guard shardColumn else { continue }
                 // Rows come shard by shard in log order: a shard's last row is its newest.

@@ -98,6 +98,66 @@ public enum IVTMeasure: Int, ProjectionMeasure {
     }
 }
 
+/// `funnel_day`: per day, ad unit and format (the format a load asked for, `""` when none; a
+/// loaded ad's own): the `funnel` report (PROTOCOL.md 10). The loaded ads' load latencies are
+/// counted per bucket of `LatencyBuckets`, one measure each, from which the report reads its
+/// percentiles.
+public enum FunnelMeasure: Int, ProjectionMeasure {
+    case requests, adsRequested, filledRequests, failedRequests, unansweredRequests, loadedAds, shownAds
+    case latency10, latency20, latency30, latency50, latency75, latency100, latency150, latency200, latency300, latency400, latency500, latency750, latency1000, latency1500, latency2000, latency3000, latency4000, latency5000, latency7500, latency10000, latency15000, latency20000, latency30000, latency60000, latency600000
+
+    public static let table = ProjectionTable.funnel
+
+    /// The measure that counts latencies in `bucket` (an index into `LatencyBuckets.bounds`).
+    static func latency(bucket: Int) -> FunnelMeasure { FunnelMeasure(rawValue: latency10.rawValue + bucket)! }
+    static let latencies = Array(allCases[latency10.rawValue...])
+
+    public var column: String {
+        switch self {
+        case .requests: "requests"
+        case .adsRequested: "ads_requested"
+        case .filledRequests: "filled_requests"
+        case .failedRequests: "failed_requests"
+        case .unansweredRequests: "unanswered_requests"
+        case .loadedAds: "loaded_ads"
+        case .shownAds: "shown_ads"
+        default: "load_latency_" + String(LatencyBuckets.bounds[rawValue - Self.latency10.rawValue])
+        }
+    }
+}
+
+/// `failure_day`: failed loads per day, ad unit, format and error code (the `failures` report).
+public enum FailureMeasure: Int, ProjectionMeasure {
+    case failedRequests
+
+    public static let table = ProjectionTable.failure
+
+    public var column: String { "failed_requests" }
+}
+
+/// `waterfall_day`: mediation attempts per day, ad unit, format, adapter and position (the
+/// `waterfall` report), with their latencies per bucket of `LatencyBuckets`.
+public enum WaterfallMeasure: Int, ProjectionMeasure {
+    case attempts, loaded, failed, timeouts
+    case latency10, latency20, latency30, latency50, latency75, latency100, latency150, latency200, latency300, latency400, latency500, latency750, latency1000, latency1500, latency2000, latency3000, latency4000, latency5000, latency7500, latency10000, latency15000, latency20000, latency30000, latency60000, latency600000
+
+    public static let table = ProjectionTable.waterfall
+
+    /// The measure that counts latencies in `bucket` (an index into `LatencyBuckets.bounds`).
+    static func latency(bucket: Int) -> WaterfallMeasure { WaterfallMeasure(rawValue: latency10.rawValue + bucket)! }
+    static let latencies = Array(allCases[latency10.rawValue...])
+
+    public var column: String {
+        switch self {
+        case .attempts: "attempts"
+        case .loaded: "loaded"
+        case .failed: "failed"
+        case .timeouts: "timeouts"
+        default: "latency_" + String(LatencyBuckets.bounds[rawValue - Self.latency10.rawValue])
+        }
+    }
+}
+
 extension ProjectionTable {
     /// The table's measure columns, in lane order.
     public var measureColumns: [String] {
@@ -106,11 +166,14 @@ extension ProjectionTable {
         case .asset: AssetMeasure.allCases.map(\.column)
         case .source: SourceMeasure.allCases.map(\.column)
         case .ivt: IVTMeasure.allCases.map(\.column)
+        case .funnel: FunnelMeasure.allCases.map(\.column)
+        case .failure: FailureMeasure.allCases.map(\.column)
+        case .waterfall: WaterfallMeasure.allCases.map(\.column)
         }
     }
 }
 
-extension SIMD16 where Scalar == Int64 {
+extension Measures {
     /// The value of `measure` in a row's vector.
     public subscript<M: ProjectionMeasure>(_ measure: M) -> Int64 {
         get { self[measure.lane] }

@@ -8,6 +8,51 @@ public enum ProjectionTable: Int8, Sendable, Hashable, CaseIterable {
     case source
     /// Per day, ad unit, format and invalid-traffic label: the `ivt` report.
     case ivt
+    /// Per day, ad unit and format: loads and loaded ads, the `funnel` report.
+    case funnel
+    /// Per day, ad unit, format and error code: failed loads, the `failures` report.
+    case failure
+    /// Per day, ad unit, format, adapter and position: mediation attempts, the `waterfall` report.
+    case waterfall
+}
+
+/// A key column of a projection table, after its traffic class and time. Reports name their
+/// dimensions as the cases are named.
+public enum ProjectionDimension: String, Sendable, Hashable, CaseIterable {
+    case adUnit, formatId, assetKey, adapter, label, errorCode, position
+
+    /// The column's name.
+    public var column: String {
+        switch self {
+        case .adUnit: "ad_unit"
+        case .formatId: "format_id"
+        case .assetKey: "asset_key"
+        case .adapter: "adapter"
+        case .label: "label"
+        case .errorCode: "error_code"
+        case .position: "position"
+        }
+    }
+
+    /// Whether the column is text (every one but the waterfall's `position`, an integer).
+    public var isText: Bool { self != .position }
+}
+
+extension ProjectionTable {
+    /// The table's key columns after its traffic class and time, in primary-key order.
+    public var dimensions: [ProjectionDimension] {
+        switch self {
+        case .format, .funnel: [.adUnit, .formatId]
+        case .asset: [.adUnit, .formatId, .assetKey]
+        case .source: [.adUnit, .formatId, .adapter]
+        case .ivt: [.adUnit, .formatId, .label]
+        case .failure: [.adUnit, .formatId, .errorCode]
+        case .waterfall: [.adUnit, .formatId, .adapter, .position]
+        }
+    }
+
+    /// The key columns' names after the traffic class and time.
+    public var dimensionColumns: [String] { dimensions.map(\.column) }
 }
 
 /// Which events a row was computed from, so that reports can leave test traffic out exactly.
@@ -43,6 +88,23 @@ public struct ProjectionKey: Sendable, Hashable {
     public var adapter: String = ""
     /// The invalid-traffic label for the ivt table; "" otherwise.
     public var label: String = ""
+    /// The error code for the failure table; "" otherwise.
+    public var errorCode: String = ""
+    /// The waterfall position for the waterfall table; 0 otherwise.
+    public var position: Int32 = 0
+
+    /// The text value of dimension `d` (not `position`).
+    func text(_ d: ProjectionDimension) -> String {
+        switch d {
+        case .adUnit: adUnit
+        case .formatId: formatId
+        case .assetKey: assetKey
+        case .adapter: adapter
+        case .label: label
+        case .errorCode: errorCode
+        case .position: String(position)
+        }
+    }
 
     /// Rows are told apart by the bytes of their strings, as PostgreSQL's primary keys and
     /// GROUP BY tell them apart; Swift's `String ==` would merge two ad units that differ only
@@ -51,6 +113,7 @@ public struct ProjectionKey: Sendable, Hashable {
         a.table == b.table && a.trafficClass == b.trafficClass && a.quarterHour == b.quarterHour
             && a.adUnit.hasSameBytes(as: b.adUnit) && a.formatId.hasSameBytes(as: b.formatId)
             && a.assetKey.hasSameBytes(as: b.assetKey) && a.adapter.hasSameBytes(as: b.adapter) && a.label.hasSameBytes(as: b.label)
+            && a.errorCode.hasSameBytes(as: b.errorCode) && a.position == b.position
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -62,6 +125,8 @@ public struct ProjectionKey: Sendable, Hashable {
         Self.combine(assetKey, into: &hasher)
         Self.combine(adapter, into: &hasher)
         Self.combine(label, into: &hasher)
+        Self.combine(errorCode, into: &hasher)
+        hasher.combine(position)
     }
 
     private static func combine(_ part: String, into hasher: inout Hasher) {
@@ -74,7 +139,9 @@ public struct ProjectionKey: Sendable, Hashable {
 }
 
 /// A row's measures; unused lanes stay zero. SIMD makes adding and subtracting rows cheap.
-public typealias Measures = SIMD16<Int64>
+///
+/// Every table's measures must fit its lanes: `MeasureCatalogueTests` fails when one outgrows them.
+public typealias Measures = SIMD32<Int64>
 
 extension String {
     /// Whether the two strings have the same UTF-8 bytes: how PostgreSQL tells text apart, where

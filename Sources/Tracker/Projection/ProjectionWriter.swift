@@ -9,7 +9,7 @@ public enum ProjectionGrain: Sendable, Hashable, CaseIterable {
     case quarters
 
     /// The column holding the row's time.
-    var column: String {
+    public var column: String {
         switch self {
         case .day: "day"
         case .quarters: "quarters_from"
@@ -34,21 +34,68 @@ public enum ProjectionGrain: Sendable, Hashable, CaseIterable {
     }
 }
 
-/// A quarters row covers 48 UTC quarter hours (half a day): 49 running counts of each measure,
-/// held in its `counts` column as big-endian int64s, element by element and measure by measure
-/// within an element (`sql/013_quarter_counts.sql`).
+/// A quarters row covers 48 UTC quarter hours (half a day) and keeps each measure's 49 running
+/// counts (running count j: the events of the half day's first j quarter hours; count 0 is 0)
+/// sparsely, so a row costs bytes in proportion to the quarter hours that had events
+/// (`sql/014_sparse_quarters.sql`):
+///
+/// - `mask` (int8): bit k set when quarter hour k changed any count of the row;
+/// - `counts` (bytea): for each set bit in order, the running counts after that quarter hour,
+///   measure by measure, each a big-endian int64.
+///
+/// Running count j is then the entry of the last set bit below j, or 0 when there is none:
+/// `entry(mask, element: j)`, one popcount. PostgreSQL finds it the same way when a report
+/// cuts a row at a local midnight (`ReportSQL`).
 enum QuarterBlock {
     static let quarters: Int32 = 48
     static let counts = Int(quarters) + 1
     static let microseconds: Int64 = 12 * 3_600_000_000
 
-    /// The length of a `counts` value of `width` measures.
-    static func byteCount(width: Int) -> Int { counts * width * 8 }
+    /// The entry (from 0) of a row with `mask` that holds running count `element` (0...48), or
+    /// -1 when that count is 0.
+    @inline(__always)
+    static func entry(_ mask: UInt64, element: Int) -> Int {
+        (mask & ((1 << UInt64(truncatingIfNeeded: element)) &- 1)).nonzeroBitCount - 1
+    }
 
-    /// The int64 at `index` (element times width plus measure) of a `counts` value.
+    /// The int64 at `index` (entry times width plus measure) of a `counts` value.
     @inline(__always)
     static func value(_ bytes: UnsafeRawBufferPointer, _ index: Int) -> Int64 {
         Int64(bigEndian: bytes.loadUnaligned(fromByteOffset: index &* 8, as: Int64.self))
+    }
+
+    /// Whether `counts` is as long as a row with `mask` of `width` measures holds.
+    static func fits(mask: UInt64, counts: Int, width: Int) -> Bool {
+        mask >> UInt64(quarters) == 0 && counts == mask.nonzeroBitCount * width * 8
+    }
+
+    /// The running counts of a stored row, dense: element j's measures at `j * width` on.
+    static func expand(mask: UInt64, counts: UnsafeRawBufferPointer, width: Int, into values: inout [Int64]) {
+        var entry = -1
+        for m in 0..<width { values[m] = 0 }
+        for element in 1...Int(quarters) {
+            let first = element * width
+            if mask & (1 << UInt64(element - 1)) != 0 {
+                entry += 1
+                for m in 0..<width { values[first + m] = value(counts, entry * width + m) }
+            } else {
+                for m in 0..<width { values[first + m] = values[first - width + m] }
+            }
+        }
+    }
+
+    /// The stored form of dense running counts (49 × `width`): the mask it returns, and the
+    /// entries written to `bytes`.
+    static func compact(_ values: [Int64], width: Int, into bytes: inout [UInt8]) -> UInt64 {
+        bytes.removeAll(keepingCapacity: true)
+        var mask: UInt64 = 0
+        for element in 1...Int(quarters) {
+            let first = element * width
+            guard (0..<width).contains(where: { values[first + $0] != values[first - width + $0] }) else { continue }
+            mask |= 1 << UInt64(element - 1)
+            for m in 0..<width { bytes.appendBigEndian(values[first + m]) }
+        }
+        return mask
     }
 }
 
@@ -82,9 +129,9 @@ enum ProjectionWriter {
     }
 
     /// The quarter-hour changes added to the running counts of their half-day rows: each row's
-    /// counts are read (PostgreSQL has no arithmetic on a bytea), element k + 1 of each measure
-    /// grows by the changes of the row's quarter hours before k, and the row is written back
-    /// whole, or deleted when it holds nothing.
+    /// counts are read (PostgreSQL has no arithmetic on a bytea), running count k + 1 of each
+    /// measure grows by the changes of the row's quarter hours up to k, and the row is written
+    /// back whole, or deleted when it holds nothing.
     private static func writeQuarters(_ quarters: [ProjectionKey: Measures], _ table: ProjectionTable, on connection: Connection) throws {
         var blocks: [ProjectionKey: [Measures]] = [:]
         for (key, values) in quarters {
@@ -96,26 +143,26 @@ enum ProjectionWriter {
         let rows = blocks.filter { $0.value.contains { $0 != Measures() } }
         guard !rows.isEmpty else { return }
         let statements = table.statements(.quarters)
-        let width = statements.width, length = QuarterBlock.byteCount(width: width)
-        var keys = KeyColumns(capacity: rows.count)
-        for (key, _) in rows { keys.append(key, time: Int64(key.quarterHour.index / QuarterBlock.quarters), table: table) }
-        let stored = try connection.query(table.readCounts, keys.parameters(table).map(\.parameter), binaryResults: true)
+        let width = statements.width
+        var keys = KeyColumns(table, capacity: rows.count)
+        for (key, _) in rows { keys.append(key, time: Int64(key.quarterHour.index / QuarterBlock.quarters)) }
+        let stored = try connection.query(table.readCounts, keys.parameters, binaryResults: true)
         // Each row's place in `rows` (1-based, the statement's ordinality) to its stored counts.
-        var storedRow: [Int: Int] = [:]
+        var storedRow: [Int: (row: Int, mask: UInt64)] = [:]
         for r in 0..<stored.rowCount {
-            guard let ordinal = ByteReader.int64(stored.bytes(r, 0)), stored.bytes(r, 1).count == length else {
-                throw DatabaseError(.unexpectedResult, serverMessage: "\(table.tableName(.quarters)): a row's counts are not \(length) bytes")
+            guard let ordinal = ByteReader.int64(stored.bytes(r, 0)), let mask = ByteReader.int64(stored.bytes(r, 1)),
+                  QuarterBlock.fits(mask: UInt64(bitPattern: mask), counts: stored.bytes(r, 2).count, width: width) else {
+                throw DatabaseError(.unexpectedResult, serverMessage: "\(table.tableName(.quarters)): a row's counts do not match its mask")
             }
-            storedRow[Int(ordinal)] = r
+            storedRow[Int(ordinal)] = (r, UInt64(bitPattern: mask))
         }
-        var written = KeyColumns(capacity: rows.count), emptied = KeyColumns(capacity: 0)
-        var counts = BinaryArray(.bytea, capacity: rows.count * length / 16)
+        var written = KeyColumns(table, capacity: rows.count), emptied = KeyColumns(table, capacity: 0)
+        var masks = BinaryArray(.int8, capacity: rows.count), counts = BinaryArray(.bytea, capacity: rows.count)
         var values = [Int64](repeating: 0, count: QuarterBlock.counts * width)
-        var bytes = [UInt8](repeating: 0, count: length)
+        var bytes: [UInt8] = []
         for (place, (key, perQuarter)) in rows.enumerated() {
-            if let r = storedRow[place + 1] {
-                let old = stored.bytes(r, 1)
-                for i in values.indices { values[i] = QuarterBlock.value(old, i) }
+            if let (r, mask) = storedRow[place + 1] {
+                QuarterBlock.expand(mask: mask, counts: stored.bytes(r, 2), width: width, into: &values)
             } else {
                 for i in values.indices { values[i] = 0 }
             }
@@ -126,22 +173,21 @@ enum ProjectionWriter {
                 for m in 0..<width { values[first + m] &+= running[m] }
             }
             let time = Int64(key.quarterHour.index / QuarterBlock.quarters)
-            // Its counts are never negative, so a row whose counts are all 0 holds nothing.
-            if values.allSatisfy({ $0 == 0 }) {
-                emptied.append(key, time: time, table: table)
+            // Its counts are never negative, so a row no quarter hour of which changes them holds nothing.
+            let mask = QuarterBlock.compact(values, width: width, into: &bytes)
+            if mask == 0 {
+                emptied.append(key, time: time)
                 continue
             }
-            bytes.withUnsafeMutableBytes { out in
-                for (i, value) in values.enumerated() { out.storeBytes(of: value.bigEndian, toByteOffset: i * 8, as: Int64.self) }
-            }
-            written.append(key, time: time, table: table)
+            written.append(key, time: time)
+            masks.append(Int64(bitPattern: mask))
             counts.append(bytes: bytes)
         }
         if written.count > 0 {
-            try connection.query(statements.upsert, written.parameters(table).map(\.parameter) + [counts.parameter])
+            try connection.query(statements.upsert, written.parameters + [masks.parameter, counts.parameter])
         }
         if emptied.count > 0 {
-            try connection.query(statements.deleteEmpty, emptied.parameters(table).map(\.parameter))
+            try connection.query(statements.deleteEmpty, emptied.parameters)
         }
     }
 
@@ -156,44 +202,40 @@ enum ProjectionWriter {
     private static func writeDays(_ rows: [(key: ProjectionKey, time: Int32, values: Measures)], _ table: ProjectionTable,
                                   on connection: Connection) throws {
         let statements = table.statements(.day)
-        var keys = KeyColumns(capacity: rows.count)
+        var keys = KeyColumns(table, capacity: rows.count)
         var measures = (0..<statements.width).map { _ in BinaryArray(.int8, capacity: rows.count) }
         for (key, t, values) in rows {
-            keys.append(key, time: Int64(t), table: table)
+            keys.append(key, time: Int64(t))
             for m in 0..<statements.width { measures[m].append(values[m]) }
         }
-        let keyParameters = keys.parameters(table).map(\.parameter)
+        let keyParameters = keys.parameters
         try connection.query(statements.upsert, keyParameters + measures.map(\.parameter))
         if rows.contains(where: { $0.values.min() < 0 }) { try connection.query(statements.deleteEmpty, keyParameters) }
     }
 
     /// The key columns of the rows one statement writes, in the statements' order: traffic
-    /// class, time (the grain's column), ad unit, format and, but for the format table, the
-    /// table's second dimension.
+    /// class, time (the grain's column), then the table's dimensions.
     private struct KeyColumns {
-        var trafficClass: BinaryArray, time: BinaryArray, adUnit: BinaryArray, formatId: BinaryArray, second: BinaryArray
+        private var arrays: [BinaryArray]
+        private let dimensions: [ProjectionDimension]
         private(set) var count = 0
 
-        init(capacity: Int) {
-            trafficClass = BinaryArray(.int8, capacity: capacity)
-            time = BinaryArray(.int8, capacity: capacity)
-            adUnit = BinaryArray(.text, capacity: capacity)
-            formatId = BinaryArray(.text, capacity: capacity)
-            second = BinaryArray(.text, capacity: capacity)
+        init(_ table: ProjectionTable, capacity: Int) {
+            dimensions = table.dimensions
+            arrays = [BinaryArray(.int8, capacity: capacity), BinaryArray(.int8, capacity: capacity)]
+                + dimensions.map { BinaryArray($0.isText ? .text : .int4, capacity: capacity) }
         }
 
-        mutating func append(_ key: ProjectionKey, time t: Int64, table: ProjectionTable) {
-            trafficClass.append(Int64(key.trafficClass.rawValue))
-            time.append(t)
-            adUnit.append(key.adUnit)
-            formatId.append(key.formatId)
-            if let s = key.secondDimension(table) { second.append(s) }
+        mutating func append(_ key: ProjectionKey, time t: Int64) {
+            arrays[0].append(Int64(key.trafficClass.rawValue))
+            arrays[1].append(t)
+            for (i, d) in dimensions.enumerated() {
+                if d.isText { arrays[2 + i].append(key.text(d)) } else { arrays[2 + i].append(key.position) }
+            }
             count += 1
         }
 
-        func parameters(_ table: ProjectionTable) -> [BinaryArray] {
-            table == .format ? [trafficClass, time, adUnit, formatId] : [trafficClass, time, adUnit, formatId, second]
-        }
+        var parameters: [Parameter] { arrays.map(\.parameter) }
     }
 }
 
@@ -222,30 +264,24 @@ extension ProjectionTable {
     private static let readCountsBuilt = Dictionary(uniqueKeysWithValues: allCases.map { ($0, $0.readCountsSQL()) })
 
     /// The table's name in one grain: `format_day`, `format_quarters`, ….
-    func tableName(_ grain: ProjectionGrain) -> String {
+    public func tableName(_ grain: ProjectionGrain) -> String {
         let stem = switch self {
         case .format: "format"
         case .asset: "asset"
         case .source: "source"
         case .ivt: "ivt"
+        case .funnel: "funnel"
+        case .failure: "failure"
+        case .waterfall: "waterfall"
         }
         return "\(stem)_\(grain.suffix)"
-    }
-
-    var dimensionColumns: [String] {
-        switch self {
-        case .format: ["ad_unit", "format_id"]
-        case .asset: ["ad_unit", "format_id", "asset_key"]
-        case .source: ["ad_unit", "format_id", "adapter"]
-        case .ivt: ["ad_unit", "format_id", "label"]
-        }
     }
 
     /// The key arrays' rows (`$1…` as in `upsertSQL`) matched with the table's rows as `t`.
     private func keyMatch(_ grain: ProjectionGrain, ordinality: Bool = false) -> (from: String, match: String) {
         let dims = dimensionColumns
         var arrays = ["$1::int8[]", "$2::int8[]"]
-        for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
+        for (i, d) in dimensions.enumerated() { arrays.append("$\(3 + i)::\(d.isText ? "text" : "int4")[]") }
         var match = ["t.traffic_class = u.c0", "t.\(grain.column) = \(grain.value("u.c1"))"]
         for (i, d) in dims.enumerated() { match.append("t.\(d) = u.c\(2 + i)") }
         let aliases = (0..<arrays.count).map { "c\($0)" } + (ordinality ? ["o"] : [])
@@ -265,29 +301,29 @@ extension ProjectionTable {
     }
 
     /// The stored counts of the half-day rows named by the key arrays: each row's place among
-    /// them (1-based) and its counts.
+    /// them (1-based), its mask and its counts.
     private func readCountsSQL() -> String {
         let (from, match) = keyMatch(.quarters, ordinality: true)
-        return "SELECT u.o::int8, t.counts FROM \(from) JOIN \(tableName(.quarters)) AS t ON \(match)"
+        return "SELECT u.o::int8, t.mask, t.counts FROM \(from) JOIN \(tableName(.quarters)) AS t ON \(match)"
     }
 
     /// An upsert over unnest'ed arrays, from the fixed column lists above (identifiers, never
     /// values): by day `INSERT … ON CONFLICT DO UPDATE SET m = m + excluded.m`, each measure a
-    /// parameter; in the quarters grain the rows' new counts whole (one bytea parameter).
+    /// parameter; in the quarters grain the rows' new mask and counts whole.
     private func upsertSQL(_ grain: ProjectionGrain) -> String {
         let dims = dimensionColumns
-        let measures = grain == .day ? measureColumns : ["counts"]
+        let measures = grain == .day ? measureColumns : ["mask", "counts"]
         let columns = ["traffic_class", grain.column] + dims + measures
         let key = [grain.column] + dims + ["traffic_class"]
         var arrays = ["$1::int8[]", "$2::int8[]"]
-        for i in 0..<dims.count { arrays.append("$\(3 + i)::text[]") }
-        let element = grain == .day ? "int8" : "bytea"
-        for i in 0..<measures.count { arrays.append("$\(3 + dims.count + i)::\(element)[]") }
+        for (i, d) in dimensions.enumerated() { arrays.append("$\(3 + i)::\(d.isText ? "text" : "int4")[]") }
+        let elements = grain == .day ? measures.map { _ in "int8" } : ["int8", "bytea"]
+        for (i, element) in elements.enumerated() { arrays.append("$\(3 + dims.count + i)::\(element)[]") }
         let aliases = (0..<columns.count).map { "c\($0)" }
         let select = ["c0::smallint", grain.value("c1")] + aliases[2...]
         let update = switch grain {
         case .day: measures.map { "\($0) = t.\($0) + excluded.\($0)" }
-        case .quarters: ["counts = excluded.counts"]
+        case .quarters: ["mask = excluded.mask", "counts = excluded.counts"]
         }
         return """
             INSERT INTO \(tableName(grain)) AS t (\(columns.joined(separator: ", ")))
@@ -299,14 +335,3 @@ extension ProjectionTable {
     }
 }
 
-extension ProjectionKey {
-    /// The value of the table's third key column (asset key, adapter or label), if it has one.
-    func secondDimension(_ table: ProjectionTable) -> String? {
-        switch table {
-        case .format: nil
-        case .asset: assetKey
-        case .source: adapter
-        case .ivt: label
-        }
-    }
-}

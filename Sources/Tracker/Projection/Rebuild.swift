@@ -345,7 +345,7 @@ enum RebuildSQL {
         INSERT INTO client_minutes (minute, user_agent_id, client_ip, events, members)
         SELECT date_trunc('minute', received_at), user_agent_id, client_ip, count(*),
                CASE WHEN count(*) > $2::int THEN NULL
-                    ELSE string_agg(int2send(octet_length(request_id)::int2) || convert_to(request_id, 'UTF8') || uuid_send(id), ''::bytea)
+                    ELSE string_agg(\(ClientMinutesSQL.membersOfRow), ''::bytea)
                END
         FROM public.events
         WHERE tx < $1::xid8 AND received_at >= ($3::timestamptz[])[1]

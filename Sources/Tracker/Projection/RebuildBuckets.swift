@@ -9,9 +9,10 @@ import TrackerPostgres
 /// sort in PostgreSQL and without holding the whole log in memory.
 ///
 /// The log arrives as `COPY … (FORMAT binary)`; each projected event goes, packed as an
-/// `AdState` record behind its request id, into one of `count` spill files chosen by a hash of
-/// the request id. Every ad therefore lands in exactly one file, and one file at a time fits in
-/// memory: reading it back and grouping by request id gives each ad's whole history.
+/// `AdState` record behind its state's key (its log key; an `ad_loaded` that names its load goes
+/// behind the load's key too, as a load reference), into one of `count` spill files chosen by a
+/// hash of the key. Every state therefore lands in exactly one file, and one file at a time fits
+/// in memory: reading it back and grouping by key gives each ad's and load's whole history.
 final class RebuildBuckets {
     let count: Int
     private let directory: String
@@ -94,37 +95,29 @@ final class RebuildBuckets {
         do { row = try AdEventRow(value) } catch { throw RebuildError.copyFormat }
         let label = labelOf(row)
         if newestReceipt.map({ $0 < row.receivedAt }) ?? true { newestReceipt = row.receivedAt }
+        try spill(row, label: label, under: row.requestId, reference: false)
+        if let load = row.referencedLoad {
+            try spill(row, label: label, under: load, reference: true)
+        }
+        eventsSpilled += 1
+    }
+
+    /// Appends the row's record behind the state key `key` to the key's spill file: the event
+    /// itself, or (`reference`) the load reference of an `ad_loaded` behind its load's key.
+    private func spill(_ row: AdEventRow, label: IVTLabel?, under key: UnsafeRawBufferPointer, reference: Bool) throws {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in row.requestId { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
+        for b in key { hash = (hash ^ UInt64(b)) &* 0x100_0000_01b3 }
         let bucket = Int(hash % UInt64(count))
-        var flags: UInt8 = 0
-        if row.eea { flags |= AdState.Flag.eea }
-        if row.reservation { flags |= AdState.Flag.reservation }
-        if row.isTest { flags |= AdState.Flag.test }
-        if row.assetKey != nil { flags |= AdState.Flag.hasAssetKey }
-        if row.adapter != nil { flags |= AdState.Flag.hasAdapter }
-        if label != nil { flags |= AdState.Flag.labelled }
-        let micros = UInt64(bitPattern: row.correctedAt.microseconds)
         var out = buffers[bucket]
         buffers[bucket] = []
-        Self.appendU16(row.requestId.count, &out)
-        out.append(contentsOf: row.requestId)
-        out.append(UInt8(truncatingIfNeeded: AdState.types.firstIndex(of: row.type)!))
-        out.append(UInt8(truncatingIfNeeded: AdState.sources.firstIndex(of: row.source)!))
-        out.append(flags)
-        if let label { out.append(UInt8(truncatingIfNeeded: IVTLabel.stored.firstIndex(of: label) ?? 0)) }
-        out.append(contentsOf: row.id)
-        out.appendBigEndian(micros)
-        func append(_ string: UnsafeRawBufferPointer?) {
-            guard let string else { return }
-            Self.appendU16(string.count, &out)
-            out.append(contentsOf: string)
-        }
-        append(row.adUnit)
-        append(row.formatId)
-        append(row.assetKey)
-        append(row.adapter)
-        eventsSpilled += 1
+        Self.appendU16(key.count, &out)
+        out.append(contentsOf: key)
+        var funnel = row.funnel
+        funnel.loadReference = reference
+        AdState.appendRecord(type: row.type, source: row.source, eea: row.eea, reservation: row.reservation, test: row.isTest,
+                             label: label, id: PackedUUID(binary: row.id), correctedAt: row.correctedAt,
+                             unitAndFormat: (row.adUnit, row.formatId), assetKey: row.assetKey, adapter: row.adapter,
+                             funnel: funnel, into: &out)
         if out.count >= Self.flushAt {
             try write(out, to: bucket)
             out.removeAll(keepingCapacity: true)
@@ -147,7 +140,7 @@ final class RebuildBuckets {
 
     // MARK: Reading a bucket back
 
-    /// Every ad of bucket `index` with all its projected events (in no particular order).
+    /// Every state (ad or load) of bucket `index` with all its projected events (in no particular order).
     func ads(in index: Int, strings: inout StringTable) throws -> [String: [AdEvent]] {
         let f = files[index]
         fflush(f)

@@ -107,14 +107,14 @@ extension RebuildSQL {
     static func openGroupsOfShards(_ tables: [String], below horizon: UInt64) -> String {
         let rows = tables.map { table in
             """
-            SELECT received_at, user_agent_id, client_ip, request_id, id FROM \(table)
+            SELECT received_at, user_agent_id, client_ip, request_id, id, type, load_id FROM \(table)
             WHERE tx < '\(horizon)'::xid8 AND received_at >= ($1::timestamptz[])[1]
               AND user_agent_id IS NOT NULL AND client_ip IS NOT NULL
             """
         }.joined(separator: " UNION ALL ")
         return """
             SELECT date_trunc('minute', received_at), user_agent_id, client_ip, count(*),
-                   string_agg(int2send(octet_length(request_id)::int2) || convert_to(request_id, 'UTF8') || uuid_send(id), ''::bytea)
+                   string_agg(\(ClientMinutesSQL.membersOfRow), ''::bytea)
             FROM (\(rows)) e
             GROUP BY 1, 2, 3
             """

@@ -16,11 +16,21 @@ public struct ReconciliationRow: Sendable, Equatable {
     public var staleImpressions: Int64
     public var givtClicks: Int64
     public var duplicateClicks: Int64
+    /// The funnel's counts of the day and ad unit (PROTOCOL.md 10).
+    public var requests: Int64
+    public var loadedAds: Int64
+    public var shownAds: Int64
+    /// Ad Manager's requests and their discrepancy, when the import has a requests column.
+    public var adManagerRequests: Int64?
+    public var requestDiscrepancy: Double?
 
-    /// The report's columns, in order.
-    public static let columns = ["day", "adUnit", "adManagerImpressions", "impressions", "impressionDiscrepancy", "adManagerClicks",
-                                 "clicks", "clickDiscrepancy", "withinTolerance", "duplicateImpressions", "givtImpressions",
-                                 "staleImpressions", "givtClicks", "duplicateClicks"]
+    /// The report's columns, in order; `withRequests` when the import has Ad Manager's requests.
+    public static func columns(withRequests: Bool) -> [String] {
+        ["day", "adUnit", "adManagerImpressions", "impressions", "impressionDiscrepancy", "adManagerClicks",
+         "clicks", "clickDiscrepancy", "withinTolerance", "duplicateImpressions", "givtImpressions",
+         "staleImpressions", "givtClicks", "duplicateClicks", "requests", "loadedAds", "shownAds"]
+            + (withRequests ? ["adManagerRequests", "requestDiscrepancy"] : [])
+    }
 }
 
 /// The reconciliation report of one import.
@@ -54,45 +64,69 @@ extension Reconciliations {
         guard let from = query.from ?? imported.firstDay, let to = query.to ?? imported.lastDay else {
             throw ReconciliationError.invalidParameter("the import has no rows, so it has no days: give from and to")
         }
-        let summary: ReportResult
-        do {
-            summary = try await reports.run(try ReportQuery(kind: .summary, from: from, to: to, includeTest: query.includeTest,
-                                                            timeZone: imported.tz))
-        } catch let error as ReportQueryError {
-            throw ReconciliationError.invalidParameter(error.description)
-        }
-        let column = Dictionary(uniqueKeysWithValues: summary.columns.enumerated().map { ($1, $0) })
-        let measures = ["impressions", "clicks", "duplicateImpressions", "givtImpressions", "staleImpressions", "givtClicks", "duplicateClicks"]
-        var tracker: [[String]: [String: Int64]] = [:]
-        for row in summary.rows {
-            guard case .text(let day) = row[column["day"]!], case .text(let unit) = row[column["adUnit"]!] else { continue }
-            for m in measures {
-                if case .count(let n) = row[column[m]!] { tracker[[day, unit], default: [:]][m, default: 0] += n }
-            }
-        }
-        tracker = tracker.filter { $0.value.values.contains { $0 != 0 } }
+        let tracker = try await trackerCounts(from: from, to: to, zone: imported.tz, includeTest: query.includeTest, reports: reports)
         let adManager = try await counts(of: imported.id, from: from, to: to)
-        let keys = Set(tracker.keys).union(adManager.keys).sorted { a, b in
+        let keys = Set(tracker.counts.keys).union(adManager.keys).sorted { a, b in
             a[0] != b[0] ? a[0] < b[0] : Array(a[1].utf8).lexicographicallyPrecedes(Array(b[1].utf8))
         }
         let rows = keys.map { key -> ReconciliationRow in
-            let t = tracker[key] ?? [:]
-            let (amImpressions, amClicks) = adManager[key] ?? (0, 0)
-            let impressions = t["impressions"] ?? 0, clicks = t["clicks"] ?? 0
-            let impressionDiscrepancy = Self.discrepancy(impressions, amImpressions)
-            let clickDiscrepancy = Self.discrepancy(clicks, amClicks)
+            let t = tracker.counts[key] ?? [:]
+            let am = adManager[key] ?? AdManagerCounts()
+            func count(_ measure: some ProjectionMeasure) -> Int64 { t[measure.name] ?? 0 }
+            let impressions = count(FormatMeasure.impressions), clicks = count(FormatMeasure.clicks)
+            let requests = count(FunnelMeasure.requests)
+            let impressionDiscrepancy = Self.discrepancy(impressions, am.impressions)
+            let clickDiscrepancy = Self.discrepancy(clicks, am.clicks)
+            let requestDiscrepancy = imported.hasRequests ? Self.discrepancy(requests, am.requests) : nil
             func within(_ d: Double?, _ tracked: Int64) -> Bool {
                 d.map { abs($0) <= query.threshold + 1e-12 } ?? (tracked == 0)
             }
+            // Each discrepancy the row has: the requests' too when the file has them.
+            let withinTolerance = within(impressionDiscrepancy, impressions) && within(clickDiscrepancy, clicks)
+                && (!imported.hasRequests || within(requestDiscrepancy, requests))
             return ReconciliationRow(
-                day: key[0], adUnit: key[1], adManagerImpressions: amImpressions, impressions: impressions,
-                impressionDiscrepancy: impressionDiscrepancy, adManagerClicks: amClicks, clicks: clicks, clickDiscrepancy: clickDiscrepancy,
-                withinTolerance: within(impressionDiscrepancy, impressions) && within(clickDiscrepancy, clicks),
-                duplicateImpressions: t["duplicateImpressions"] ?? 0, givtImpressions: t["givtImpressions"] ?? 0,
-                staleImpressions: t["staleImpressions"] ?? 0, givtClicks: t["givtClicks"] ?? 0, duplicateClicks: t["duplicateClicks"] ?? 0)
+                day: key[0], adUnit: key[1], adManagerImpressions: am.impressions, impressions: impressions,
+                impressionDiscrepancy: impressionDiscrepancy, adManagerClicks: am.clicks, clicks: clicks, clickDiscrepancy: clickDiscrepancy,
+                withinTolerance: withinTolerance,
+                duplicateImpressions: count(FormatMeasure.duplicateImpressions), givtImpressions: count(FormatMeasure.givtImpressions),
+                staleImpressions: count(FormatMeasure.staleImpressions), givtClicks: count(FormatMeasure.givtClicks),
+                duplicateClicks: count(FormatMeasure.duplicateClicks), requests: requests,
+                loadedAds: count(FunnelMeasure.loadedAds), shownAds: count(FunnelMeasure.shownAds),
+                adManagerRequests: imported.hasRequests ? am.requests : nil, requestDiscrepancy: requestDiscrepancy)
         }
-        return ReconciliationResult(from: from, to: to, imported: imported, threshold: query.threshold, ivtRules: summary.ivtRules,
-                                    rows: rows, lag: summary.lag)
+        return ReconciliationResult(from: from, to: to, imported: imported, threshold: query.threshold, ivtRules: tracker.ivtRules,
+                                    rows: rows, lag: tracker.lag)
+    }
+
+    /// The measures the reconciliation shows beside Ad Manager's counts: the summary report's
+    /// and the funnel report's, by local day and ad unit (summed over formats).
+    static let summaryMeasures: [FormatMeasure] = [.impressions, .clicks, .duplicateImpressions, .givtImpressions, .staleImpressions,
+                                                   .givtClicks, .duplicateClicks]
+    static let funnelMeasures: [FunnelMeasure] = [.requests, .loadedAds, .shownAds]
+
+    /// The tracker's counts by local day and ad unit, each measure by its report name.
+    private func trackerCounts(from: Day, to: Day, zone: String, includeTest: Bool, reports: Reports) async throws
+        -> (counts: [[String]: [String: Int64]], ivtRules: Int, lag: ProjectionLag) {
+        var counts: [[String]: [String: Int64]] = [:]
+        var ivtRules = 0, lag = ProjectionLag(events: 0, seconds: 0)
+        for (kind, names) in [(ReportKind.summary, Self.summaryMeasures.map(\.name)), (.funnel, Self.funnelMeasures.map(\.name))] {
+            let result: ReportResult
+            do {
+                result = try await reports.run(try ReportQuery(kind: kind, from: from, to: to, includeTest: includeTest, timeZone: zone))
+            } catch let error as ReportQueryError {
+                throw ReconciliationError.invalidParameter(error.description)
+            }
+            let column = Dictionary(uniqueKeysWithValues: result.columns.enumerated().map { ($1, $0) })
+            guard let dayColumn = column["day"], let unitColumn = column[ProjectionDimension.adUnit.rawValue] else { continue }
+            for row in result.rows {
+                guard case .text(let day) = row[dayColumn], case .text(let unit) = row[unitColumn] else { continue }
+                for name in names {
+                    if let c = column[name], case .count(let n) = row[c] { counts[[day, unit], default: [:]][name, default: 0] += n }
+                }
+            }
+            if kind == .summary { (ivtRules, lag) = (result.ivtRules, result.lag) }
+        }
+        return (counts.filter { $0.value.values.contains { $0 != 0 } }, ivtRules, lag)
     }
 
     /// (tracker − Ad Manager) / Ad Manager, `nil` when Ad Manager has 0.
@@ -146,23 +180,32 @@ extension ReconciliationResult {
             out += ",\"adManagerClicks\":\(r.adManagerClicks),\"clicks\":\(r.clicks),\"clickDiscrepancy\":\(Self.number(r.clickDiscrepancy))"
             out += ",\"withinTolerance\":\(r.withinTolerance),\"duplicateImpressions\":\(r.duplicateImpressions)"
             out += ",\"givtImpressions\":\(r.givtImpressions),\"staleImpressions\":\(r.staleImpressions)"
-            out += ",\"givtClicks\":\(r.givtClicks),\"duplicateClicks\":\(r.duplicateClicks)}"
+            out += ",\"givtClicks\":\(r.givtClicks),\"duplicateClicks\":\(r.duplicateClicks)"
+            out += ",\"requests\":\(r.requests),\"loadedAds\":\(r.loadedAds),\"shownAds\":\(r.shownAds)"
+            if imported.hasRequests {
+                out += ",\"adManagerRequests\":\(r.adManagerRequests ?? 0),\"requestDiscrepancy\":\(Self.number(r.requestDiscrepancy))"
+            }
+            out += "}"
         }
         return out + "]}"
     }
+
+    /// The report's columns for this import.
+    public var columns: [String] { ReconciliationRow.columns(withRequests: imported.hasRequests) }
 
     private var cells: [[String]] {
         rows.map { r in
             [r.day, r.adUnit, String(r.adManagerImpressions), String(r.impressions), r.impressionDiscrepancy.map { String($0) } ?? "",
              String(r.adManagerClicks), String(r.clicks), r.clickDiscrepancy.map { String($0) } ?? "", String(r.withinTolerance),
              String(r.duplicateImpressions), String(r.givtImpressions), String(r.staleImpressions), String(r.givtClicks),
-             String(r.duplicateClicks)]
+             String(r.duplicateClicks), String(r.requests), String(r.loadedAds), String(r.shownAds)]
+                + (imported.hasRequests ? [String(r.adManagerRequests ?? 0), r.requestDiscrepancy.map { String($0) } ?? ""] : [])
         }
     }
 
     /// RFC 4180 CSV with the JSON rows' columns; a discrepancy without Ad Manager's count is empty.
     public var csv: String {
-        var out = ReconciliationRow.columns.joined(separator: ",") + "\n"
+        var out = columns.joined(separator: ",") + "\n"
         for row in cells { out += row.map(ReportResult.csvField).joined(separator: ",") + "\n" }
         return out
     }
@@ -174,9 +217,10 @@ extension ReconciliationResult {
             return [r.day, r.adUnit, String(r.adManagerImpressions), String(r.impressions), percent(r.impressionDiscrepancy),
                     String(r.adManagerClicks), String(r.clicks), percent(r.clickDiscrepancy), r.withinTolerance ? "yes" : "NO",
                     String(r.duplicateImpressions), String(r.givtImpressions), String(r.staleImpressions), String(r.givtClicks),
-                    String(r.duplicateClicks)]
+                    String(r.duplicateClicks), String(r.requests), String(r.loadedAds), String(r.shownAds)]
+                + (imported.hasRequests ? [String(r.adManagerRequests ?? 0), percent(r.requestDiscrepancy)] : [])
         }
-        var out = TextTable.render([ReconciliationRow.columns] + shown, rightAligned: Set(2..<ReconciliationRow.columns.count))
+        var out = TextTable.render([columns] + shown, rightAligned: Set(2..<columns.count))
         if rows.isEmpty { out += "(no rows)\n" }
         return out
     }

@@ -17,9 +17,11 @@ public struct ReconciliationImport: Sendable, Equatable {
     public var importedBy: String
     /// Whether the same file was imported before (this is that import).
     public var existing: Bool
+    /// Whether the file has Ad Manager's requests column (`Column.TOTAL_AD_REQUESTS`).
+    public var hasRequests = false
 
     public static func == (a: ReconciliationImport, b: ReconciliationImport) -> Bool {
-        a.id == b.id && a.tz == b.tz && a.rows == b.rows && a.matched == b.matched && a.firstDay == b.firstDay
+        a.id == b.id && a.tz == b.tz && a.rows == b.rows && a.matched == b.matched && a.hasRequests == b.hasRequests && a.firstDay == b.firstDay
             && a.lastDay == b.lastDay
             && a.unmatched.elementsEqual(b.unmatched, by: { $0.row == $1.row && $0.adUnit == $1.adUnit && $0.reason == $1.reason })
             && a.importedAt == b.importedAt && a.importedBy == b.importedBy && a.existing == b.existing
@@ -104,7 +106,7 @@ public struct Reconciliations: Sendable {
         let resolve = UnitResolver(map: map, known: known)
         var rows = BinaryArray(.int4), days = BinaryArray(.int8), names = BinaryArray(.text), paths = BinaryArray(.text)
         var how = BinaryArray(.text)
-        var impressions = BinaryArray(.int8), clicks = BinaryArray(.int8)
+        var impressions = BinaryArray(.int8), clicks = BinaryArray(.int8), requests = BinaryArray(.int8)
         var matched = 0
         for r in report.rows {
             rows.append(Int32(clamping: r.row))
@@ -116,13 +118,14 @@ public struct Reconciliations: Sendable {
             if path != nil { matched += 1 }
             impressions.append(r.impressions)
             clicks.append(r.clicks)
+            if let n = r.requests { requests.append(n) } else { requests.appendNull() }
         }
         let first = report.rows.map(\.day).min(), last = report.rows.map(\.day).max()
         let parameters: [Parameter] = [.text(id), .text(timeZone), .text(String(report.rows.count)), .text(String(matched)),
                                        first.map { .text($0.description) } ?? .null, last.map { .text($0.description) } ?? .null,
-                                       .text(importedBy)]
+                                       .text(importedBy), .text(report.hasRequests ? "true" : "false")]
         let rowParameters: [Parameter] = [.text(id), rows.parameter, days.parameter, names.parameter, paths.parameter,
-                                          how.parameter, impressions.parameter, clicks.parameter]
+                                          how.parameter, impressions.parameter, clicks.parameter, requests.parameter]
         let inserted = try await pool.withConnection { connection in
             try connection.transaction {
                 let made = try connection.query(ReconciliationSQL.insertImport, parameters)
@@ -168,20 +171,29 @@ public struct Reconciliations: Sendable {
                 (Int(unmatched.int64($0, 0) ?? 0), unmatched.string($0, 1) ?? "", UnitMatch(rawValue: unmatched.string($0, 2) ?? "") ?? .unknown)
             },
             firstDay: r.string(row, 4).flatMap { Day(iso: $0) }, lastDay: r.string(row, 5).flatMap { Day(iso: $0) },
-            importedAt: r.string(row, 6) ?? "", importedBy: r.string(row, 7) ?? "", existing: false)
+            importedAt: r.string(row, 6) ?? "", importedBy: r.string(row, 7) ?? "", existing: false,
+            hasRequests: r.string(row, 8) == "t")
     }
 
     /// Ad Manager's counts of the import, summed by local day and matched ad unit path.
-    func counts(of id: String, from: Day, to: Day) async throws -> [[String]: (impressions: Int64, clicks: Int64)] {
+    func counts(of id: String, from: Day, to: Day) async throws -> [[String]: AdManagerCounts] {
         try await readPool.withConnection { connection in
             let r = try connection.query(ReconciliationSQL.counts, [id, from.description, to.description])
-            var out: [[String]: (Int64, Int64)] = [:]
+            var out: [[String]: AdManagerCounts] = [:]
             for row in 0..<r.rowCount {
-                out[[r.string(row, 0) ?? "", r.string(row, 1) ?? ""]] = (r.int64(row, 2) ?? 0, r.int64(row, 3) ?? 0)
+                out[[r.string(row, 0) ?? "", r.string(row, 1) ?? ""]] = AdManagerCounts(
+                    impressions: r.int64(row, 2) ?? 0, clicks: r.int64(row, 3) ?? 0, requests: r.int64(row, 4) ?? 0)
             }
             return out
         }
     }
+}
+
+/// Ad Manager's counts of one local day and ad unit path (`requests` 0 when the file has none).
+struct AdManagerCounts {
+    var impressions: Int64 = 0
+    var clicks: Int64 = 0
+    var requests: Int64 = 0
 }
 
 /// How an import row's ad unit became a path, or why it did not.
@@ -223,28 +235,27 @@ struct UnitResolver {
 
 enum ReconciliationSQL {
     /// Every ad unit path the projections count anything under (test and invalid traffic too).
-    static let knownAdUnits = """
-        SELECT ad_unit FROM format_day UNION SELECT ad_unit FROM asset_day UNION SELECT ad_unit FROM source_day
-        UNION SELECT ad_unit FROM ivt_day
-        """
+    static let knownAdUnits = ProjectionTable.allCases.map { "SELECT ad_unit FROM \($0.tableName(.day))" }.joined(separator: " UNION ")
 
     static let insertImport = """
-        INSERT INTO reconciliation_imports (id, tz, rows, matched, first_day, last_day, imported_by)
-        VALUES ($1, $2, $3::int, $4::int, $5::date, $6::date, $7)
+        INSERT INTO reconciliation_imports (id, tz, rows, matched, first_day, last_day, imported_by, has_requests)
+        VALUES ($1, $2, $3::int, $4::int, $5::date, $6::date, $7, $8::boolean)
         ON CONFLICT (id) DO NOTHING
         RETURNING id
         """
 
     static let insertRows = """
-        INSERT INTO reconciliation_rows (import_id, row, day, ad_manager_unit, ad_unit, matched_by, impressions, clicks)
-        SELECT $1, r, date '1970-01-01' + d::int, n, p, m, i, c
-        FROM unnest($2::int4[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::int8[]) AS u(r, d, n, p, m, i, c)
+        INSERT INTO reconciliation_rows (import_id, row, day, ad_manager_unit, ad_unit, matched_by, impressions, clicks, requests)
+        SELECT $1, r, date '1970-01-01' + d::int, n, p, m, i, c, q
+        FROM unnest($2::int4[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::int8[], $9::int8[])
+             AS u(r, d, n, p, m, i, c, q)
         """
 
-    /// Columns: 0 id, 1 tz, 2 rows, 3 matched, 4 first day, 5 last day, 6 imported at (UTC), 7 imported by.
+    /// Columns: 0 id, 1 tz, 2 rows, 3 matched, 4 first day, 5 last day, 6 imported at (UTC), 7 imported by,
+    /// 8 has requests.
     static let imports = """
         SELECT i.id, i.tz, i.rows, i.matched, i.first_day::text, i.last_day::text,
-               to_char(i.imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), i.imported_by
+               to_char(i.imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), i.imported_by, i.has_requests
         FROM reconciliation_imports i
         """
 
@@ -252,9 +263,9 @@ enum ReconciliationSQL {
         SELECT row, ad_manager_unit, matched_by FROM reconciliation_rows WHERE import_id = $1 AND ad_unit IS NULL ORDER BY row
         """
 
-    /// Columns: 0 day, 1 ad unit path, 2 impressions, 3 clicks (rows of one day and path summed).
+    /// Columns: 0 day, 1 ad unit path, 2 impressions, 3 clicks, 4 requests (rows of one day and path summed).
     static let counts = """
-        SELECT day::text, ad_unit, sum(impressions)::bigint, sum(clicks)::bigint
+        SELECT day::text, ad_unit, sum(impressions)::bigint, sum(clicks)::bigint, COALESCE(sum(requests), 0)::bigint
         FROM reconciliation_rows
         WHERE import_id = $1 AND ad_unit IS NOT NULL AND day BETWEEN $2::date AND $3::date
         GROUP BY day, ad_unit

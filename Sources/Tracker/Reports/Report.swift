@@ -3,6 +3,8 @@ public enum ReportValue: Sendable, Hashable {
     case text(String)
     case count(Int64)
     case ratio(Double)
+    /// No value: a percentile of no values (JSON `null`, an empty CSV cell, "–" in a table).
+    case missing
 }
 
 /// A report's rows, with the columns in the rules' order (dimensions first).

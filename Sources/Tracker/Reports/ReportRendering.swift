@@ -6,6 +6,7 @@ extension ReportValue {
         case .text(let s): 2 + 6 * s.utf8.count
         case .count: 20
         case .ratio: 32  // a Double's shortest form is at most 24 characters
+        case .missing: 4
         }
     }
 
@@ -15,6 +16,7 @@ extension ReportValue {
         case .text(let s): s
         case .count(let n): String(n)
         case .ratio(let r): r.isFinite ? String(r) : "0"
+        case .missing: ""
         }
     }
 
@@ -22,6 +24,7 @@ extension ReportValue {
     var shown: String {
         switch self {
         case .ratio(let r): String(oneDecimal: r.isFinite ? r * 100 : 0) + " %"
+        case .missing: "–"
         default: plain
         }
     }
@@ -86,6 +89,7 @@ extension ReportResult {
                 case .text(let s): w.jsonString(s)
                 case .count(let n): w.decimal(n)
                 case .ratio: w.ascii(value.plain)
+                case .missing: w.ascii("null")
                 }
             }
             w.byte(UInt8(ascii: "}"))
@@ -127,6 +131,7 @@ extension ReportResult {
                 case .text(let s): w.csvField(s)
                 case .count(let n): w.decimal(n)
                 case .ratio: w.ascii(value.plain)
+                case .missing: break
                 }
             }
             w.byte(UInt8(ascii: "\n"))

@@ -63,7 +63,7 @@ public struct Reports: Sendable {
             var out: [[ReportValue]] = []
             if let local {
                 let r = try connection.query(local.cutsOfBlock == nil ? spec.localRows : spec.localCuts, arguments, binaryResults: true)
-                out = try local.sum(r, dimensions: spec.dimensions.count - 1, lanes: spec.lanes, width: spec.width,
+                out = try local.sum(r, dimensions: Array(spec.textDimensions.dropFirst()), lanes: spec.lanes, width: spec.width,
                                     columns: columnCount, appendMeasures: spec.appendMeasures)
                 return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
             }
@@ -71,7 +71,10 @@ public struct Reports: Sendable {
             let columns = spec.dimensions.count
             out.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
-                var dims: [ReportValue] = (0..<columns).map { .text(r.string(row, $0) ?? "") }
+                var dims: [ReportValue] = (0..<columns).map { column in
+                    let text = r.string(row, column) ?? ""
+                    return spec.textDimensions[column] ? .text(text) : .count(Int64(text) ?? 0)
+                }
                 let counts = (columns..<r.columnCount).map { r.int64(row, $0) ?? 0 }
                 spec.appendMeasures(counts[...], &dims)
                 out.append(dims)
@@ -140,6 +143,8 @@ final class TimeZoneCatalog: Sendable {
 enum ReportSQL {
     struct Spec: Sendable {
         var dimensions: [String]
+        /// Whether each dimension is text (else an integer: the waterfall's `position`).
+        var textDimensions: [Bool]
         var measureNames: [String]
         /// UTC days, from the day table.
         var sql: String
@@ -198,10 +203,6 @@ enum ReportSQL {
     /// and the rule set the projections were computed with (every report names it).
     static let projectionState = "SELECT quarter_hours_complete, ivt_rules FROM projection_state"
 
-    /// The report's dimension names (after `day`) and their columns.
-    private static let dimensionColumns = ["adUnit": "ad_unit", "formatId": "format_id", "assetKey": "asset_key", "adapter": "adapter",
-                                           "label": "label"]
-
     /// Every report's spec, made once.
     static let specs = Dictionary(uniqueKeysWithValues: ReportKind.allCases.map { ($0, spec($0)) })
 
@@ -228,19 +229,43 @@ enum ReportSQL {
             ])
         case .ivt:
             spec(["adUnit", "formatId", "label"], IVTMeasure.allCases.map(Column.sum))
+        case .funnel:
+            spec(["adUnit"], [
+                .sum(FunnelMeasure.requests), .sum(.adsRequested), .sum(.filledRequests), .sum(.failedRequests),
+                .sum(.unansweredRequests), .computed("fillRate") { ratio($0[.filledRequests], $0[.requests]) },
+                .sum(.loadedAds), .sum(.shownAds), .computed("showRate") { ratio($0[.shownAds], $0[.loadedAds]) },
+                .computed("loadLatencyP50Ms") { percentile(50, FunnelMeasure.latencies, $0) },
+                .computed("loadLatencyP95Ms") { percentile(95, FunnelMeasure.latencies, $0) },
+            ], alsoSummed: FunnelMeasure.latencies)
+        case .failures:
+            spec(["adUnit", "errorCode"], FailureMeasure.allCases.map(Column.sum))
+        case .waterfall:
+            spec(["adUnit", "adapter", "position"], [
+                .sum(WaterfallMeasure.attempts), .sum(.loaded), .sum(.failed), .sum(.timeouts),
+                .computed("fillRate") { ratio($0[.loaded], $0[.attempts]) },
+                .computed("latencyP50Ms") { percentile(50, WaterfallMeasure.latencies, $0) },
+                .computed("latencyP95Ms") { percentile(95, WaterfallMeasure.latencies, $0) },
+            ], alsoSummed: WaterfallMeasure.latencies)
         }
     }
 
-    /// A report over `M`'s table: one row per day and `dimensions`, in that order (bytewise),
-    /// leaving out rows whose summed measures are all zero.
-    static func spec<M: ProjectionMeasure>(_ dimensions: [String], _ columns: [Column<M>]) -> Spec {
-        let summed: [M] = columns.compactMap { if case .sum(let m) = $0 { m } else { nil } }
+    /// The `p`th percentile (PROTOCOL.md 10) of the latencies a row counts per bucket.
+    static func percentile<M: ProjectionMeasure>(_ p: Int, _ buckets: [M], _ sums: Sums<M>) -> ReportValue {
+        LatencyBuckets.percentile(p, of: buckets.map { sums[$0] }).map { .count(Int64($0)) } ?? .missing
+    }
+
+    /// A report over `M`'s table: one row per day and `dimensions`, in that order (bytewise; an
+    /// integer dimension by its value), leaving out rows whose summed measures are all zero.
+    /// `alsoSummed` are measures the computed columns read but the report does not show.
+    static func spec<M: ProjectionMeasure>(_ dimensions: [String], _ columns: [Column<M>], alsoSummed: [M] = []) -> Spec {
+        let summed: [M] = columns.compactMap { if case .sum(let m) = $0 { m } else { nil } } + alsoSummed
         let position = Dictionary(uniqueKeysWithValues: summed.enumerated().map { ($1, $0) })
-        let dims = dimensions.map { dimensionColumns[$0]! }
+        let dimensionKinds = dimensions.map { ProjectionDimension(rawValue: $0)! }
+        let dims = dimensionKinds.map(\.column)
         let sums = summed.map { "sum(\($0.column))" }
         let dimensionList = dims.joined(separator: ", ")
         let having = sums.map { "\($0) <> 0" }.joined(separator: " OR ")
-        let order = dims.map { "\($0) COLLATE \"C\"" }.joined(separator: ", ")
+        let order = dimensionKinds.map { $0.isText ? "\($0.column) COLLATE \"C\"" : $0.column }.joined(separator: ", ")
         let sql = """
             SELECT to_char(day, 'YYYY-MM-DD'), \(dimensionList),
                    \(sums.joined(separator: ", "))
@@ -257,20 +282,24 @@ enum ReportSQL {
         // where SQL would sum numerics and sort collated text.
         let keyColumns = dims.map { "q.\($0)" }.joined(separator: ", ")
         let localRows = """
-            SELECT q.quarters_from, \(keyColumns), q.counts
+            SELECT q.quarters_from, \(keyColumns), q.mask, q.counts
             FROM \(M.table.tableName(.quarters)) AS q
             \(quartersFilters)
             """
-        // A report by day needs at most three of a row's 49 counts per measure, the first being
-        // 0: it reads the cut and the total, not the whole row, which for a month of rows would
-        // be megabytes to receive for a few hundred sums.
+        // A report by day needs at most three of a row's 49 running counts per measure, the
+        // first being 0: it reads the cut ($8, by half day from $6) and the total, not the whole
+        // row, which for a month of rows would be megabytes to receive for a few hundred sums.
+        // The cut's entry is found from the mask as QuarterBlock.entry does (the count of set
+        // bits below the cut); a cut before the row's first entry is all zeros.
         let element = M.allCases.count * 8
+        let zeros = "'\\x" + String(repeating: "00", count: element) + "'::bytea"
         let localCuts = """
             SELECT q.quarters_from, \(keyColumns),
-                   substring(q.counts FROM ($8::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $6::int8 + 1] * \(element) + 1
-                             FOR \(element))
-                   || substring(q.counts FROM \(Int(QuarterBlock.quarters) * element + 1) FOR \(element))
-            FROM \(M.table.tableName(.quarters)) AS q
+                   CASE WHEN c.n = 0 THEN \(zeros) ELSE substring(q.counts FROM (c.n - 1) * \(element) + 1 FOR \(element)) END
+                   || substring(q.counts FROM octet_length(q.counts) - \(element - 1) FOR \(element))
+            FROM \(M.table.tableName(.quarters)) AS q,
+                 LATERAL (SELECT bit_count((q.mask & ((1::int8 << ($8::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $6::int8 + 1])
+                                                     - 1))::bit(64))::int4 AS n) AS c
             \(quartersFilters)
             """
         let names = columns.map { column in
@@ -294,8 +323,9 @@ enum ReportSQL {
                 }
             }
         }
-        return Spec(dimensions: ["day"] + dimensions, measureNames: names, sql: sql, localRows: localRows, localCuts: localCuts, lanes: summed.map(\.lane),
-                    width: M.allCases.count, appendMeasures: appendMeasures)
+        return Spec(dimensions: ["day"] + dimensions, textDimensions: [true] + dimensionKinds.map(\.isText), measureNames: names, sql: sql,
+                    localRows: localRows, localCuts: localCuts, lanes: summed.map(\.lane), width: M.allCases.count,
+                    appendMeasures: appendMeasures)
     }
 }
 
@@ -328,14 +358,13 @@ final class LocalSegments: Sendable {
         /// segments with one label), and where in a row's counts as the report reads them its
         /// first and past-last running count are (-1: the first, which is 0): its events are
         /// count `end` less count `start` of each measure. Reading rows whole, that is the
-        /// element (from 0); reading cuts, 0 for the half day's cut and 1 for its total.
+        /// running count's number (0 to 48), found in the row through its mask; reading cuts, 0
+        /// for the half day's cut and 1 for its total.
         var segmentLabel: [Int] = [], start: [Int] = [], end: [Int] = []
         /// When every half day is cut at most once (reports by day), the element each half day is
         /// cut at (its total's when it is not), and the report reads only those and the totals
         /// (`Spec.localCuts`); otherwise `nil`, and it reads rows whole.
         var cutsOfBlock: [Int]?
-        /// The running counts of each measure a row read has: 49, or 2 when reading cuts.
-        var elementsPerRow: Int { cutsOfBlock == nil ? QuarterBlock.counts : 2 }
         /// The first half day (since the epoch) with a segment, and each half day's segments from
         /// it on (positions in the arrays above).
         var firstBlock: Int64 = 0
@@ -348,10 +377,11 @@ final class LocalSegments: Sendable {
         /// measures at `lanes` cut by the segments and summed by labels and key, rows whose
         /// counts are all zero left out, in bytewise order of labels and key. Each row is its
         /// labels, its key values and what `appendMeasures` makes of its sums (`columns` in all).
-        func sum(_ r: QueryResult, dimensions: Int, lanes: [Int], width: Int, columns: Int,
+        func sum(_ r: QueryResult, dimensions textDimensions: [Bool], lanes: [Int], width: Int, columns: Int,
                  appendMeasures: (ArraySlice<Int64>, inout [ReportValue]) -> Void) throws -> [[ReportValue]] {
-            let measures = lanes.count, length = elementsPerRow * width * 8
-            guard (1...Key.maxDimensions).contains(dimensions), r.columnCount == dimensions + 2,
+            let dimensions = textDimensions.count
+            let measures = lanes.count, whole = cutsOfBlock == nil
+            guard (1...Key.maxDimensions).contains(dimensions), r.columnCount == dimensions + (whole ? 3 : 2),
                   lanes.allSatisfy({ (0..<width).contains($0) }) else { throw Self.unreadable }
             // Each cell's (label and key) sums are `measures` consecutive places of `totals`, the
             // cell's number times `measures` on: one lookup per segment of a row, and no array
@@ -371,8 +401,15 @@ final class LocalSegments: Sendable {
                 let (block, offset) = microseconds.quotientAndRemainder(dividingBy: QuarterBlock.microseconds)
                 let place = Int(block - firstBlock)
                 guard offset == 0, segmentsOfBlock.indices.contains(place) else { continue }
-                let countBytes = r.bytes(row, 1 + dimensions)
-                guard countBytes.count == length else { throw Self.unreadable }
+                let countBytes = r.bytes(row, r.columnCount - 1)
+                var mask: UInt64 = 0
+                if whole {
+                    guard let stored = ByteReader.int64(r.bytes(row, 1 + dimensions)),
+                          QuarterBlock.fits(mask: UInt64(bitPattern: stored), counts: countBytes.count, width: width) else { throw Self.unreadable }
+                    mask = UInt64(bitPattern: stored)
+                } else {
+                    guard countBytes.count == 2 * width * 8 else { throw Self.unreadable }
+                }
                 var key = Key(label: 0)
                 for column in 0..<dimensions {
                     let bytes = r.bytes(row, 1 + column)
@@ -403,10 +440,14 @@ final class LocalSegments: Sendable {
                         cells.append(key)
                         totals.append(contentsOf: repeatElement(0, count: measures))
                     }
-                    let (from, to) = (start[segment], end[segment] * width)
+                    // The entries that hold the segment's first and past-last running counts (-1: 0).
+                    let (from, to) = whole
+                        ? (QuarterBlock.entry(mask, element: start[segment]), QuarterBlock.entry(mask, element: end[segment]))
+                        : (start[segment], end[segment])
                     for (m, lane) in lanes.enumerated() {
                         let before = from < 0 ? 0 : QuarterBlock.value(countBytes, from * width + lane)
-                        totals[first + m] += QuarterBlock.value(countBytes, to + lane) - before
+                        let after = to < 0 ? 0 : QuarterBlock.value(countBytes, to * width + lane)
+                        totals[first + m] += after - before
                     }
                 }
             }
@@ -423,13 +464,19 @@ final class LocalSegments: Sendable {
                 }
                 return false
             }
+            // An integer key column comes as a binary int4 (its bytes sort as its value: it is never negative).
             let texts = values.map(ReportValue.text), labelTexts = labels.map { $0.map(ReportValue.text) }
+            let integers = valueBytes.map { bytes in
+                ReportValue.count(bytes.count == 4 ? Int64(bytes.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }) : 0)
+            }
             return ordered.map { number in
                 let key = cells[number]
                 var row: [ReportValue] = []
                 row.reserveCapacity(columns)
                 row.append(contentsOf: labelTexts[key.label])
-                for column in 0..<dimensions { row.append(texts[key.values[column]]) }
+                for column in 0..<dimensions {
+                    row.append(textDimensions[column] ? texts[key.values[column]] : integers[key.values[column]])
+                }
                 appendMeasures(counts(of: number), &row)
                 return row
             }

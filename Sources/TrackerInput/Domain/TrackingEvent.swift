@@ -6,9 +6,11 @@ public struct TrackingEvent: Sendable, Hashable {
     /// The idempotency key, lower-case canonical UUID text.
     public let id: PackedUUID
     public let type: EventType
-    /// The ad: one loaded ad object.
-    public let requestId: String
+    /// The ad: one loaded ad object; `nil` for the events of a load (`ad_request`, `ad_failed`,
+    /// `mediation_result`), which have no ad yet.
+    public let requestId: String?
     public let adUnit: String
+    /// The custom native format or system format; `""` when a load's event names none.
     public let formatId: String
     public let assetKey: String?
     public let clickAction: ClickAction?
@@ -24,6 +26,20 @@ public struct TrackingEvent: Sendable, Hashable {
     public let receivedAt: Timestamp
     /// The time every report uses (PROTOCOL.md section 3).
     public let correctedAt: Timestamp
+    /// The `loadRequest:` call the event belongs to: set on a load's events, and on an
+    /// `ad_loaded` that links its ad to its load.
+    public let loadId: String?
+    /// `ad_request`: how many ads the load asked for (`GADMultipleAdsAdLoaderOptions`).
+    public let adsRequested: Int?
+    /// `ad_loaded`, `ad_failed`, `mediation_result`: milliseconds from the load call to the
+    /// answer, on the device's monotonic clock.
+    public let latencyMs: Int?
+    /// `ad_failed`, `mediation_result`: the SDK's error.
+    public let errorCode: AdErrorCode?
+    /// `mediation_result`: how the network answered.
+    public let result: MediationResult?
+    /// `mediation_result`: the network's place in the waterfall.
+    public let position: Int?
     /// The device's user agent as the event gave it (server keys only); the request's
     /// `User-Agent` is filled in by the ingest route when this is `nil`.
     public internal(set) var userAgent: String?
@@ -33,11 +49,13 @@ public struct TrackingEvent: Sendable, Hashable {
 
     /// For the validator (`EventRules`) and the package's own test fixtures only.
     package init(
-        id: PackedUUID, type: EventType, requestId: String, adUnit: String, formatId: String,
+        id: PackedUUID, type: EventType, requestId: String?, adUnit: String, formatId: String,
         assetKey: String? = nil, clickAction: ClickAction? = nil, source: EventSource = .app,
         adapter: String? = nil, eea: Bool = false, reservation: Bool = false, test: Bool = false,
         attributes: [(key: String, value: AttributeValue)] = [],
         occurredAt: Timestamp, sentAt: Timestamp? = nil, receivedAt: Timestamp, correctedAt: Timestamp,
+        loadId: String? = nil, adsRequested: Int? = nil, latencyMs: Int? = nil, errorCode: AdErrorCode? = nil,
+        result: MediationResult? = nil, position: Int? = nil,
         userAgent: String? = nil, clientIP: IPAddress? = nil
     ) {
         self.id = id
@@ -57,9 +75,20 @@ public struct TrackingEvent: Sendable, Hashable {
         self.sentAt = sentAt
         self.receivedAt = receivedAt
         self.correctedAt = correctedAt
+        self.loadId = loadId
+        self.adsRequested = adsRequested
+        self.latencyMs = latencyMs
+        self.errorCode = errorCode
+        self.result = result
+        self.position = position
         self.userAgent = userAgent
         self.clientIP = clientIP
     }
+
+    /// The key the log stores the event under (its `request_id` column): the ad's request id,
+    /// or for a load's events the load's id. Load ids and request ids may coincide: the
+    /// projections tell an ad's events from a load's by their type, never by this key.
+    public var logKey: String { requestId ?? loadId ?? "" }
 
     /// The event as the log records it, sent by `client`: its own `userAgent` and `ip` (a
     /// server key's) win over the request's.
@@ -84,6 +113,8 @@ public struct TrackingEvent: Sendable, Hashable {
             && lhs.attributes.elementsEqual(rhs.attributes, by: { $0.key == $1.key && $0.value == $1.value })
             && lhs.occurredAt == rhs.occurredAt && lhs.sentAt == rhs.sentAt
             && lhs.receivedAt == rhs.receivedAt && lhs.correctedAt == rhs.correctedAt
+            && lhs.loadId == rhs.loadId && lhs.adsRequested == rhs.adsRequested && lhs.latencyMs == rhs.latencyMs
+            && lhs.errorCode == rhs.errorCode && lhs.result == rhs.result && lhs.position == rhs.position
             && lhs.userAgent == rhs.userAgent && lhs.clientIP == rhs.clientIP
     }
 

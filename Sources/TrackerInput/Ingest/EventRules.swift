@@ -36,14 +36,29 @@ package struct EventRules {
         let type = v.required(value, "type", hint: "one of \(Self.list(EventType.self))") { text in
             EventType(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(EventType.self))")
         }
-        let requestId = v.required(value, "requestId", hint: "the ad response's id, 1 to 128 characters") { text in
-            Self.checkIdentifier(text, maxCharacters: 128)
+        // A load's events (PROTOCOL.md 10) have no ad yet: they are named by loadId, and the
+        // format is the one asked for, when there was one.
+        let isLoad = type?.isLoadEvent ?? false
+        var requestId: String?
+        if let type, isLoad {
+            if v.isPresent(value, "requestId") {
+                v.add(about: "requestId", "requestId must be absent for \(type.rawValue): a load has no ad yet (it is named by loadId)")
+            }
+        } else {
+            requestId = v.required(value, "requestId", hint: "the ad response's id, 1 to 128 characters") { text in
+                Self.checkIdentifier(text, maxCharacters: 128)
+            }
         }
         let adUnit = v.required(value, "adUnit", hint: "an ad unit path such as /6499/example/native") { text in
             Self.checkAdUnit(text)
         }
-        let formatId = v.required(value, "formatId", hint: "a custom format ID (digits) or native, app_install, content") { text in
-            Self.checkFormatId(text)
+        let formatId: String?
+        if isLoad {
+            formatId = v.optional(value, "formatId") { text in Self.checkFormatId(text) } ?? ""
+        } else {
+            formatId = v.required(value, "formatId", hint: "a custom format ID (digits) or native, app_install, content") { text in
+                Self.checkFormatId(text)
+            }
         }
         let occurredAt = v.required(value, "occurredAt", hint: "an RFC 3339 time such as 2026-11-20T10:00:01.950Z") { text in
             Timestamp(rfc3339: text).map(Check.ok)
@@ -59,7 +74,9 @@ package struct EventRules {
         let source = v.optional(value, "source") { text in
             EventSource(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(EventSource.self))")
         }
-        let adapter = v.optional(value, "adapter") { text in Self.checkIdentifier(text, maxCharacters: 64, allowEmpty: true) }
+        let adapter = v.optional(value, "adapter") { text in
+            Self.checkIdentifier(text, maxCharacters: 64, allowEmpty: type != .mediationResult)
+        }
         let eea = v.flag(value, "eea")
         let reservation = v.flag(value, "reservation")
         let test = v.flag(value, "test")
@@ -77,6 +94,8 @@ package struct EventRules {
             }
         }
 
+        let funnel = type.map { funnelFields(value, type: $0, adapter: adapter, into: &v) } ?? FunnelFields()
+
         var correctedAt: Timestamp?
         if let occurredAt {
             switch correct(occurredAt: occurredAt) {
@@ -85,7 +104,7 @@ package struct EventRules {
             }
         }
 
-        guard v.isEmpty, let id, let type, let requestId, let adUnit, let formatId, let occurredAt, let correctedAt else {
+        guard v.isEmpty, let id, let type, requestId != nil || isLoad, let adUnit, let formatId, let occurredAt, let correctedAt else {
             return .failure(v)
         }
         return .success(TrackingEvent(
@@ -93,7 +112,78 @@ package struct EventRules {
             assetKey: assetKey, clickAction: clickAction, source: source ?? .app, adapter: adapter,
             eea: eea, reservation: reservation, test: test, attributes: attributes,
             occurredAt: occurredAt, sentAt: sentAt, receivedAt: receivedAt, correctedAt: correctedAt,
+            loadId: funnel.loadId, adsRequested: funnel.adsRequested, latencyMs: funnel.latencyMs,
+            errorCode: funnel.errorCode, result: funnel.result, position: funnel.position,
             userAgent: userAgent, clientIP: ip))
+    }
+
+    /// The funnel's fields of an event (PROTOCOL.md 10), each on the types it belongs to only.
+    struct FunnelFields {
+        var loadId: String?
+        var adsRequested: Int?
+        var latencyMs: Int?
+        var errorCode: AdErrorCode?
+        var result: MediationResult?
+        var position: Int?
+    }
+
+    /// The types each funnel field belongs to; set on any other type, the field is refused.
+    static let funnelFieldTypes: [(field: String, types: [EventType])] = [
+        ("loadId", [.adRequest, .adFailed, .mediationResult, .adLoaded]),
+        ("adsRequested", [.adRequest]),
+        ("latencyMs", [.adLoaded, .adFailed, .mediationResult]),
+        ("errorCode", [.adFailed, .mediationResult]),
+        ("result", [.mediationResult]),
+        ("position", [.mediationResult]),
+    ]
+
+    func funnelFields(_ value: JSONValue, type: EventType, adapter: String?, into v: inout Violations) -> FunnelFields {
+        for (field, types) in Self.funnelFieldTypes where !types.contains(type) && v.isPresent(value, field) {
+            v.add(about: field, "\(field) is a field of \(types.map(\.rawValue).joined(separator: ", ")) events only, not of \(type.rawValue)")
+        }
+        var out = FunnelFields()
+        let loadIdRule = { (text: String) in Self.checkIdentifier(text, maxCharacters: 128) }
+        switch type {
+        case .adRequest, .adFailed, .mediationResult:
+            out.loadId = v.required(value, "loadId", hint: "the id of the load (one loadRequest: call), 1 to 128 characters", loadIdRule)
+        case .adLoaded:
+            out.loadId = v.optional(value, "loadId", loadIdRule)
+        default:
+            break
+        }
+        if type == .adRequest {
+            out.adsRequested = v.integer(value, "adsRequested", in: FunnelLimits.adsRequested) ?? 1
+        }
+        if [.adLoaded, .adFailed, .mediationResult].contains(type) {
+            out.latencyMs = v.integer(value, "latencyMs", in: FunnelLimits.latencyMs)
+        }
+        let errorRule = { (text: String) -> Check<AdErrorCode> in
+            AdErrorCode(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(AdErrorCode.self))")
+        }
+        switch type {
+        case .adFailed:
+            out.errorCode = v.required(value, "errorCode", hint: "the SDK's error, one of \(Self.list(AdErrorCode.self))", errorRule)
+        case .mediationResult:
+            out.result = v.required(value, "result", hint: "one of \(Self.list(MediationResult.self))") { text in
+                MediationResult(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(MediationResult.self))")
+            }
+            if out.result == .failed {
+                out.errorCode = v.required(value, "errorCode", hint: "the network's error when result is failed, one of \(Self.list(AdErrorCode.self))",
+                                           errorRule)
+            } else {
+                out.errorCode = v.optional(value, "errorCode", errorRule)
+            }
+            if adapter == nil, !v.mentions("adapter") {
+                v.add(about: "adapter", "adapter is required for mediation_result: the name of the network that answered")
+            }
+            out.position = v.integer(value, "position", in: FunnelLimits.position)
+            if out.position == nil, !v.mentions("position") {
+                v.add(about: "position", "position is required for mediation_result: the network's place in the waterfall, 1 to 100")
+            }
+        default:
+            break
+        }
+        return out
     }
 
     /// PROTOCOL.md section 3: the time every report uses, or why the event is refused.
@@ -118,10 +208,10 @@ package struct EventRules {
 
     // MARK: Field rules
 
-    /// What is wrong with `text` as a `requestId` (1 to 128 characters, no control
-    /// characters), or `nil`: the rule an ad's audit trail checks its path segment by.
-    public static func requestIdProblem(_ text: String) -> String? {
-        if case .broken(let message, _) = checkIdentifier(text, maxCharacters: 128) { return "requestId " + message }
+    /// What is wrong with `text` as a `requestId` or `loadId` (1 to 128 characters, no control
+    /// characters), or `nil`: the rule an audit trail checks its path segment by.
+    public static func identifierProblem(_ text: String, field: String = "requestId") -> String? {
+        if case .broken(let message, _) = checkIdentifier(text, maxCharacters: 128) { return "\(field) " + message }
         return nil
     }
 
@@ -215,6 +305,27 @@ package struct Violations: Error, Sendable, Equatable {
     }
 
     func mentions(_ field: String) -> Bool { fields.contains(field) }
+
+    /// Whether the event sets `field` (JSON `null` counts as absent).
+    func isPresent(_ event: JSONValue, _ field: String) -> Bool {
+        guard let value = event.member(field) else { return false }
+        return value != .null
+    }
+
+    /// An optional integer field within `range`; absent and `null` give `nil`.
+    mutating func integer(_ event: JSONValue, _ field: String, in range: ClosedRange<Int>) -> Int? {
+        guard let value = event.member(field), value != .null else { return nil }
+        let rule = "\(field) must be an integer from \(range.lowerBound) to \(range.upperBound)"
+        guard case .number(let text) = value else {
+            add(field, "\(rule), got \(value.typeName)")
+            return nil
+        }
+        guard let number = Int(text), range.contains(number) else {
+            add(field, "\(rule), got \(Self.excerpt(text))")
+            return nil
+        }
+        return number
+    }
 
     private mutating func add(_ field: String, _ message: String) {
         if firstField == nil { firstField = field }

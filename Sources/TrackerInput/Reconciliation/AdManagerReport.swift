@@ -9,13 +9,16 @@ public struct AdManagerRow: Sendable, Hashable {
     public var adUnit: String
     public var impressions: Int64
     public var clicks: Int64
+    /// Ad Manager's total ad requests, when the file has that column.
+    public var requests: Int64?
 
-    public init(row: Int, day: Day, adUnit: String, impressions: Int64, clicks: Int64) {
+    public init(row: Int, day: Day, adUnit: String, impressions: Int64, clicks: Int64, requests: Int64? = nil) {
         self.row = row
         self.day = day
         self.adUnit = adUnit
         self.impressions = impressions
         self.clicks = clicks
+        self.requests = requests
     }
 }
 
@@ -24,16 +27,21 @@ public struct AdManagerRow: Sendable, Hashable {
 /// Columns are found by header name, case-insensitively, in the API's spelling or the UI's:
 /// `Dimension.DATE`/`Date`, `Dimension.AD_UNIT_NAME`/`Ad unit` (or `Dimension.AD_UNIT_ID` when
 /// there is no name column), `Column.AD_SERVER_IMPRESSIONS`/`Ad server impressions`,
-/// `Column.AD_SERVER_CLICKS`/`Ad server clicks`. Other columns are ignored; a row whose date
+/// `Column.AD_SERVER_CLICKS`/`Ad server clicks`, and when present
+/// `Column.TOTAL_AD_REQUESTS`/`Total ad requests`. Other columns are ignored; a row whose date
 /// is `Total` (the UI's last line) is skipped. Numbers may carry thousands separators
 /// (`1,234`). Any other departure is an error naming the row and the column: nothing of a
 /// file that cannot be read exactly is imported.
 public struct AdManagerReport: Sendable, Equatable {
     public var rows: [AdManagerRow]
+    /// Whether the file has a requests column (every row then has `requests`).
+    public var hasRequests: Bool { rows.first?.requests != nil }
 
-    /// The columns the import reads, with the header names that give them.
+    /// The columns the import reads, with the header names that give them; `requests` is optional.
     public enum Column: String, Sendable, CaseIterable {
-        case date, adUnit, impressions, clicks
+        case date, adUnit, impressions, clicks, requests
+
+        var isOptional: Bool { self == .requests }
 
         /// Header names, lower-cased, in order of preference.
         var headers: [String] {
@@ -42,6 +50,7 @@ public struct AdManagerReport: Sendable, Equatable {
             case .adUnit: ["dimension.ad_unit_name", "ad unit", "dimension.ad_unit_id"]
             case .impressions: ["column.ad_server_impressions", "ad server impressions"]
             case .clicks: ["column.ad_server_clicks", "ad server clicks"]
+            case .requests: ["column.total_ad_requests", "total ad requests"]
             }
         }
 
@@ -52,6 +61,7 @@ public struct AdManagerReport: Sendable, Equatable {
             case .adUnit: "Dimension.AD_UNIT_NAME (or Ad unit, or Dimension.AD_UNIT_ID)"
             case .impressions: "Column.AD_SERVER_IMPRESSIONS (or Ad server impressions)"
             case .clicks: "Column.AD_SERVER_CLICKS (or Ad server clicks)"
+            case .requests: "Column.TOTAL_AD_REQUESTS (or Total ad requests)"
             }
         }
     }
@@ -72,7 +82,8 @@ public struct AdManagerReport: Sendable, Equatable {
         var index: [Column: Int] = [:]
         var headerName: [Column: String] = [:]
         for column in Column.allCases {
-            guard let (i, name) = column.headers.lazy.compactMap({ h in names.firstIndex(of: h).map { ($0, h) } }).first else {
+            guard let (i, _) = column.headers.lazy.compactMap({ h in names.firstIndex(of: h).map { ($0, h) } }).first else {
+                if column.isOptional { continue }
                 throw .missingColumn(column.shown)
             }
             index[column] = i
@@ -107,7 +118,7 @@ public struct AdManagerReport: Sendable, Equatable {
                 return n
             }
             rows.append(AdManagerRow(row: record.number, day: day, adUnit: unit, impressions: try count(.impressions),
-                                     clicks: try count(.clicks)))
+                                     clicks: try count(.clicks), requests: index[.requests] == nil ? nil : try count(.requests)))
         }
         return AdManagerReport(rows: rows)
     }

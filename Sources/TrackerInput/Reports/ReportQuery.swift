@@ -1,6 +1,12 @@
 /// The reports of docs/PROTOCOL.md ("Reports", "Invalid traffic").
 public enum ReportKind: String, Sendable, CaseIterable {
     case summary, assets, sources, adchoices, ivt
+    /// The ad funnel (PROTOCOL.md 10): loads requested, filled, failed; loaded and shown ads.
+    case funnel
+    /// Failed loads by error code.
+    case failures
+    /// Mediation attempts by adapter and position.
+    case waterfall
 }
 
 /// How a report cuts time into rows.
@@ -87,7 +93,8 @@ public enum ReportQueryError: Error, Sendable, Equatable, CustomStringConvertibl
 
     public var description: String {
         switch self {
-        case .unknownReport(let name): "unknown report '\(name)'; reports are summary, assets, sources, adchoices, ivt and reconciliation"
+        case .unknownReport(let name):
+            "unknown report '\(name)'; reports are \(ReportKind.allCases.map(\.rawValue).joined(separator: ", ")) and reconciliation"
         case .invalidParameter(let message): message
         case .fromAfterTo(let from, let to): "from (\(from)) is after to (\(to)); from and to are inclusive days (local days in tz, UTC by default) with from <= to"
         case .rangeTooLong(let days): "the range from..to spans \(days) days; at most \(ReportQuery.maxDays) days per report"

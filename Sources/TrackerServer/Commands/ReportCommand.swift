@@ -4,7 +4,7 @@ import Tracker
 struct ReportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Print a report (summary, assets, sources, adchoices, ivt or reconciliation) as a table, CSV or JSON.",
+        abstract: "Print a report (summary, assets, sources, adchoices, ivt, funnel, failures, waterfall or reconciliation) as a table, CSV or JSON.",
         discussion: """
             Reads the projections, from REPORT_DATABASE_URL when it is set and --database-url is not. \
             Waits up to TRACKER_REPORT_WAIT seconds (5) for the projections to include every event \
@@ -15,7 +15,7 @@ struct ReportCommand: AsyncParsableCommand {
         case table, csv, json
     }
 
-    @Argument(help: "summary, assets, sources, adchoices, ivt or reconciliation.")
+    @Argument(help: "summary, assets, sources, adchoices, ivt, funnel, failures, waterfall or reconciliation.")
     var report: String
 
     @Option(help: "First local day (in --tz), YYYY-MM-DD (inclusive); for reconciliation, default the import's first day.")

@@ -232,7 +232,9 @@ final class HTTP1Corners: ChannelDuplexHandler, RemovableChannelHandler {
         ])
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(bytes))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+        // The channel, not the context, in the callback: a channel may be used from any thread.
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
     }
 
     /// Puts one before the HTTP/1 codec of `context`'s pipeline, once.

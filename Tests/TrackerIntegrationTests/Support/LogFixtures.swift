@@ -13,11 +13,23 @@ enum Events {
     static func make(_ type: EventType, ad requestId: String, at: Timestamp, id: PackedUUID = Events.id(),
                      adUnit: String = "/1234/home/native", formatId: String = "10063170", asset: String? = nil,
                      source: EventSource = .app, adapter: String? = nil, eea: Bool = false, reservation: Bool = false,
-                     test: Bool = false) -> TrackingEvent {
+                     test: Bool = false, loadId: String? = nil, latencyMs: Int? = nil) -> TrackingEvent {
         TrackingEvent(id: id, type: type, requestId: requestId, adUnit: adUnit, formatId: formatId,
                       assetKey: type == .click ? (asset ?? "MainImage") : asset, source: source, adapter: adapter,
                       eea: eea, reservation: reservation, test: test, occurredAt: at, receivedAt: Timestamp.now(),
-                      correctedAt: at)
+                      correctedAt: at, loadId: loadId, latencyMs: latencyMs)
+    }
+
+    /// An event of load `loadId` (PROTOCOL.md 10: `ad_request`, `ad_failed` or `mediation_result`).
+    static func load(_ type: EventType, _ loadId: String, at: Timestamp, id: PackedUUID = Events.id(),
+                     adUnit: String = "/1234/home/native", formatId: String = "", adsRequested: Int? = nil,
+                     latencyMs: Int? = nil, errorCode: AdErrorCode? = nil, result: MediationResult? = nil, adapter: String? = nil,
+                     position: Int? = nil, test: Bool = false) -> TrackingEvent {
+        TrackingEvent(id: id, type: type, requestId: nil, adUnit: adUnit, formatId: formatId,
+                      source: type == .mediationResult ? .mediation : .app, adapter: adapter, test: test, occurredAt: at,
+                      receivedAt: Timestamp.now(), correctedAt: at, loadId: loadId,
+                      adsRequested: type == .adRequest ? (adsRequested ?? 1) : nil, latencyMs: latencyMs, errorCode: errorCode,
+                      result: result, position: position)
     }
 
     /// `day0` + `days` at hh:mm:ss (plus `micros`).
@@ -59,20 +71,16 @@ extension TestDatabase {
 
     /// Every projection table, row for row, in a fixed order (the state a rebuild must reproduce).
     func projectionSnapshot() async throws -> [String: [[String?]]] {
-        [
-            "format_day": try await rows("SELECT * FROM format_day ORDER BY day, ad_unit, format_id, traffic_class"),
-            "asset_day": try await rows("SELECT * FROM asset_day ORDER BY day, ad_unit, format_id, asset_key, traffic_class"),
-            "source_day": try await rows("SELECT * FROM source_day ORDER BY day, ad_unit, format_id, adapter, traffic_class"),
-            "ivt_day": try await rows("SELECT * FROM ivt_day ORDER BY day, ad_unit, format_id, label, traffic_class"),
-            "format_quarters": try await rows("SELECT * FROM format_quarters ORDER BY quarters_from, ad_unit, format_id, traffic_class"),
-            "asset_quarters": try await rows(
-                "SELECT * FROM asset_quarters ORDER BY quarters_from, ad_unit, format_id, asset_key, traffic_class"),
-            "source_quarters": try await rows(
-                "SELECT * FROM source_quarters ORDER BY quarters_from, ad_unit, format_id, adapter, traffic_class"),
-            "ivt_quarters": try await rows("SELECT * FROM ivt_quarters ORDER BY quarters_from, ad_unit, format_id, label, traffic_class"),
-            "ad_events": try await rows("SELECT * FROM ad_events ORDER BY id"),
-            "events_projected": try await rows("SELECT events_projected FROM projection_state"),
-        ]
+        var out: [String: [[String?]]] = [:]
+        for table in ProjectionTable.allCases {
+            for grain in ProjectionGrain.allCases {
+                let order = ([grain.column] + table.dimensionColumns + ["traffic_class"]).joined(separator: ", ")
+                out[table.tableName(grain)] = try await rows("SELECT * FROM \(table.tableName(grain)) ORDER BY \(order)")
+            }
+        }
+        out["ad_events"] = try await rows("SELECT * FROM ad_events ORDER BY request_id, id, load_reference")
+        out["events_projected"] = try await rows("SELECT events_projected FROM projection_state")
+        return out
     }
 
     /// Each report as CSV, with and without test traffic, over `days` days from `Events.day0 - 1`

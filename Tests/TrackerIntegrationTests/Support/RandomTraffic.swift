@@ -26,6 +26,9 @@ enum RandomTraffic {
     static func events(ads: Int, around: [Timestamp] = [Events.at(day: 1, 0)], spread: Int = 5400,
                        using g: inout SeededGenerator) -> [TrackingEvent] {
         var out: [TrackingEvent] = []
+        // The load the next ads come from (PROTOCOL.md 10): about half the ads name one, and a
+        // load often gives several ads.
+        var load: (id: String, remaining: Int)?
         for a in 0..<ads {
             let ad = "req-\(a)-\(g.next() % 10_000)"
             let unit = adUnits.randomElement(using: &g)!
@@ -49,7 +52,25 @@ enum RandomTraffic {
                                    adapter: source == .mediation ? adapter ?? "AdMob" : adapter, eea: odd ? !eea : eea,
                                    reservation: reservation, test: test)
             }
-            for _ in 0..<Int.random(in: 0...2, using: &g) { out.append(event(.adLoaded, loaded)) }
+            var loadId: String?
+            if Bool.random(using: &g) {
+                if load == nil || load!.remaining == 0 {
+                    let id = "load-\(a)-\(g.next() % 10_000)"
+                    load = (id, Int.random(in: 1...3, using: &g))
+                    out += loadEvents(id, at: loaded, unit: unit, filled: true, using: &g)
+                }
+                load!.remaining -= 1
+                loadId = load!.id
+            }
+            for _ in 0..<Int.random(in: 0...2, using: &g) {
+                var e = event(.adLoaded, loaded + .milliseconds(Int64.random(in: 0...30_000, using: &g)))
+                if let loadId {
+                    e = Events.make(.adLoaded, ad: ad, at: e.correctedAt, id: e.id, adUnit: e.adUnit, formatId: e.formatId,
+                                    source: e.source, adapter: e.adapter, eea: e.eea, reservation: e.reservation, test: e.test,
+                                    loadId: loadId, latencyMs: Bool.random(using: &g) ? Int.random(in: 0...20_000, using: &g) : nil)
+                }
+                out.append(e)
+            }
             let impressionAt = offset(loaded)
             for i in 0..<Int.random(in: 0...3, using: &g) {
                 out.append(event(.impression, i == 0 ? impressionAt : offset(impressionAt)))
@@ -63,6 +84,54 @@ enum RandomTraffic {
             for _ in 0..<Int.random(in: 0...1, using: &g) { out.append(event(.adchoicesClick, offset(impressionAt))) }
             for type in [EventType.videoPlay, .videoPause, .videoEnd, .videoMute] where Bool.random(using: &g) {
                 out.append(event(type, offset(impressionAt)))
+            }
+        }
+        out += unfilledLoads(ads / 4, around: around, spread: spread, using: &g)
+        return out
+    }
+
+    /// Loads that get no ad here: failed, unanswered, or never requested (a waterfall alone).
+    static func unfilledLoads(_ count: Int, around: [Timestamp] = [Events.at(day: 1, 0)], spread: Int = 5400,
+                              using g: inout SeededGenerator) -> [TrackingEvent] {
+        var out: [TrackingEvent] = []
+        for l in 0..<count {
+            let at = around.randomElement(using: &g)! + .seconds(Int.random(in: -spread...spread, using: &g))
+            out += loadEvents("lone-\(l)-\(g.next() % 10_000)", at: at, unit: adUnits.randomElement(using: &g)!, filled: false, using: &g)
+        }
+        return out
+    }
+
+    static let errorCodes: [AdErrorCode] = [.noFill, .networkError, .timeout, .mediationNoFill, .internalError]
+    static let networks = ["AppLovin", "Meta", "Unity"]
+
+    /// A load's own events: its request (sometimes retried, sometimes missing), a failure
+    /// (sometimes before a late fill), and a waterfall of networks (a result sometimes repeated).
+    static func loadEvents(_ loadId: String, at: Timestamp, unit: String, filled: Bool, using g: inout SeededGenerator) -> [TrackingEvent] {
+        var out: [TrackingEvent] = []
+        let test = Int.random(in: 0..<12, using: &g) == 0
+        let format = [nil, "10063170", "native"].randomElement(using: &g)! ?? ""
+        let start = at - .milliseconds(Int64.random(in: 0...3_000, using: &g))
+        func latency() -> Int? { Int.random(in: 0..<4, using: &g) == 0 ? nil : [5, 10, 11, 150, 999, 1000, 2500, 600_000, Int.random(in: 0...60_000, using: &g)].randomElement(using: &g)! }
+        let requests = [0, 1, 1, 1, 2].randomElement(using: &g)!
+        for r in 0..<requests {
+            out.append(Events.load(.adRequest, loadId, at: start + .milliseconds(Int64(r * 500)), id: randomID(&g), adUnit: unit,
+                                   formatId: format, adsRequested: Int.random(in: 1...5, using: &g), test: test))
+        }
+        if !filled || Int.random(in: 0..<4, using: &g) == 0 {
+            for _ in 0..<Int.random(in: 0...2, using: &g) {
+                out.append(Events.load(.adFailed, loadId, at: start + .milliseconds(Int64.random(in: 0...5_000, using: &g)), id: randomID(&g),
+                                       adUnit: unit, formatId: format, latencyMs: latency(), errorCode: errorCodes.randomElement(using: &g)!,
+                                       test: test))
+            }
+        }
+        for position in 1...Int.random(in: 1...3, using: &g) where Bool.random(using: &g) {
+            let adapter = networks.randomElement(using: &g)!
+            for _ in 0..<[1, 1, 1, 2].randomElement(using: &g)! {
+                let result = MediationResult.allCases.randomElement(using: &g)!
+                out.append(Events.load(.mediationResult, loadId, at: start + .milliseconds(Int64.random(in: 0...4_000, using: &g)),
+                                       id: randomID(&g), adUnit: unit, formatId: format, latencyMs: latency(),
+                                       errorCode: result == .failed ? errorCodes.randomElement(using: &g)! : nil, result: result,
+                                       adapter: adapter, position: position, test: test))
             }
         }
         return out

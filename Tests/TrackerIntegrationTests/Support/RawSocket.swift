@@ -35,6 +35,7 @@ final class RawSocket: @unchecked Sendable {
         }
     }
 
+    @discardableResult
     func write(_ text: String) -> Bool { write(Data(text.utf8)) }
 
     /// Everything the server sends until it closes the connection, `timeout` passes

@@ -22,7 +22,28 @@ enum ReferenceReports {
                     "doubleTrackedClickAds"]),
         .adchoices: (["day", "adUnit", "formatId"], ["eeaReservationImpressions", "withAdChoices", "share", "adchoicesClicks"]),
         .ivt: (["day", "adUnit", "formatId", "label"], ["impressions", "clicks", "events"]),
+        .funnel: (["day", "adUnit"], ["requests", "adsRequested", "filledRequests", "failedRequests", "unansweredRequests", "fillRate",
+                                      "loadedAds", "shownAds", "showRate", "loadLatencyP50Ms", "loadLatencyP95Ms"]),
+        .failures: (["day", "adUnit", "errorCode"], ["failedRequests"]),
+        .waterfall: (["day", "adUnit", "adapter", "position"], ["attempts", "loaded", "failed", "timeouts", "fillRate", "latencyP50Ms",
+                                                               "latencyP95Ms"]),
     ]
+
+    /// Dimensions whose values are integers, sorted by value.
+    static let integerDimensions: Set<String> = ["position"]
+
+    /// PROTOCOL.md 10's bucket upper bounds in milliseconds.
+    static let latencyBounds = [10, 20, 30, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 4000, 5000, 7500,
+                                10000, 15000, 20000, 30000, 60000, 600_000]
+
+    /// The `p`th percentile read from the buckets: the value of rank ceil(p / 100 × n) among the
+    /// sorted values, rounded up to its bucket's bound; empty (CSV's null) without values.
+    static func percentile(_ p: Int, _ values: [Int]) -> String {
+        guard !values.isEmpty else { return "" }
+        let rank = Int((Double(p) * Double(values.count) / 100).rounded(.up))
+        let value = values.sorted()[max(rank, 1) - 1]
+        return String(latencyBounds.first { value <= $0 }!)
+    }
 
     /// An invalid-traffic rule set, applied the plain way: every pattern tried on every user
     /// agent with Foundation's regular expressions, every range checked bit by bit.
@@ -137,6 +158,7 @@ enum ReferenceReports {
     static func compute(_ stored: [TrackingEvent], includeTest: Bool, windowMicros: Int64, clock: LocalClock = .utcDays,
                         rules: Rules = .none) -> [ReportKind: Table] {
         var summary = Table(), assets = Table(), sources = Table(), adchoices = Table(), ivt = Table()
+        var funnel = Table(), failures = Table(), waterfall = Table()
         /// The row's time dimensions, joined; split again by `render`.
         func day(_ e: TrackingEvent) -> String { clock.key(e.correctedAt).joined(separator: ",") }
         func bump(_ t: inout Table, _ key: [String], _ name: String) { t[key, default: [:]][name, default: 0] += 1 }
@@ -160,7 +182,8 @@ enum ReferenceReports {
         let kept = stored.filter { includeTest || !($0.test || testAdUnits.contains($0.adUnit)) }
         for e in kept { if let label = labels[e.id] { labelled(e, label) } }
         let events = kept.filter { labels[$0.id] == nil }
-        let ads = Dictionary(grouping: events, by: \.requestId)
+        computeFunnel(events, day: day, funnel: &funnel, failures: &failures, waterfall: &waterfall)
+        let ads = Dictionary(grouping: events.filter { !$0.type.isLoadEvent }, by: \.logKey)
         for (_, adEvents) in ads {
             let ofType = { (t: EventType) in adEvents.filter { $0.type == t }.sorted(by: earlier) }
             let impressions = ofType(.impression)
@@ -247,7 +270,64 @@ enum ReferenceReports {
             row["unattributedClicks"] = (row["clicks"] ?? 0) - (row["attributedClicks"] ?? 0)
             summary[key] = row
         }
-        return [.summary: summary, .assets: assets, .sources: sources, .adchoices: adchoices, .ivt: ivt]
+        return [.summary: summary, .assets: assets, .sources: sources, .adchoices: adchoices, .ivt: ivt, .funnel: funnel,
+                .failures: failures, .waterfall: waterfall]
+    }
+
+    /// PROTOCOL.md 10 over the valid events: loads, loaded ads and mediation attempts. Latencies
+    /// go to the row as "latency:…" lists of values, read by `render`.
+    static func computeFunnel(_ events: [TrackingEvent], day: (TrackingEvent) -> String, funnel: inout Table, failures: inout Table,
+                              waterfall: inout Table) {
+        func earlier(_ a: TrackingEvent, _ b: TrackingEvent) -> Bool {
+            a.correctedAt.microseconds != b.correctedAt.microseconds
+                ? a.correctedAt.microseconds < b.correctedAt.microseconds : a.id.text < b.id.text
+        }
+        func bump(_ t: inout Table, _ key: [String], _ name: String, _ by: Int64 = 1) { t[key, default: [:]][name, default: 0] += by }
+        var latencies: [String: [[String]: [Int]]] = [:]
+        let loaded = events.filter { $0.type == .adLoaded }
+        let filledLoads = Set(loaded.compactMap(\.loadId))
+        // Loads: requested by their earliest ad_request; filled, failed or unanswered.
+        for (loadId, loadEvents) in Dictionary(grouping: events.filter(\.type.isLoadEvent), by: { $0.loadId! }) {
+            let requests = loadEvents.filter { $0.type == .adRequest }.sorted(by: earlier)
+            if let request = requests.first {
+                let key = [day(request), request.adUnit]
+                bump(&funnel, key, "requests")
+                bump(&funnel, key, "adsRequested", Int64(request.adsRequested ?? 1))
+                let failures_ = loadEvents.filter { $0.type == .adFailed }.sorted(by: earlier)
+                if filledLoads.contains(loadId) {
+                    bump(&funnel, key, "filledRequests")
+                } else if let failure = failures_.first {
+                    bump(&funnel, key, "failedRequests")
+                    bump(&failures, key + [failure.errorCode!.rawValue], "failedRequests")
+                } else {
+                    bump(&funnel, key, "unansweredRequests")
+                }
+            }
+            // Mediation attempts: one per adapter and position, by its earliest result.
+            let results = loadEvents.filter { $0.type == .mediationResult }
+            for (_, answers) in Dictionary(grouping: results, by: { [$0.adapter ?? "", String($0.position!)] }) {
+                let first = answers.sorted(by: earlier)[0]
+                let key = [day(first), first.adUnit, first.adapter ?? "", String(first.position!)]
+                bump(&waterfall, key, "attempts")
+                bump(&waterfall, key, first.result == .loaded ? "loaded" : first.result == .failed ? "failed" : "timeouts")
+                if let ms = first.latencyMs { latencies["waterfall", default: [:]][key, default: []].append(ms) }
+            }
+        }
+        // Loaded ads: by their earliest ad_loaded; shown when the ad has a counted impression.
+        let impressed = Set(events.filter { $0.type == .impression }.map(\.logKey))
+        for (ad, loads) in Dictionary(grouping: loaded, by: \.logKey) {
+            let first = loads.sorted(by: earlier)[0]
+            let key = [day(first), first.adUnit]
+            bump(&funnel, key, "loadedAds")
+            if impressed.contains(ad) { bump(&funnel, key, "shownAds") }
+            if let ms = first.latencyMs { latencies["funnel", default: [:]][key, default: []].append(ms) }
+        }
+        for (key, values) in latencies["funnel"] ?? [:] {
+            funnel[key, default: [:]]["latency:" + values.map(String.init).joined(separator: " "), default: 0] = 0
+        }
+        for (key, values) in latencies["waterfall"] ?? [:] {
+            waterfall[key, default: [:]]["latency:" + values.map(String.init).joined(separator: " "), default: 0] = 0
+        }
     }
 
     /// Rows sorted by their dimensions (byte order), one per combination with a non-zero count.
@@ -259,17 +339,26 @@ enum ReferenceReports {
         let table = Dictionary(uniqueKeysWithValues: table.map { key, row in
             (key[0].split(separator: ",").map(String.init) + key.dropFirst(), row)
         })
+        let integer = dimensions.map { integerDimensions.contains($0) }
         let keys = table.keys.sorted { a, b in
-            for (x, y) in zip(a, b) where x != y { return Array(x.utf8).lexicographicallyPrecedes(Array(y.utf8)) }
+            for (i, (x, y)) in zip(a, b).enumerated() where x != y {
+                return integer[i] ? Int(x)! < Int(y)! : Array(x.utf8).lexicographicallyPrecedes(Array(y.utf8))
+            }
             return false
         }
         for key in keys {
             let row = table[key]!
-            guard row.values.contains(where: { $0 != 0 }) else { continue }
+            guard row.contains(where: { !$0.key.hasPrefix("latency:") && $0.value != 0 }) else { continue }
+            let latencies = row.keys.first { $0.hasPrefix("latency:") }.map { $0.dropFirst(8).split(separator: " ").map { Int($0)! } } ?? []
             let cells = measures.map { name -> String in
                 switch name {
                 case "ctr": ratio(row["attributedClicks"] ?? 0, row["impressions"] ?? 0)
                 case "share": ratio(row["withAdChoices"] ?? 0, row["eeaReservationImpressions"] ?? 0)
+                case "fillRate" where kind == .funnel: ratio(row["filledRequests"] ?? 0, row["requests"] ?? 0)
+                case "fillRate": ratio(row["loaded"] ?? 0, row["attempts"] ?? 0)
+                case "showRate": ratio(row["shownAds"] ?? 0, row["loadedAds"] ?? 0)
+                case "loadLatencyP50Ms", "latencyP50Ms": percentile(50, latencies)
+                case "loadLatencyP95Ms", "latencyP95Ms": percentile(95, latencies)
                 default: String(row[name] ?? 0)
                 }
             }
