@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Testing
 @testable import TrackerServer
@@ -19,7 +20,16 @@ struct VersionTests {
     @Test func theVersionIsSemanticVersioning() {
         #expect(TrackerCommand.version.wholeMatch(of: /(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)/) != nil,
                 "\(TrackerCommand.version) is not MAJOR.MINOR.PATCH")
-        #expect(TrackerCommand.configuration.version == TrackerCommand.version, "tracker --version prints another string")
+    }
+
+    @Test func trackerDashDashVersionPrintsTheVersion() {
+        do {
+            _ = try TrackerCommand.parseAsRoot(["--version"])
+            Issue.record("tracker --version ran a command instead of printing the version")
+        } catch {
+            #expect(TrackerCommand.message(for: error) == TrackerCommand.version)
+            #expect(TrackerCommand.exitCode(for: error) == .success)
+        }
     }
 
     @Test func theOpenAPIDocumentHasTheVersion() throws {
