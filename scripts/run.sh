@@ -77,8 +77,8 @@ In another shell, '. .local/env' puts 'tracker' on PATH with DATABASE_URL and th
 (e.g. 'tracker report summary --from $(date -u +%Y-%m-%d) --to $(date -u +%Y-%m-%d)').
 Ctrl-C stops the server; 'make stop' stops its PostgreSQL.
 
-Try:
-  curl -s http://$host:$port/v1/events \\
+Try (as an Android app's HTTP client: the default rule set labels curl's own user agent a declared bot):
+  curl -s -A 'okhttp/4.12.0' http://$host:$port/v1/events \\
     -H "Authorization: Bearer $TRACKER_INGEST_KEY" -H 'Content-Type: application/json' \\
     -d '{"events":[{"id":"$(cat /proc/sys/kernel/random/uuid)","type":"impression","requestId":"req-1","adUnit":"/1234/home/native","formatId":"10063170","occurredAt":"$now"}]}'
   curl -s "http://$host:$port/v1/reports/summary?from=$(date -u +%Y-%m-%d)&to=$(date -u +%Y-%m-%d)" \\

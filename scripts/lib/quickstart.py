@@ -104,6 +104,12 @@ def check_run_script(server_block):
         if promise not in run_sh:
             fail(f"scripts/run.sh no longer has {promise!r}: the quick-start's keys or address may have "
                  "changed; update docs/CLIENT.md and this runner together")
+    # make run activates the default invalid-traffic rule set, which labels curl's own user agent:
+    # the example it prints and the README's Try send an app's user agent, the same one.
+    agent = re.compile(r"curl -s -A '([^']+)' ")
+    printed, readme = agent.findall(run_sh), agent.findall((ROOT / "README.md").read_text())
+    if not printed or printed != readme:
+        fail(f"the user agent of scripts/run.sh's example ({printed}) and of README.md's Try ({readme}) differ")
 
 
 def run(command, **kwargs):

@@ -6,6 +6,11 @@ import Foundation
 
 /// `tracker` and its subcommands; the `TrackerMain` executable runs `main()`.
 public struct TrackerCommand: AsyncParsableCommand {
+    /// The tracker's version, written here only: `tracker --version` prints it, and the OpenAPI
+    /// document's `info.version`, the container image's tag and CHANGELOG.md's newest release
+    /// repeat it (`VersionTests` fails while one of them differs).
+    public static let version = "0.9.0"
+
     public static let configuration = CommandConfiguration(
         commandName: "tracker",
         abstract: "Records native-ad impression, click and AdChoices events and reports on them.",
@@ -13,6 +18,7 @@ public struct TrackerCommand: AsyncParsableCommand {
             Configuration comes from flags, then the environment (DATABASE_URL, TRACKER_HOST, \
             TRACKER_PORT, …), then defaults. Run 'tracker help <command>' for one command.
             """,
+        version: version,
         subcommands: [ServeCommand.self, MigrateCommand.self, RolesCommand.self, KeysCommand.self, BeaconCommand.self, ProjectCommand.self, RebuildCommand.self, ReportCommand.self, ExplainCommand.self, IVTCommand.self, ReconcileCommand.self, RetentionCommand.self])
 
     public init() {}

@@ -6,7 +6,7 @@ extension EmbeddedFile {
 openapi: 3.1.0
 info:
   title: Tracker
-  version: "1"
+  version: "0.9.0"
   summary: Native-ad impression, click and AdChoices events in; deduplicated, attributed reports out.
   description: |
     The HTTP contract of the tracker (the rules themselves are docs/PROTOCOL.md; how they are
