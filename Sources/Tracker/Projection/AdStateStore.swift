@@ -25,8 +25,12 @@ enum AdStateStore {
     ///
     /// An id the ad already has is a retry the log stored again because retention forgot its
     /// id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
+    /// Returns the impressions it labelled (an earlier step's relabelled `high_rate` too) and
+    /// those it left unlabelled.
+    @discardableResult
     static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey,
-                        strings: inout StringTable, on connection: Connection) throws {
+                        strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
+        var tally = ImpressionTally()
         let load = { (ads: Set<String>, strings: inout StringTable) in
             try Self.load(ads, rowKey: rowKey, strings: &strings, on: connection)
         }
@@ -77,7 +81,10 @@ enum AdStateStore {
                     guard var change = changes[ad] else { continue }
                     change.events = change.events.map { e in
                         var e = e
-                        if e.label == nil, members.contains(e.id) { e.label = .highRate }
+                        if e.label == nil, members.contains(e.id) {
+                            e.label = .highRate
+                            tally.count(e)
+                        }
                         return e
                     }
                     changes[ad] = change
@@ -89,6 +96,7 @@ enum AdStateStore {
             }
         }
         for (ad, logged) in fresh {
+            for l in logged { tally.count(l.event) }
             changes[ad, default: Change(stored: nil, events: [])].events += logged.map(\.event)
         }
 
@@ -120,6 +128,7 @@ enum AdStateStore {
         delta.subtract(removed)
         delta.removeZeros()
         try ProjectionWriter.apply(delta, on: connection)
+        return tally
     }
 
     /// The `high_rate` group of an event, when its client is known.
@@ -146,6 +155,17 @@ enum AdStateStore {
             out[ad] = Change(stored: (Array(stored.bytes(r, 0)), events), events: events)
         }
         return out
+    }
+}
+
+/// Impressions of a step by the invalid-traffic label they carry (`nil`: none). Test events are
+/// left out, as the reports leave them out unless asked.
+struct ImpressionTally: Sendable {
+    private(set) var counts: [IVTLabel?: Int] = [:]
+
+    mutating func count(_ e: AdEvent) {
+        guard e.type == .impression, !e.isTest else { return }
+        counts[e.label, default: 0] += 1
     }
 }
 
