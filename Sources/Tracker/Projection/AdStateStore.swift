@@ -29,22 +29,28 @@ enum AdStateStore {
     ///
     /// An event a state already holds is a retry the log stored again because retention forgot
     /// its id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
+    /// Returns the impressions it labelled (an earlier step's relabelled `high_rate` too) and
+    /// those it left unlabelled.
+    @discardableResult
     static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey,
-                        strings: inout StringTable, on connection: Connection) throws {
+                        strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
+        var tally = ImpressionTally()
         var changes = try load(Set(batch.events.keys), rowKey: rowKey, strings: &strings, on: connection)
         var fresh = freshEvents(of: batch, in: changes)
         try label(&fresh, by: labeller, on: connection)
         if let limit = labeller.rules.maxEventsPerClientMinute {
-            try applyHighRate(limit: limit, to: &fresh, and: &changes, rowKey: rowKey, strings: &strings, on: connection)
+            try applyHighRate(limit: limit, to: &fresh, and: &changes, tally: &tally, rowKey: rowKey, strings: &strings, on: connection)
             if batch.newestReceipt.microseconds > 0 {
                 try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
                                          on: connection)
             }
         }
         for (key, logged) in fresh {
+            for l in logged { tally.count(l.event) }
             changes[key, default: Change(stored: nil, events: [])].events += logged.map(\.event)
         }
         try write(changes, rules: rules, rowKey: rowKey, on: connection)
+        return tally
     }
 
     /// The step's events that their states do not hold yet (an event is known to a state by its
@@ -77,7 +83,8 @@ enum AdStateStore {
     /// `ad_loaded` again, a member but not a second event); a group over the limit labels all
     /// its events, those of earlier steps too, whose states are loaded into `changes`.
     private static func applyHighRate(limit: Int, to fresh: inout [String: [LogBatch.Logged]], and changes: inout Changes,
-                                      rowKey: RowKey, strings: inout StringTable, on connection: Connection) throws {
+                                      tally: inout ImpressionTally, rowKey: RowKey, strings: inout StringTable,
+                                      on connection: Connection) throws {
         var added: [ClientGroup: GroupAddition] = [:]
         for (key, logged) in fresh {
             for l in logged {
@@ -101,7 +108,10 @@ enum AdStateStore {
             guard var change = changes[key] else { continue }
             change.events = change.events.map { e in
                 var e = e
-                if e.label == nil, members.contains(e.id) { e.label = .highRate }
+                if e.label == nil, members.contains(e.id) {
+                    e.label = .highRate
+                    tally.count(e)
+                }
                 return e
             }
             changes[key] = change
@@ -171,6 +181,17 @@ enum AdStateStore {
             out[ad] = Change(stored: (Array(stored.bytes(r, 0)), events), events: events)
         }
         return out
+    }
+}
+
+/// Impressions of a step by the invalid-traffic label they carry (`nil`: none). Test events are
+/// left out, as the reports leave them out unless asked.
+struct ImpressionTally: Sendable {
+    private(set) var counts: [IVTLabel?: Int] = [:]
+
+    mutating func count(_ e: AdEvent) {
+        guard e.type == .impression, !e.isTest else { return }
+        counts[e.label, default: 0] += 1
     }
 }
 

@@ -19,6 +19,9 @@ public final class Projector: Service, Sendable {
     private let projectedEvents = Counter(label: "tracker_projector_events_total")
     /// Time of one step's transaction.
     private let stepDuration = Timer(label: "tracker_projector_step_duration_seconds")
+    /// Impressions projected, by the invalid-traffic label they carry (`none`: not labelled):
+    /// their ratio is the GIVT share an alert watches, as events happen rather than per report day.
+    private let impressions: [IVTLabel?: Counter]
     /// Whether this projector runs or stopped, and why: `/readyz` reads it.
     public let status: ProjectorStatus
     /// The invalid-traffic rules of the projections, compiled once and kept between steps.
@@ -35,6 +38,10 @@ public final class Projector: Service, Sendable {
         self.pollInterval = pollInterval
         self.status = status
         self.logger = logger
+        let labels: [IVTLabel?] = [nil] + IVTLabel.stored.map { $0 }
+        impressions = Dictionary(uniqueKeysWithValues: labels.map { label in
+            (label, Counter(label: "tracker_projector_impressions_total", dimensions: [("ivt", label?.rawValue ?? "none")]))
+        })
     }
 
     /// Projects until graceful shutdown; a failed step is retried after a pause.
@@ -100,6 +107,7 @@ public final class Projector: Service, Sendable {
         if outcome.consumed > 0 {
             stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             projectedEvents.increment(by: outcome.consumed)
+            for (label, n) in outcome.impressions.counts { impressions[label]?.increment(by: n) }
         }
         return outcome
     }
@@ -143,10 +151,12 @@ public final class Projector: Service, Sendable {
         }
     }
 
-    /// What one step did: the log events it consumed, and whether more were ready than it took.
+    /// What one step did: the log events it consumed, whether more were ready than it took, and
+    /// the impressions it labelled or not.
     struct StepOutcome {
         var consumed: Int
         var more: Bool
+        var impressions = ImpressionTally()
     }
 
     static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: Int, labellers: LabellerCache) throws -> StepOutcome {
@@ -162,9 +172,10 @@ public final class Projector: Service, Sendable {
             guard rows.rowCount > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch([rows], shardColumn: false, strings: &strings)
-            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID, strings: &strings, on: connection)
+            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID, strings: &strings,
+                                          on: connection)
             try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
-            return StepOutcome(consumed: rows.rowCount, more: rows.rowCount == limit)
+            return StepOutcome(consumed: rows.rowCount, more: rows.rowCount == limit, impressions: impressions)
         case .citus(let log):
             // Each shard in its own order, an equal share of the step each.
             let shards = try log.shards(on: connection)
@@ -174,7 +185,8 @@ public final class Projector: Service, Sendable {
             guard consumed > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch(results, shardColumn: true, strings: &strings)
-            try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId, strings: &strings, on: connection)
+            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId, strings: &strings,
+                                          on: connection)
             var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8)
             for (shard, last) in batch.shardEnds {
                 ids.append(shard)
@@ -183,17 +195,17 @@ public final class Projector: Service, Sendable {
             }
             try connection.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter])
             try connection.query(ProjectorSQL.countProjected, [String(consumed)])
-            return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard })
+            return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard }, impressions: impressions)
         }
     }
 
     /// Folds a step's events into the projections (in the caller's transaction).
     private static func project(_ batch: LogBatch, ivtRules: Int, window: Duration, labellers: LabellerCache, rowKey: AdStateStore.RowKey,
-                                strings: inout StringTable, on connection: Connection) throws {
-        guard !batch.events.isEmpty else { return }
+                                strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
+        guard !batch.events.isEmpty else { return ImpressionTally() }
         let labeller = try labellers.labeller(version: ivtRules, on: connection)
-        try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
-                                 labeller: labeller, rowKey: rowKey, strings: &strings, on: connection)
+        return try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
+                                        labeller: labeller, rowKey: rowKey, strings: &strings, on: connection)
     }
 
     /// Locks the state row and returns the checkpoint and the invalid-traffic rule set of the

@@ -1,4 +1,5 @@
 import Crypto
+import Metrics
 
 /// A stored import of an Ad Manager report, as its answer shows it.
 public struct ReconciliationImport: Sendable, Equatable {
@@ -56,10 +57,14 @@ public struct Reconciliations: Sendable {
     private let pool: ConnectionPool
     /// Where imports and the projections' ad units are read (the reports' connection).
     private let readPool: ConnectionPool
+    /// Imports checked by `checkTolerance`, by what it found (`tracker_reconciliation_imports_total`).
+    private let checked: (within: Counter, outside: Counter)
 
     public init(pool: ConnectionPool, readPool: ConnectionPool? = nil) {
         self.pool = pool
         self.readPool = readPool ?? pool
+        checked = (Counter(label: "tracker_reconciliation_imports_total", dimensions: [("tolerance", "within")]),
+                   Counter(label: "tracker_reconciliation_imports_total", dimensions: [("tolerance", "outside")]))
     }
 
     /// The largest file an import reads (a 100 000-row export is about 6 MiB).
@@ -139,6 +144,18 @@ public struct Reconciliations: Sendable {
         }
         stored.existing = !inserted
         return stored
+    }
+
+    /// Reconciles `imported` over its days at the default tolerance and counts it within or
+    /// outside tolerance, so that an alert can tell an operator an import needs a look; `nil`
+    /// (nothing counted) for an import without rows. The import stands whatever this finds.
+    @discardableResult
+    public func checkTolerance(of imported: ReconciliationImport, reports: Reports) async throws -> Bool? {
+        guard imported.firstDay != nil else { return nil }
+        let result = try await report(ReconciliationQuery(importId: imported.id), reports: reports)
+        let within = result.rows.allSatisfy(\.withinTolerance)
+        (within ? checked.within : checked.outside).increment()
+        return within
     }
 
     /// Every import, newest first.

@@ -1,5 +1,6 @@
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 import Tracker
 
@@ -56,6 +57,14 @@ struct ReconciliationRoutes: Sendable {
         }
         do {
             let imported = try await reconciliations.importReport(body, timeZone: zone, importedBy: principal.name)
+            if !imported.existing {
+                do {
+                    try await reconciliations.checkTolerance(of: imported, reports: reports)
+                } catch {
+                    context.logger.warning("import stored; comparing it with the tracker for tracker_reconciliation_imports_total failed",
+                                           metadata: ["tracker.import": .string(imported.id), "tracker.error": "\(String(reflecting: error))"])
+                }
+            }
             return Self.json(imported.json)
         } catch let error as ReconciliationError {
             throw APIError.from(error)

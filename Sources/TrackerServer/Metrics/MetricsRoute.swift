@@ -53,6 +53,12 @@ struct MetricsRoute: Sendable {
     private let lagEvents = CoreMetrics.Gauge(label: "tracker_projector_lag_events")
     private let lagSeconds = CoreMetrics.Gauge(label: "tracker_projector_lag_seconds")
     private let lagErrors = CoreMetrics.Counter(label: "tracker_projector_lag_errors_total")
+    /// 1 when the scrape's lag query got an answer from PostgreSQL, 0 when it failed or took
+    /// longer than `lagDeadline`: what the database-unavailable alert reads.
+    private let databaseUp = CoreMetrics.Gauge(label: "tracker_database_up")
+    /// How long a scrape waits for the lag: a frozen database would otherwise hold the scrape
+    /// past Prometheus's timeout, and the scrape would fail instead of saying the database is down.
+    static let lagDeadline: Duration = .seconds(3)
 
     init(registry: PrometheusCollectorRegistry, pools: [NamedPool], log: EventLog, lagPool: ConnectionPool) {
         self.registry = registry
@@ -84,11 +90,22 @@ struct MetricsRoute: Sendable {
             gauges.waiting.record(usage.waiting)
             gauges.size.record(named.pool.maxConnections)
         }
-        if let lag = try? await LogCursor(pool: lagPool).lag() {
+        let lagPool = lagPool
+        let read = await firstWithin(Self.lagDeadline) { () -> Result<ProjectionLag, any Error> in
+            do { return .success(try await LogCursor(pool: lagPool).lag()) } catch { return .failure(error) }
+        }
+        switch read {
+        case .success(let lag)?:
             lagEvents.record(lag.events)
             lagSeconds.record(lag.seconds)
-        } else {
+            databaseUp.record(1)
+        case .failure(let error as DatabaseError)? where error.state == .insufficientPrivilege:
+            // The database answered; this node's connections may not read the log (`/readyz` warns).
             lagErrors.increment()
+            databaseUp.record(1)
+        default:
+            lagErrors.increment()
+            databaseUp.record(0)
         }
         var buffer: [UInt8] = []
         buffer.reserveCapacity(16_384)
