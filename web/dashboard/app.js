@@ -8,7 +8,6 @@
 
 (() => {
   const storageKey = 'tracker.reportKey';
-  const reports = ['summary', 'assets', 'sources', 'adchoices', 'ivt'];
   // The invalid-traffic labels in the order the rules decide them (docs/REPORTS.md).
   const ivtLabels = [
     ['declared_bot', 'declared crawler or bot: the user agent matches a pattern'],
@@ -30,6 +29,20 @@
   const maxDays = 366;
   // The names under which the reports API writes an hour's offset as "Z" (ReportQuery.utcNames).
   const utcNames = new Set(['UTC', 'Etc/UTC', 'Etc/UCT', 'UCT', 'Etc/Universal', 'Universal', 'Etc/Zulu', 'Zulu']);
+  // CLDR's identifier of a zone (what an ICU-based browser such as Chromium reports, and what
+  // it answers even when given the current name) to the tz database's current name of the
+  // same place: every zone whose two names differ. Zones that only share another's rules
+  // (Europe/Bratislava, a link to Europe/Prague) keep their own names.
+  const renamedZones = {
+    'Africa/Asmera': 'Africa/Asmara', 'America/Buenos_Aires': 'America/Argentina/Buenos_Aires',
+    'America/Catamarca': 'America/Argentina/Catamarca', 'America/Coral_Harbour': 'America/Atikokan',
+    'America/Cordoba': 'America/Argentina/Cordoba', 'America/Godthab': 'America/Nuuk',
+    'America/Indianapolis': 'America/Indiana/Indianapolis', 'America/Jujuy': 'America/Argentina/Jujuy',
+    'America/Louisville': 'America/Kentucky/Louisville', 'America/Mendoza': 'America/Argentina/Mendoza',
+    'Asia/Calcutta': 'Asia/Kolkata', 'Asia/Katmandu': 'Asia/Kathmandu', 'Asia/Rangoon': 'Asia/Yangon',
+    'Asia/Saigon': 'Asia/Ho_Chi_Minh', 'Atlantic/Faeroe': 'Atlantic/Faroe', 'Europe/Kiev': 'Europe/Kyiv',
+    'Pacific/Enderbury': 'Pacific/Kanton', 'Pacific/Ponape': 'Pacific/Pohnpei', 'Pacific/Truk': 'Pacific/Chuuk',
+  };
   const dayPattern = /^(\d{4})-(\d{2})-(\d{2})$/;
   const timePattern = /^(\d{4}-\d{2}-\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
   const $ = (id) => document.getElementById(id);
@@ -85,9 +98,22 @@
     return days;
   }
 
+  /**
+   * A zone by the tz database's current name. Chromium and other browsers built on ICU name
+   * zones by CLDR's identifiers, which keep the name a zone had when CLDR first listed it
+   * (a browser in India reports Asia/Calcutta), while the tz database renamed them. The
+   * server cannot decide for the page: PostgreSQL knows both names (the old ones as links)
+   * and the reports echo the name they are given. So the page writes every zone it shows,
+   * sends and puts in the URL or a file name by its current name, whether it came from the
+   * browser, the URL or the form.
+   */
+  function currentZone(name) {
+    return Object.hasOwn(renamedZones, name) ? renamedZones[name] : name;
+  }
+
   function browserZone() {
     try {
-      return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+      return currentZone(Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC');
     } catch (_) {
       return 'UTC';
     }
@@ -165,7 +191,9 @@
     const m = timePattern.exec(text || '');
     if (!m || !clock(zone)) return text || '–';
     const wall = wallClock(zone, Date.parse(m[1] + 'T' + m[2] + ':' + m[3] + ':' + m[4] + m[6]));
-    return wall.day + 'T' + wall.hour + ':' + wall.minute + ':' + wall.second + (m[5] || '') + offsetText(wall.offsetMinutes, zone);
+    // A fraction of a second as far as it is not zeros: .500000 is .5, .000000 none.
+    const partOfSecond = (m[5] || '').replace(/\.?0+$/, '');
+    return wall.day + 'T' + wall.hour + ':' + wall.minute + ':' + wall.second + partOfSecond + offsetText(wall.offsetMinutes, zone);
   }
 
   // ---- The filters and the URL ------------------------------------------------------------
@@ -193,7 +221,7 @@
   function readHash() {
     const hash = new URLSearchParams(location.hash.replace(/^#/, ''));
     const state = defaults();
-    if (hash.get('tz')) state.tz = hash.get('tz');
+    if (hash.get('tz')) state.tz = currentZone(hash.get('tz'));
     const from = hash.get('from');
     const to = hash.get('to');
     if (isDay(from || '') && isDay(to || '') && from <= to) {
@@ -252,7 +280,7 @@
 
   function fieldsState() {
     return {
-      from: $('from').value.trim(), to: $('to').value.trim(), tz: $('tz').value.trim(),
+      from: $('from').value.trim(), to: $('to').value.trim(), tz: currentZone($('tz').value.trim()),
       adUnit: $('ad-unit').value.trim(), formatId: $('format-id').value.trim(),
       includeTest: $('include-test').checked, compare: $('compare').checked, ad: '',
       view: '', import: '', threshold: defaultThreshold,
@@ -276,6 +304,21 @@
     }
     if (!tz.value.trim()) tz.setCustomValidity('An IANA time zone such as UTC or America/New_York.');
     return $('filters').reportValidity();
+  }
+
+  /** The days of a range preset, counted from today's date in the zone. */
+  function presetRange(preset, zone) {
+    const to = today(zone);
+    const firstOfMonth = to.slice(0, 8) + '01';
+    const lastMonthEnd = addDays(firstOfMonth, -1);
+    return {
+      'today': { from: to, to },
+      'yesterday': { from: addDays(to, -1), to: addDays(to, -1) },
+      'last-7-days': { from: addDays(to, -6), to },
+      'last-30-days': { from: addDays(to, -29), to },
+      'this-month': { from: firstOfMonth, to },
+      'last-month': { from: lastMonthEnd.slice(0, 8) + '01', to: lastMonthEnd },
+    }[preset];
   }
 
   /** Shows the reports for the filters in the form, as a new history entry. */
@@ -370,14 +413,37 @@
     return response;
   }
 
-  async function errorOf(what, response) {
+  // The form's names of the API's parameters, for a message that starts with one.
+  const parameterNames = {
+    tz: 'the time zone', from: 'From', to: 'To', adUnit: 'the ad unit', formatId: 'the format',
+    threshold: 'the tolerance', includeTest: 'include test traffic',
+  };
+
+  /**
+   * What a refused or failed request means to the user, as one sentence: the server's
+   * message (which names the field and the rule) in the form's words, never its error code,
+   * and the same whichever of a page's requests it came from.
+   */
+  async function errorOf(response) {
     const body = await response.json().catch(() => null);
-    return new Error(what + ': ' + (body && body.message ? body.error + ': ' + body.message : 'HTTP ' + response.status));
+    const message = body && typeof body.message === 'string' ? body.message.replace(/[.\s]+$/, '') : '';
+    if (response.status >= 400 && response.status < 500 && response.status !== 429 && message) {
+      const parameter = /^(\w+) /.exec(message);
+      const named = parameter && Object.hasOwn(parameterNames, parameter[1])
+        ? parameterNames[parameter[1]] + message.slice(parameter[1].length) : message;
+      return new Error('The server cannot answer for these filters: ' + named + '.');
+    }
+    return new Error('The server could not answer just now (' + (message || 'HTTP ' + response.status) + '): try again in a moment.');
+  }
+
+  /** An error as the page shows it: a fetch that never reached the server says so. */
+  function errorText(error) {
+    return error instanceof TypeError ? 'The server could not be reached: check the connection and try again.' : error.message;
   }
 
   async function fetchReport(name, params, key) {
     const response = await fetchAPI('/v1/reports/' + name + '?' + params, key);
-    if (!response.ok) throw await errorOf(name + ' report', response);
+    if (!response.ok) throw await errorOf(response);
     const body = await response.json();
     return Object.assign({ rows: body.rows, tz: body.tz || 'UTC', ivtRules: body.ivtRules }, lagOf(response));
   }
@@ -425,51 +491,109 @@
     return { from: addDays(state.from, -span), to: addDays(state.from, -1) };
   }
 
+  /**
+   * What one load of the reports view asks, as `key` of the answers: the report, by hour for
+   * a short range (`byHour`), or the previous period's (`previous`, only to compare). The
+   * order is the order in which failures are told: the page says the first failure of this
+   * list, whichever answered first. A report tab to come adds its request here and its
+   * tables to `reportTables`.
+   */
+  const reportRequests = [
+    { key: 'summary', report: 'summary', byHour: true },
+    { key: 'assets', report: 'assets' },
+    { key: 'sources', report: 'sources' },
+    { key: 'adchoices', report: 'adchoices' },
+    { key: 'ivt', report: 'ivt' },
+    { key: 'previousSummary', report: 'summary', previous: true },
+    { key: 'previousAdchoices', report: 'adchoices', previous: true },
+  ];
+
+  function requestParams(request, state) {
+    const params = reportParams(state, request.previous ? previousRange(state) : null);
+    if (request.byHour && hourly(state)) params.set('granularity', 'hour');
+    return params;
+  }
+
   async function loadReports(state, key) {
     const mine = ++reportsGeneration;
     reportsShown = hashOf(state);
+    // Until the answers are in, the figures of other filters are not shown (the style sheet
+    // hides them in this state, keeping their place so the page does not jump).
     document.body.dataset.state = 'loading';
     const status = $('status');
     status.className = '';
     status.textContent = 'Loading…';
-    const params = reportParams(state);
-    const summaryParams = reportParams(state);
-    if (hourly(state)) summaryParams.set('granularity', 'hour');
-    const previous = previousRange(state);
-    const previousParams = reportParams(state, previous);
-    try {
-      const rules = readiness();
-      const asked = [
-        fetchReport('summary', summaryParams, key),
-        ...reports.slice(1).map((name) => fetchReport(name, params, key)),
-      ];
-      if (state.compare) asked.push(fetchReport('summary', previousParams, key), fetchReport('adchoices', previousParams, key));
-      const results = await Promise.all(asked);
-      const ready = await rules;
-      if (mine !== reportsGeneration) return;
-      const [summary, assets, sources, adchoices, ivt, previousSummary, previousAdchoices] = results;
-      render(state, summary, assets, sources, adchoices);
-      renderInvalidTraffic(summary, ivt, ready);
-      showLag(results);
-      showComparison(state.compare ? totals(previousSummary.rows, previousAdchoices.rows) : null,
-        totals(summary.rows, adchoices.rows));
-      const filters = [];
-      if (state.adUnit) filters.push('ad unit ' + state.adUnit);
-      if (state.formatId) filters.push('format ' + state.formatId);
-      if (state.includeTest) filters.push('test traffic included');
-      status.textContent = 'From ' + state.from + ' to ' + state.to + ' (local days in ' + summary.tz +
-        (hourly(state) ? ', by hour' : ', by day') + ')' + (filters.length ? ', ' + filters.join(', ') : '') + '.' +
-        (state.compare ? ' Compared with ' + previous.from + ' to ' + previous.to + '.' : '');
-      shownState = state;
-      document.body.dataset.state = 'ready';
-    } catch (error) {
-      if (mine !== reportsGeneration) return;
+    const rules = readiness();
+    const asked = reportRequests.filter((request) => !request.previous || state.compare);
+    // Every request is let finish, so that the failure told does not depend on which came first.
+    const settled = await Promise.allSettled(asked.map((request) => fetchReport(request.report, requestParams(request, state), key)));
+    const ready = await rules;
+    if (mine !== reportsGeneration) return;
+    const failures = settled.filter((s) => s.status === 'rejected').map((s) => s.reason);
+    if (failures.length) {
       reportsShown = null;
-      if (error instanceof KeyRefused) { keyRefused(error); return; }
+      blankReports();
+      const refused = failures.find((error) => error instanceof KeyRefused);
+      if (refused) { keyRefused(refused); return; }
       status.className = 'error';
-      status.textContent = error.message;
+      status.textContent = errorText(failures[0]);
       document.body.dataset.state = 'error';
+      return;
     }
+    const data = Object.fromEntries(asked.map((request, i) => [request.key, settled[i].value]));
+    renderReports(state, data, ready);
+    showLag(Object.values(data));
+    const filters = [];
+    if (state.adUnit) filters.push('ad unit ' + state.adUnit);
+    if (state.formatId) filters.push('format ' + state.formatId);
+    if (state.includeTest) filters.push('test traffic included');
+    const previous = previousRange(state);
+    status.textContent = 'From ' + state.from + ' to ' + state.to + ' (local days in ' + data.summary.tz +
+      (hourly(state) ? ', by hour' : ', by day') + ')' + (filters.length ? ', ' + filters.join(', ') : '') + '.' +
+      (state.compare ? ' Compared with ' + previous.from + ' to ' + previous.to + '.' : '');
+    shownState = state;
+    for (const button of document.querySelectorAll('[data-csv]')) button.disabled = false;
+    document.body.dataset.state = 'ready';
+  }
+
+  /**
+   * Empties every figure of the reports view: tiles, changes, tables, charts, the zone in the
+   * headings, the lag and the CSV buttons. After a failed load nothing of other filters stays
+   * beside the filters in the form and the URL.
+   */
+  function blankReports() {
+    for (const output of document.querySelectorAll('#dashboard output')) {
+      output.textContent = '–';
+      output.className = '';
+    }
+    for (const detail of document.querySelectorAll('#dashboard .tile .detail')) {
+      detail.textContent = '';
+      detail.className = 'detail';
+    }
+    for (const [id] of tiles) {
+      const change = $('change-' + id);
+      change.hidden = true;
+      change.textContent = '';
+      change.className = 'change';
+    }
+    for (const table of reportTables) {
+      const element = $(table.id);
+      element.tBodies[0].replaceChildren();
+      if (element.tFoot) element.tFoot.replaceChildren();
+    }
+    for (const id of Object.keys(charts)) {
+      charts[id].destroy();
+      delete charts[id];
+      $(id).parentElement.style.minWidth = '';
+      $(id).closest('.chart-box').hidden = true;
+    }
+    $('time-heading').textContent = 'Impressions, clicks and CTR over time';
+    $('ivt-waiting').hidden = true;
+    $('ivt-none').hidden = true;
+    $('ivt-labels').hidden = false;
+    $('lag').hidden = true;
+    shownState = null;
+    for (const button of document.querySelectorAll('[data-csv]')) button.disabled = true;
   }
 
   // ---- Drawing the reports --------------------------------------------------------------
@@ -489,9 +613,18 @@
     return groups;
   }
 
+  /** The groups of `sumBy` as rows: the dimensions of each group's first row, the summed fields. */
+  function grouped(rows, dimensions, fields) {
+    return [...sumBy(rows, (r) => dimensions.map((d) => r[d]).join('\u0000'), fields).values()]
+      .map((g) => Object.assign({}, ...dimensions.map((d) => ({ [d]: g.first[d] })), ...fields.map((f) => ({ [f]: g[f] }))));
+  }
+
   function total(rows, field) {
     return rows.reduce((sum, row) => sum + row[field], 0);
   }
+
+  /** A ratio of [numerator, denominator]; none (null) without a denominator. */
+  const fraction = ([numerator, denominator]) => (denominator ? numerator / denominator : null);
 
   function cell(row, text, column, numeric) {
     const td = document.createElement('td');
@@ -502,40 +635,111 @@
     return td;
   }
 
-  /**
-   * Fills a table's body: one row per item, one cell per [column, format, filter]. A cell
-   * with a filter holds a button that shows only that value (ad unit, format or day).
-   */
-  function fillTable(id, rows, columns, decorate) {
-    const body = $(id).tBodies[0];
-    body.replaceChildren();
-    for (const row of rows) {
-      const tr = document.createElement('tr');
-      for (const [column, format, filter] of columns) {
-        const value = row[column];
-        const text = format ? format(value) : String(value);
-        const td = cell(tr, filter ? '' : text, column, typeof value === 'number' || value === null);
-        if (filter) {
-          const button = document.createElement('button');
-          button.type = 'button';
-          button.className = 'link';
-          button.textContent = text;
-          button.dataset.filter = filter;
-          button.dataset.value = value;
-          button.title = filter === 'day' ? 'Show ' + value + ' by hour' : 'Show only ' + (filter === 'adUnit' ? 'ad unit ' : 'format ') + value;
-          td.appendChild(button);
-        }
-      }
-      if (decorate) decorate(tr, row);
-      body.appendChild(tr);
+  // The columns of a table. `key` is the row's field and the cell's data-col, `label` its
+  // heading. A text column may hold a button that filters the page by its value (`filter`:
+  // adUnit, formatId, or day: that day by hour) or be drawn by `render(td, row)`; a count is
+  // summed in the totals row; a ratio is `of(row)`, [numerator, denominator] of the row's
+  // counts, and in the totals row of the summed counts: never an average of the rows' ratios,
+  // and – where there is no denominator. `value(row)` shows a row's ratio as the API gave it.
+  const textColumn = (key, label, options) => Object.assign({ key, label, kind: 'text' }, options);
+  const countColumn = (key, label, options) => Object.assign({ key, label, kind: 'count' }, options);
+  const ratioColumn = (key, label, of, options) => Object.assign({ key, label, kind: 'ratio', of, format: ctrText }, options);
+  const filterTitle = { day: 'Show this day by hour', adUnit: 'Show only this ad unit', formatId: 'Show only this format' };
+
+  /** A button that reads as a link in a table: its content, what it does, and its data attributes. */
+  function linkButton(content, title, data) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'link';
+    button.append(...[].concat(content));
+    button.title = title;
+    Object.assign(button.dataset, data);
+    return button;
+  }
+
+  const filterButton = (filter, value, text) => linkButton(text, filterTitle[filter], { filter, value });
+
+  function bodyCell(tr, column, row) {
+    if (column.kind === 'text') {
+      const value = row[column.key];
+      const text = column.format ? column.format(value) : String(value);
+      const td = cell(tr, column.filter || column.render ? '' : text, column.key, false);
+      if (column.filter) td.appendChild(filterButton(column.filter, value, text));
+      if (column.render) column.render(td, row);
+      return td;
     }
+    if (column.kind === 'count') return cell(tr, integer(row[column.key]), column.key, true);
+    return cell(tr, column.format(column.value ? column.value(row) : fraction(column.of(row))), column.key, true);
+  }
+
+  /**
+   * The totals row: every count summed, every ratio worked out from the sums, "Total" in the
+   * first column and nothing in the other text columns.
+   */
+  function totalsRow(rows, columns) {
+    const sums = {};
+    for (const field of Object.keys(rows[0])) {
+      if (typeof rows[0][field] === 'number') sums[field] = total(rows, field);
+    }
+    const tr = document.createElement('tr');
+    tr.className = 'total';
+    columns.forEach((column, i) => {
+      if (column.kind === 'text') cell(tr, i === 0 ? 'Total' : '', column.key, false);
+      else if (column.kind === 'count') cell(tr, integer(sums[column.key]), column.key, true);
+      else cell(tr, column.format(fraction(column.of(sums))), column.key, true);
+      labelCell(tr.lastChild, column);
+    });
+    return tr;
+  }
+
+  /**
+   * Fills a table: its heading row (unless the page has its own), one row per item and the
+   * totals row. The table scrolls in its box on a narrow screen, its first column kept in view.
+   */
+  function fillTable(table, rows, columns) {
+    const element = $(table.id);
+    if (!table.ownHeading) {
+      const tr = document.createElement('tr');
+      tr.replaceChildren(...columns.map((column) => {
+        const th = document.createElement('th');
+        th.textContent = column.label;
+        th.dataset.col = column.key;
+        if (column.kind !== 'text') th.className = 'num';
+        if (column.className) th.classList.add(column.className);
+        return th;
+      }));
+      element.tHead.replaceChildren(tr);
+    }
+    element.tBodies[0].replaceChildren(...rows.map((row) => {
+      const tr = document.createElement('tr');
+      for (const column of columns) {
+        const td = bodyCell(tr, column, row);
+        labelCell(td, column);
+      }
+      if (table.decorate) table.decorate(tr, row);
+      return tr;
+    }));
     if (rows.length === 0) {
       const tr = document.createElement('tr');
-      const td = cell(tr, 'No rows for these filters.', null, false);
+      const td = cell(tr, table.empty || 'No rows for these filters.', null, false);
       td.colSpan = columns.length;
       td.className = 'empty';
-      body.appendChild(tr);
+      element.tBodies[0].appendChild(tr);
     }
+    const foot = element.tFoot || element.createTFoot();
+    foot.replaceChildren(...(rows.length && table.totals !== false ? [totalsRow(rows, columns)] : []));
+  }
+
+  /**
+   * A cell's classes from its column, and its column's heading in data-label: on a phone the
+   * style sheet shows each row as a card, every value under its heading, so that no column
+   * is out of view.
+   */
+  function labelCell(td, column) {
+    td.dataset.label = column.label;
+    if (column.wrap) td.classList.add('wrap');
+    if (column.wide) td.classList.add('wide');
+    if (column.className) td.classList.add(column.className);
   }
 
   function showLag(results) {
@@ -560,14 +764,14 @@
       impressions, clicks, attributed,
       // Labelled events are never in impressions or clicks, so the whole is counted + labelled.
       givtImpressions, givtClicks,
-      givtImpressionShare: impressions + givtImpressions ? givtImpressions / (impressions + givtImpressions) : null,
-      givtClickShare: clicks + givtClicks ? givtClicks / (clicks + givtClicks) : null,
-      ctr: impressions ? attributed / impressions : null,
+      givtImpressionShare: fraction([givtImpressions, impressions + givtImpressions]),
+      givtClickShare: fraction([givtClicks, clicks + givtClicks]),
+      ctr: fraction([attributed, impressions]),
       duplicateImpressions: total(summaryRows, 'duplicateImpressions'),
       duplicateClicks: total(summaryRows, 'duplicateClicks'),
       stale: total(summaryRows, 'staleImpressions'),
       eea, withAdChoices: total(adchoicesRows, 'withAdChoices'),
-      share: eea ? total(adchoicesRows, 'withAdChoices') / eea : null,
+      share: fraction([total(adchoicesRows, 'withAdChoices'), eea]),
     };
   }
 
@@ -582,7 +786,8 @@
 
   /**
    * Each tile's number in the previous period and the change: relative for counts ("+12 %"),
-   * in percentage points for ratios ("+1.5 pp"); "new" when the previous count was 0.
+   * in percentage points for ratios ("+1.5 pp"); "new" when the previous count was 0. A ratio
+   * that either period lacks (no impressions: –) has no change, only the previous value.
    */
   function showComparison(previous, current) {
     for (const [id, field, kind, riseIsBad] of tiles) {
@@ -592,7 +797,7 @@
       if (!previous) { change.textContent = ''; continue; }
       const was = previous[field];
       const now = current[field];
-      let text;
+      let text = null;
       let delta = 0;
       if (kind === 'count') {
         if (was === 0) text = now === 0 ? '±0 %' : 'new';
@@ -601,21 +806,126 @@
           text = (delta > 0 ? '+' : delta < 0 ? '-' : '±') + Math.abs(delta) + ' %';
         }
         change.textContent = 'previous ' + integer(was) + ', ' + text;
+      } else if (was === null || now === null) {
+        change.textContent = 'previous ' + ctrText(was);
       } else {
-        if (was === null || now === null) text = '–';
-        else {
-          delta = Math.round((now - was) * 1000) / 10;
-          text = (delta > 0 ? '+' : delta < 0 ? '-' : '±') + Math.abs(delta).toFixed(1) + ' pp';
-        }
-        change.textContent = 'previous ' + (was === null ? '–' : percent(was)) + ', ' + text;
+        delta = Math.round((now - was) * 1000) / 10;
+        text = (delta > 0 ? '+' : delta < 0 ? '-' : '±') + Math.abs(delta).toFixed(1) + ' pp';
+        change.textContent = 'previous ' + percent(was) + ', ' + text;
       }
       const rise = delta > 0 || text === 'new';
       if (rise || delta < 0) change.classList.add(rise !== riseIsBad ? 'better' : 'worse');
     }
   }
 
-  function render(state, summary, assets, sources, adchoices) {
-    for (const row of summary.rows) { seen.adUnits.add(row.adUnit); seen.formatIds.add(row.formatId); }
+  /**
+   * The tables of the reports view, drawn from the answers of one load (`data`, keyed as in
+   * `reportRequests`): `rows(context)` in the order shown, `columns(context)`, `decorate(tr,
+   * row)` for highlights and the tests' data attributes, `chart(rows, context)` for a chart of
+   * the same rows. Each table gets a totals row.
+   */
+  const reportTables = [
+    {
+      id: 'ivt-table',
+      // Per label in the order the rules decide them, then any other label by name.
+      rows({ data }) {
+        const perLabel = sumBy(data.ivt.rows, (r) => r.label, ['impressions', 'clicks', 'events']);
+        const known = new Map(ivtLabels);
+        const order = [...ivtLabels.map(([label]) => label), ...[...perLabel.keys()].filter((l) => !known.has(l)).sort()];
+        return order.filter((label) => perLabel.has(label)).map((label) => {
+          const g = perLabel.get(label);
+          return { label, meaning: known.get(label) || '', impressions: g.impressions, clicks: g.clicks, events: g.events };
+        });
+      },
+      // A share is of every impression (or click) event: counted + labelled.
+      columns: ({ totals: t }) => [
+        textColumn('label', 'Label'), countColumn('impressions', 'Impressions'),
+        ratioColumn('impressionShare', 'Share of impressions', (r) => [r.impressions, t.impressions + t.givtImpressions]),
+        countColumn('clicks', 'Clicks'), ratioColumn('clickShare', 'Share of clicks', (r) => [r.clicks, t.clicks + t.givtClicks]),
+        countColumn('events', 'All events'), textColumn('meaning', 'Meaning', { wrap: true }),
+      ],
+      decorate: (tr, row) => { tr.dataset.label = row.label; },
+    },
+    {
+      id: 'time-table',
+      rows: ({ state, data }) => grouped(data.summary.rows, [timeKey(state)], ['impressions', 'clicks', 'attributedClicks']),
+      columns: ({ state }) => [
+        hourly(state) ? textColumn('hour', 'Hour', { render: hourCell }) : textColumn('day', 'Day', { filter: 'day' }),
+        countColumn('impressions', 'Impressions'), countColumn('clicks', 'Clicks'), countColumn('attributedClicks', 'Attributed'),
+        ratioColumn('ctr', 'CTR', (r) => [r.attributedClicks, r.impressions]),
+      ],
+      decorate: (tr, row) => { tr.dataset.time = row.hour || row.day; },
+      chart: drawTimeChart,
+    },
+    {
+      id: 'assets-table',
+      rows: ({ data }) => grouped(data.assets.rows, ['assetKey'], assetFields)
+        .sort((a, b) => b.clicks - a.clicks || (a.assetKey < b.assetKey ? -1 : 1)),
+      columns: () => [
+        textColumn('assetKey', 'Asset key'), countColumn('clicks', 'Clicks'), countColumn('attributedClicks', 'Attributed'),
+        countColumn('noImpression', 'No impression'), countColumn('beforeImpression', 'Before impression'),
+        countColumn('outsideWindow', 'Outside window'), countColumn('duplicateClicks', 'Duplicate clicks'),
+      ],
+      decorate: (tr, row) => { tr.dataset.assetKey = row.assetKey; },
+      chart: drawAssetsChart,
+    },
+    {
+      id: 'sources-table',
+      rows: ({ data }) => grouped(data.sources.rows, ['adUnit', 'adapter'],
+        ['appImpressions', 'sdkImpressions', 'mediationImpressions', 'doubleTrackedImpressionAds', 'doubleTrackedClickAds']),
+      columns: () => [
+        textColumn('adUnit', 'Ad unit', { filter: 'adUnit' }), textColumn('adapter', 'Adapter', { format: (a) => (a === '' ? '(none)' : a) }),
+        countColumn('appImpressions', 'App'), countColumn('sdkImpressions', 'SDK'), countColumn('mediationImpressions', 'Mediation'),
+        countColumn('doubleTrackedImpressionAds', 'Double-tracked impression ads'), countColumn('doubleTrackedClickAds', 'Double-tracked click ads'),
+      ],
+      decorate(tr, row) {
+        tr.dataset.adapter = row.adapter;
+        if (row.doubleTrackedImpressionAds > 0 || row.doubleTrackedClickAds > 0) tr.classList.add('flag');
+      },
+    },
+    {
+      id: 'duplicates-table',
+      rows: ({ data }) => grouped(data.summary.rows, ['adUnit', 'formatId'],
+        ['impressions', 'duplicateImpressions', 'staleImpressions', 'clicks', 'duplicateClicks']),
+      columns: () => [
+        textColumn('adUnit', 'Ad unit', { filter: 'adUnit' }), textColumn('formatId', 'Format', { filter: 'formatId' }),
+        countColumn('impressions', 'Impressions'), countColumn('duplicateImpressions', 'Duplicate impressions'),
+        countColumn('staleImpressions', 'Stale impressions'), countColumn('clicks', 'Clicks'), countColumn('duplicateClicks', 'Duplicate clicks'),
+      ],
+      decorate(tr, row) {
+        if (row.duplicateImpressions > 0 || row.duplicateClicks > 0 || row.staleImpressions > 0) tr.classList.add('flag');
+      },
+    },
+    {
+      id: 'adchoices-table',
+      rows: ({ data }) => data.adchoices.rows.map((r) => ({
+        day: r.day, adUnit: r.adUnit, formatId: r.formatId, eeaReservationImpressions: r.eeaReservationImpressions,
+        withAdChoices: r.withAdChoices, adchoicesClicks: r.adchoicesClicks,
+      })),
+      columns: () => [
+        textColumn('day', 'Day'), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }), textColumn('formatId', 'Format', { filter: 'formatId' }),
+        countColumn('eeaReservationImpressions', 'EEA reservation impressions'), countColumn('withAdChoices', 'With AdChoices'),
+        ratioColumn('share', 'Share', (r) => [r.withAdChoices, r.eeaReservationImpressions]), countColumn('adchoicesClicks', 'AdChoices clicks'),
+      ],
+      decorate(tr, row) {
+        if (row.withAdChoices < row.eeaReservationImpressions) {
+          tr.classList.add('below');
+          tr.title = 'Below 100 %: EEA reservation ads shown without the AdChoices icon';
+        }
+      },
+    },
+  ];
+
+  /** An hour as the API labels it, free to break after its day on a narrow screen. */
+  function hourCell(td, row) {
+    td.append(row.hour.slice(0, 11), document.createElement('wbr'), row.hour.slice(11));
+  }
+
+  const assetFields = ['clicks', 'attributedClicks', 'noImpression', 'beforeImpression', 'outsideWindow', 'duplicateClicks'];
+  const timeKey = (state) => (hourly(state) ? 'hour' : 'day');
+
+  function renderReports(state, data, ready) {
+    for (const row of data.summary.rows) { seen.adUnits.add(row.adUnit); seen.formatIds.add(row.formatId); }
     for (const [id, values] of [['ad-units', seen.adUnits], ['format-ids', seen.formatIds]]) {
       $(id).replaceChildren(...[...values].sort().map((value) => {
         const option = document.createElement('option');
@@ -623,9 +933,7 @@
         return option;
       }));
     }
-
-    const s = summary.rows;
-    const t = totals(s, adchoices.rows);
+    const t = totals(data.summary.rows, data.adchoices.rows);
     $('total-impressions').textContent = integer(t.impressions);
     $('total-clicks').textContent = integer(t.clicks);
     $('total-attributed').textContent = integer(t.attributed);
@@ -635,73 +943,36 @@
     $('total-stale').textContent = integer(t.stale);
     const share = $('total-adchoices-share');
     share.textContent = t.eea ? percent(t.share) : 'no EEA reservation impressions';
-    share.classList.toggle('below', t.eea > 0 && t.withAdChoices < t.eea);
+    share.className = t.eea > 0 && t.withAdChoices < t.eea ? 'below' : '';
+    showComparison(state.compare ? totals(data.previousSummary.rows, data.previousAdchoices.rows) : null, t);
+    renderInvalidTraffic(data.summary, t, ready);
 
-    renderTime(state, summary);
-
-    const assetFields = ['clicks', 'attributedClicks', 'noImpression', 'beforeImpression', 'outsideWindow', 'duplicateClicks'];
-    const perAsset = [...sumBy(assets.rows, (r) => r.assetKey, assetFields).values()]
-      .map((g) => Object.assign({ assetKey: g.key }, ...assetFields.map((f) => ({ [f]: g[f] }))))
-      .sort((a, b) => b.clicks - a.clicks || (a.assetKey < b.assetKey ? -1 : 1));
-    fillTable('assets-table', perAsset, [['assetKey'], ...assetFields.map((f) => [f, integer])],
-      (tr, row) => { tr.dataset.assetKey = row.assetKey; });
-    draw('assets-chart', {
-      type: 'bar',
-      data: {
-        labels: perAsset.map((r) => r.assetKey),
-        datasets: [
-          ['Attributed', 'attributedClicks', colors.attributed],
-          ['No impression', 'noImpression', colors.noImpression],
-          ['Before impression', 'beforeImpression', colors.beforeImpression],
-          ['Outside window', 'outsideWindow', colors.outsideWindow],
-        ].map(([label, field, color]) => ({ label, data: perAsset.map((r) => r[field]), backgroundColor: color })),
-      },
-      options: { indexAxis: 'y', scales: { x: { stacked: true, beginAtZero: true, ticks: { precision: 0 } }, y: { stacked: true } } },
-    });
-
-    const sourceFields = ['appImpressions', 'sdkImpressions', 'mediationImpressions', 'doubleTrackedImpressionAds', 'doubleTrackedClickAds'];
-    const perAdapter = [...sumBy(sources.rows, (r) => r.adUnit + '\u0000' + r.adapter, sourceFields).values()]
-      .map((g) => Object.assign({ adUnit: g.first.adUnit, adapter: g.first.adapter }, ...sourceFields.map((f) => ({ [f]: g[f] }))));
-    fillTable('sources-table', perAdapter,
-      [['adUnit', null, 'adUnit'], ['adapter', (a) => (a === '' ? '(none)' : a)], ...sourceFields.map((f) => [f, integer])],
-      (tr, row) => {
-        tr.dataset.adapter = row.adapter;
-        if (row.doubleTrackedImpressionAds > 0 || row.doubleTrackedClickAds > 0) tr.classList.add('flag');
-      });
-
-    const duplicateFields = ['impressions', 'duplicateImpressions', 'staleImpressions', 'clicks', 'duplicateClicks'];
-    const perUnit = [...sumBy(s, (r) => r.adUnit + '\u0000' + r.formatId, duplicateFields).values()]
-      .map((g) => Object.assign({ adUnit: g.first.adUnit, formatId: g.first.formatId }, ...duplicateFields.map((f) => ({ [f]: g[f] }))));
-    fillTable('duplicates-table', perUnit,
-      [['adUnit', null, 'adUnit'], ['formatId', null, 'formatId'], ...duplicateFields.map((f) => [f, integer])],
-      (tr, row) => {
-        if (row.duplicateImpressions > 0 || row.duplicateClicks > 0 || row.staleImpressions > 0) tr.classList.add('flag');
-      });
-
-    fillTable('adchoices-table', adchoices.rows, [['day'], ['adUnit', null, 'adUnit'], ['formatId', null, 'formatId'],
-      ['eeaReservationImpressions', integer], ['withAdChoices', integer],
-      ['share', (v) => percent(v)], ['adchoicesClicks', integer]],
-      (tr, row) => {
-        if (row.eeaReservationImpressions > 0 && row.share < 1) {
-          tr.classList.add('below');
-          tr.title = 'Below 100 %: EEA reservation ads shown without the AdChoices icon';
-        }
-      });
+    const byHour = hourly(state);
+    $('time-heading').textContent = 'Impressions, clicks and CTR per ' + (byHour ? 'hour' : 'day') + ' (' + data.summary.tz + ')';
+    const context = { state, data, totals: t };
+    for (const table of reportTables) {
+      const rows = table.rows(context);
+      fillTable(table, rows, table.columns(context));
+      if (table.chart) table.chart(rows, context);
+    }
+    // Nothing labelled: a sentence, not a wide table around "no rows".
+    const labelled = $('ivt-table').tBodies[0].querySelector('td.empty') === null;
+    $('ivt-labels').hidden = !labelled;
+    $('ivt-none').hidden = labelled;
   }
 
   /**
-   * GIVT beside the net numbers: the share of impression and click events labelled invalid,
-   * the labels (the ivt report for the same filters, summed over days, units and formats), and
-   * the rule set the numbers were computed with; /readyz says when a newer one waits.
+   * GIVT beside the net numbers: the share of impression and click events labelled invalid
+   * (the labels are the ivt table's), and the rule set the numbers were computed with;
+   * /readyz says when a newer one waits.
    */
-  function renderInvalidTraffic(summary, ivt, ready) {
-    const t = totals(summary.rows, []);
+  function renderInvalidTraffic(summary, t, ready) {
     const shares = [
       ['impressions', t.givtImpressionShare, t.givtImpressions, t.impressions],
       ['clicks', t.givtClickShare, t.givtClicks, t.clicks],
     ];
     for (const [what, share, labelled, counted] of shares) {
-      $('givt-' + what + '-share').textContent = share === null ? '–' : percent(share);
+      $('givt-' + what + '-share').textContent = ctrText(share);
       $('givt-' + what + '-detail').textContent = integer(labelled) + ' labelled, ' + integer(counted) + ' counted';
     }
 
@@ -719,46 +990,45 @@
       ? 'Invalid-traffic rule set ' + ready.newest + ' was activated but waits: these numbers use rule set ' + rules +
         " until 'tracker rebuild' applies rule set " + ready.newest + ' to the whole log.'
       : '';
+  }
 
-    const perLabel = sumBy(ivt.rows, (r) => r.label, ['impressions', 'clicks', 'events']);
-    const known = new Map(ivtLabels);
-    const order = [...ivtLabels.map(([label]) => label), ...[...perLabel.keys()].filter((l) => !known.has(l)).sort()];
-    const rows = order.filter((label) => perLabel.has(label)).map((label) => {
-      const g = perLabel.get(label);
-      return {
-        label, meaning: known.get(label) || '', impressions: g.impressions, clicks: g.clicks, events: g.events,
-        impressionShare: t.impressions + t.givtImpressions ? g.impressions / (t.impressions + t.givtImpressions) : null,
-        clickShare: t.clicks + t.givtClicks ? g.clicks / (t.clicks + t.givtClicks) : null,
-      };
-    });
-    fillTable('ivt-table', rows, [['label'], ['meaning'], ['impressions', integer], ['impressionShare', ctrText],
-      ['clicks', integer], ['clickShare', ctrText], ['events', integer]],
-      (tr, row) => { tr.dataset.label = row.label; });
-    // Nothing labelled: a sentence, not a wide table around "no rows".
-    $('ivt-labels').hidden = rows.length === 0;
-    $('ivt-none').hidden = rows.length > 0;
+  // The narrowest a period of the time chart is drawn (its two bars, CSS px): a longer range
+  // makes the chart wider than its box, which then scrolls, rather than bars of a pixel.
+  const minPeriodWidth = 14;
+  // The room of the chart's two value axes beside its periods.
+  const axesWidth = 110;
+
+  /**
+   * A tick of the time chart, or null for none: a date every few days, so that labels never
+   * overlap and never need turning; an hour as its clock time every few hours, with the date
+   * below the first of each day. The tooltip has the API's whole label (the two 01:00 hours
+   * of a fall-back night differ by their offset).
+   */
+  function timeTick(labels, index, byHour, periodWidth) {
+    const label = labels[index];
+    if (!byHour) {
+      const every = [1, 2, 3, 7, 14, 28, 56, 91].find((n) => n * periodWidth >= 88) || 182;
+      return index % every === 0 ? label : null;
+    }
+    const every = [1, 2, 3, 4, 6, 12].find((n) => n * periodWidth >= 64) || 24;
+    const shown = (l) => Number(l.slice(11, 13)) % every === 0;
+    if (!shown(label)) return null;
+    const day = label.slice(0, 10);
+    const clockTime = label.slice(11, 16);
+    return labels.slice(0, index).some((l) => l.slice(0, 10) === day && shown(l)) ? clockTime : [clockTime, day];
   }
 
   /**
-   * The chart and table over time: by hour for a short range, else by day, in the zone's
-   * local time as the API labels it. The chart has every hour or day of the range (no
-   * impressions: 0); a period without impressions has no CTR, so the line has a gap there
-   * rather than a 0 % the table would not show.
+   * The chart over time: by hour for a short range, else by day, in the zone's local time as
+   * the API labels it. The chart has every hour or day of the range (no impressions: 0); a
+   * period without impressions has no CTR, so the line has a gap there rather than a 0 % the
+   * table would not show.
    */
-  function renderTime(state, summary) {
+  function drawTimeChart(rows, { state, data }) {
     const byHour = hourly(state);
-    const timeKey = byHour ? 'hour' : 'day';
-    const perTime = sumBy(summary.rows, (r) => r[timeKey], ['impressions', 'clicks', 'attributedClicks']);
-    const rows = [...perTime.values()].map((g) => ({
-      [timeKey]: g.key, impressions: g.impressions, clicks: g.clicks, attributedClicks: g.attributedClicks,
-      ctr: g.impressions ? g.attributedClicks / g.impressions : null,
-    }));
-    $('time-heading').textContent = 'Impressions, clicks and CTR per ' + (byHour ? 'hour' : 'day') + ' (' + summary.tz + ')';
-    $('time-column').textContent = byHour ? 'Hour' : 'Day';
-    fillTable('time-table', rows, [[timeKey, null, byHour ? null : 'day'], ['impressions', integer], ['clicks', integer],
-      ['attributedClicks', integer], ['ctr', ctrText]], (tr, row) => { tr.dataset.time = row[timeKey]; });
-
-    let labels = byHour ? hoursOf(state.from, state.to, summary.tz) : daysBetween(state.from, state.to);
+    const key = timeKey(state);
+    const perTime = new Map(rows.map((row) => [row[key], row]));
+    let labels = byHour ? hoursOf(state.from, state.to, data.summary.tz) : daysBetween(state.from, state.to);
     const missing = [...perTime.keys()].filter((k) => !labels.includes(k));
     if (missing.length) {
       // An hour this browser's zone data does not know: kept, in time order.
@@ -766,9 +1036,10 @@
     }
     const values = (field) => labels.map((k) => (perTime.has(k) ? perTime.get(k)[field] : 0));
     const ctr = labels.map((k) => {
-      const g = perTime.get(k);
-      return g && g.impressions ? Number((100 * g.attributedClicks / g.impressions).toFixed(2)) : null;
+      const ratio = perTime.has(k) ? fraction([perTime.get(k).attributedClicks, perTime.get(k).impressions]) : null;
+      return ratio === null ? null : Number((100 * ratio).toFixed(2));
     });
+    $('time-chart').parentElement.style.minWidth = labels.length * minPeriodWidth + axesWidth + 'px';
     draw('time-chart', {
       type: 'bar',
       data: {
@@ -780,9 +1051,15 @@
         ],
       },
       options: {
+        // The legend at the start, where a chart wider than its box is seen first.
+        plugins: { legend: { align: 'start' } },
         scales: {
-          // An hour reads as its API label without the seconds: 2026-11-01T01:00-04:00.
-          x: { ticks: { callback(value) { return this.getLabelForValue(value).replace(/:00(?=Z|[+-]|$)/, ''); } } },
+          x: {
+            ticks: {
+              autoSkip: false, maxRotation: 0, minRotation: 0,
+              callback(value, index) { return timeTick(labels, index, byHour, this.width / labels.length); },
+            },
+          },
           y: { beginAtZero: true, ticks: { precision: 0 } },
           ctr: { beginAtZero: true, position: 'right', grid: { drawOnChartArea: false }, title: { display: true, text: 'CTR %' } },
         },
@@ -790,9 +1067,29 @@
     });
   }
 
+  function drawAssetsChart(rows) {
+    draw('assets-chart', {
+      type: 'bar',
+      data: {
+        labels: rows.map((r) => r.assetKey),
+        datasets: [
+          ['Attributed', 'attributedClicks', colors.attributed],
+          ['No impression', 'noImpression', colors.noImpression],
+          ['Before impression', 'beforeImpression', colors.beforeImpression],
+          ['Outside window', 'outsideWindow', colors.outsideWindow],
+        ].map(([label, field, color]) => ({ label, data: rows.map((r) => r[field]), backgroundColor: color })),
+      },
+      options: {
+        indexAxis: 'y',
+        scales: { x: { stacked: true, beginAtZero: true, ticks: { precision: 0, maxRotation: 0 } }, y: { stacked: true } },
+      },
+    });
+  }
+
   function draw(id, config) {
     if (typeof window.Chart !== 'function') return; // the page says why (see the notice)
     if (charts[id]) charts[id].destroy();
+    $(id).closest('.chart-box').hidden = false;
     config.options = Object.assign({ animation: false, responsive: true, maintainAspectRatio: false }, config.options);
     charts[id] = new window.Chart($(id), config);
   }
@@ -810,24 +1107,23 @@
     setTimeout(() => URL.revokeObjectURL(link.href), 60000);
   }
 
-  /** The API's CSV of a report for the filters shown, offered as a file. */
+  /** The API's CSV of a report for the filters shown (as the page asked it), offered as a file. */
   async function downloadCSV(name) {
     const key = sessionStorage.getItem(storageKey);
     const state = shownState;
     if (!key || !state) return;
-    const params = reportParams(state);
-    if (name === 'summary' && hourly(state)) params.set('granularity', 'hour');
+    const params = requestParams(reportRequests.find((request) => request.key === name), state);
     params.set('format', 'csv');
     const status = $('status');
     try {
       const response = await fetchAPI('/v1/reports/' + name + '?' + params, key, 'text/csv');
-      if (!response.ok) throw await errorOf(name + ' CSV', response);
+      if (!response.ok) throw await errorOf(response);
       saveFile(await response.blob(), ['tracker', name, state.from, state.to, state.tz.replace(/[^A-Za-z0-9_+-]+/g, '_')].join('-') +
         (params.get('granularity') === 'hour' ? '-hourly' : '') + '.csv');
     } catch (error) {
       if (error instanceof KeyRefused) { keyRefused(error); return; }
       status.className = 'error';
-      status.textContent = error.message;
+      status.textContent = errorText(error);
     }
   }
 
@@ -885,7 +1181,7 @@
     $('rec-include-test').checked = state.includeTest;
     try {
       const listed = await fetchAPI('/v1/reconciliations', key);
-      if (!listed.ok) throw await errorOf('imports', listed);
+      if (!listed.ok) throw await errorOf(listed);
       const imports = (await listed.json()).imports;
       if (mine !== recGeneration) return;
       // Without a choice in the URL, the newest import (the list is newest first).
@@ -918,7 +1214,7 @@
       params.set('threshold', thresholdFraction(state.threshold));
       params.set('includeTest', state.includeTest ? 'true' : 'false');
       const response = await fetchAPI('/v1/reports/reconciliation?' + params, key);
-      if (!response.ok) throw await errorOf('reconciliation report', response);
+      if (!response.ok) throw await errorOf(response);
       const report = await response.json();
       if (mine !== recGeneration) return;
       renderReconciliation(chosen, report, state);
@@ -935,9 +1231,52 @@
       if (error instanceof KeyRefused) { keyRefused(error); return; }
       $('rec-details').hidden = true;
       status.className = 'error';
-      status.textContent = error.message;
+      status.textContent = errorText(error);
       view.dataset.state = 'error';
     }
+  }
+
+  // The reconciliation table: its heading (grouped by measure) is the page's; the columns'
+  // labels name the measure too, for a phone's cards.
+  const reconciliationTable = {
+    id: 'rec-table', ownHeading: true, empty: 'Neither side has impressions or clicks on these days.',
+    decorate(tr, row) {
+      tr.dataset.day = row.day;
+      tr.dataset.adUnit = row.adUnit;
+      tr.dataset.within = String(row.withinTolerance);
+      if (!row.withinTolerance) tr.className = 'outside';
+    },
+  };
+
+  /**
+   * The reconciliation's columns: the day (opening it by hour), the ad unit, the verdict next
+   * to it (where a phone shows it without scrolling), then for impressions and for clicks Ad
+   * Manager's count, the tracker's, the discrepancy and what the tracker left out.
+   */
+  function reconciliationColumns(report) {
+    const discrepancy = (key, label, tracker, adManager) => ratioColumn(key, label, (r) => [r[tracker] - r[adManager], r[adManager]],
+      { format: signedPercent, value: (r) => r[key] });
+    return [
+      textColumn('day', 'Day', { render: (td, row) => td.appendChild(openButton(row.day, row.adUnit, report.tz, row.day)) }),
+      textColumn('adUnit', 'Ad unit', { wide: true }),
+      textColumn('withinTolerance', 'Tolerance', { render: verdict }),
+      countColumn('adManagerImpressions', 'Ad Manager impressions', { className: 'first' }), countColumn('impressions', 'Tracker impressions'),
+      discrepancy('impressionDiscrepancy', 'Impression discrepancy', 'impressions', 'adManagerImpressions'),
+      countColumn('duplicateImpressions', 'Duplicate impressions'), countColumn('givtImpressions', 'GIVT impressions'),
+      countColumn('staleImpressions', 'Stale impressions'),
+      countColumn('adManagerClicks', 'Ad Manager clicks', { className: 'first' }), countColumn('clicks', 'Tracker clicks'),
+      discrepancy('clickDiscrepancy', 'Click discrepancy', 'clicks', 'adManagerClicks'),
+      countColumn('duplicateClicks', 'Duplicate clicks'), countColumn('givtClicks', 'GIVT clicks'),
+    ];
+  }
+
+  /** A row's verdict: an icon and a word, not colour alone; outside, a way to its explanation. */
+  function verdict(td, row) {
+    if (row.withinTolerance) {
+      td.append(icon('✓'), 'within');
+      return;
+    }
+    td.appendChild(linkButton([icon('⚠'), 'outside'], 'What the tracker knows of this difference', { explain: String(row.index) }));
   }
 
   function renderReconciliation(imported, report, state) {
@@ -966,7 +1305,7 @@
     }));
 
     const sum = (field) => total(report.rows, field);
-    const discrepancy = (tracker, adManager) => (adManager ? (tracker - adManager) / adManager : null);
+    const discrepancy = (tracker, adManager) => fraction([tracker - adManager, adManager]);
     const outside = report.rows.filter((r) => !r.withinTolerance).length;
     const totals = $('rec-totals');
     totals.replaceChildren();
@@ -979,48 +1318,8 @@
       ['outside', String(outside)], ' of ', ['rows', String(report.rows.length)], ' rows outside ±' + percent(report.threshold) + '.',
     ]);
 
-    const body = $('rec-table').tBodies[0];
-    body.replaceChildren(...report.rows.map((row, i) => {
-      const tr = document.createElement('tr');
-      tr.dataset.day = row.day;
-      tr.dataset.adUnit = row.adUnit;
-      tr.dataset.within = String(row.withinTolerance);
-      if (!row.withinTolerance) tr.className = 'outside';
-      const day = cell(tr, '', 'day', false);
-      day.appendChild(openButton(row.day, row.adUnit, report.tz, row.day));
-      cell(tr, row.adUnit, 'adUnit', false);
-      // The verdict next to the row's name, where a phone shows it without scrolling the table.
-      const verdict = cell(tr, '', 'withinTolerance', false);
-      if (row.withinTolerance) {
-        verdict.append(icon('✓'), 'within');
-      } else {
-        // Not by colour alone: an icon and a word, and a way to the explanation.
-        const button = document.createElement('button');
-        button.type = 'button';
-        button.className = 'link';
-        button.dataset.explain = String(i);
-        button.title = 'What the tracker knows of this difference';
-        button.append(icon('⚠'), 'outside');
-        verdict.appendChild(button);
-      }
-      // Grouped by measure: Ad Manager's count, the tracker's, the discrepancy, then what the tracker left out.
-      cell(tr, integer(row.adManagerImpressions), 'adManagerImpressions', true).classList.add('first');
-      cell(tr, integer(row.impressions), 'impressions', true);
-      cell(tr, signedPercent(row.impressionDiscrepancy), 'impressionDiscrepancy', true);
-      for (const field of ['duplicateImpressions', 'givtImpressions', 'staleImpressions']) cell(tr, integer(row[field]), field, true);
-      cell(tr, integer(row.adManagerClicks), 'adManagerClicks', true).classList.add('first');
-      cell(tr, integer(row.clicks), 'clicks', true);
-      cell(tr, signedPercent(row.clickDiscrepancy), 'clickDiscrepancy', true);
-      for (const field of ['duplicateClicks', 'givtClicks']) cell(tr, integer(row[field]), field, true);
-      return tr;
-    }));
-    if (report.rows.length === 0) {
-      const tr = document.createElement('tr');
-      const td = cell(tr, 'Neither side has impressions or clicks on these days.', null, false);
-      td.colSpan = 14;
-      td.className = 'empty';
-      body.appendChild(tr);
-    }
+    // Each row knows its place, which names its explanation below the table.
+    fillTable(reconciliationTable, report.rows.map((row, index) => Object.assign({ index }, row)), reconciliationColumns(report));
 
     const explained = report.rows.map((row, i) => [row, i]).filter(([row]) => !row.withinTolerance);
     $('rec-explain').replaceChildren(...explained.map(([row, i]) => explanation(row, i, report)));
@@ -1062,15 +1361,8 @@
 
   /** A button that shows a day of an ad unit by hour in the reports, in the import's zone. */
   function openButton(day, adUnit, zone, text) {
-    const button = document.createElement('button');
-    button.type = 'button';
-    button.className = 'link';
-    button.textContent = text;
-    button.dataset.openDay = day;
-    button.dataset.openAdUnit = adUnit;
-    button.dataset.openTz = zone;
-    button.title = 'Show ' + day + ' of ' + adUnit + ' by hour in the reports (' + zone + ')';
-    return button;
+    return linkButton(text, 'Show ' + day + ' of ' + adUnit + ' by hour in the reports (' + zone + ')',
+      { openDay: day, openAdUnit: adUnit, openTz: zone });
   }
 
   /**
@@ -1159,13 +1451,13 @@
     const status = $('rec-status');
     try {
       const response = await fetchAPI('/v1/reports/reconciliation?' + params, key, 'text/csv');
-      if (!response.ok) throw await errorOf('reconciliation CSV', response);
+      if (!response.ok) throw await errorOf(response);
       saveFile(await response.blob(), ['tracker', 'reconciliation', query.from, query.to,
         query.tz.replace(/[^A-Za-z0-9_+-]+/g, '_')].join('-') + '.csv');
     } catch (error) {
       if (error instanceof KeyRefused) { keyRefused(error); return; }
       status.className = 'error';
-      status.textContent = error.message;
+      status.textContent = errorText(error);
     }
   }
 
@@ -1212,7 +1504,7 @@
         view.dataset.state = 'missing';
         return;
       }
-      if (!response.ok) throw await errorOf('audit trail', response);
+      if (!response.ok) throw await errorOf(response);
       const ad = await response.json();
       if (mine !== adGeneration) return;
       renderAd(ad, state);
@@ -1224,9 +1516,53 @@
       adShown = null;
       if (error instanceof KeyRefused) { keyRefused(error); return; }
       status.className = 'error';
-      status.textContent = error.message;
+      status.textContent = errorText(error);
       view.dataset.state = 'error';
     }
+  }
+
+  // The trail's table: one row per event, no totals.
+  const adEventsTable = {
+    id: 'ad-events', totals: false, empty: 'No stored event.',
+    decorate(tr, row) {
+      const e = row.event;
+      tr.dataset.id = e.id;
+      tr.dataset.kind = e.outcome.kind;
+      if (e.outcome.kind === 'test_traffic') tr.className = 'test';
+      if (e.label) {
+        tr.dataset.label = e.label;
+        tr.className = 'invalid';
+      }
+      tr.cells[0].title = e.id;
+    },
+  };
+
+  function adEventColumns(state) {
+    return [
+      countColumn('number', '#'), textColumn('time', 'Time', { render: (td, row) => recordedTimes(td, row.event, state.tz), wide: true }),
+      textColumn('type', 'Event'), textColumn('assetKey', 'Asset key'), textColumn('source', 'Source'),
+      textColumn('adUnit', 'Ad unit', { wide: true }), textColumn('formatId', 'Format'), textColumn('flags', 'Flags', { wide: true }),
+      textColumn('outcome', 'What it became', { wrap: true }),
+    ];
+  }
+
+  /** An event's corrected time in the zone; what the device and the server recorded opens under it, by a click or a tap. */
+  function recordedTimes(td, e, zone) {
+    const details = document.createElement('details');
+    const summary = document.createElement('summary');
+    summary.textContent = localTime(e.correctedAt, zone);
+    const recorded = document.createElement('dl');
+    for (const [name, value] of [['corrected', e.correctedAt], ['occurred', e.occurredAt || '– (dropped by retention)'],
+      ['sent', e.sentAt || '–'], ['received', e.receivedAt || '–']]) {
+      const dt = document.createElement('dt');
+      dt.textContent = name;
+      const dd = document.createElement('dd');
+      dd.textContent = value;
+      dd.dataset.recorded = name;
+      recorded.append(dt, dd);
+    }
+    details.append(summary, recorded);
+    td.appendChild(details);
   }
 
   function renderAd(ad, state) {
@@ -1240,29 +1576,12 @@
       ['includeTest', 'Test traffic', ad.includeTest ? 'judged with the rest' : 'left out'],
     ];
     showFacts('ad-facts', facts);
-    const body = $('ad-events').tBodies[0];
-    body.replaceChildren(...ad.events.map((e, i) => {
-      const tr = document.createElement('tr');
-      tr.dataset.id = e.id;
-      tr.dataset.kind = e.outcome.kind;
-      if (e.outcome.kind === 'test_traffic') tr.className = 'test';
-      if (e.label) {
-        tr.dataset.label = e.label;
-        tr.className = 'invalid';
-      }
-      cell(tr, String(i + 1), 'number', true).title = e.id;
-      const time = cell(tr, localTime(e.correctedAt, state.tz), 'time', false);
-      time.title = 'corrected ' + e.correctedAt + '\noccurred ' + (e.occurredAt || '– (dropped by retention)') +
-        '\nsent ' + (e.sentAt || '–') + '\nreceived ' + (e.receivedAt || '–');
-      cell(tr, e.type, 'type', false);
-      cell(tr, e.assetKey === null ? '' : e.assetKey, 'assetKey', false);
-      cell(tr, e.source + (e.adapter ? ' (' + e.adapter + ')' : ''), 'source', false);
-      cell(tr, e.adUnit, 'adUnit', false);
-      cell(tr, e.formatId, 'formatId', false);
-      cell(tr, [e.eea && 'EEA', e.reservation && 'reservation', e.test && 'test'].filter(Boolean).join(', '), 'flags', false);
-      cell(tr, outcomeText(e.outcome, number), 'outcome', false);
-      return tr;
-    }));
+    fillTable(adEventsTable, ad.events.map((e, i) => ({
+      event: e, number: i + 1, type: e.type, assetKey: e.assetKey === null ? '' : e.assetKey,
+      source: e.source + (e.adapter ? ' (' + e.adapter + ')' : ''), adUnit: e.adUnit, formatId: e.formatId,
+      flags: [e.eea && 'EEA', e.reservation && 'reservation', e.test && 'test'].filter(Boolean).join(', '),
+      outcome: outcomeText(e.outcome, number),
+    })), adEventColumns(state));
     $('ad-details').hidden = false;
   }
 
@@ -1275,7 +1594,7 @@
     } catch (_) {
       names = [];
     }
-    return ['UTC', ...[...new Set([browserZone(), ...names])].filter((n) => n !== 'UTC').sort()];
+    return ['UTC', ...[...new Set([browserZone(), ...names.map(currentZone)])].filter((n) => n !== 'UTC').sort()];
   }
 
   document.addEventListener('DOMContentLoaded', () => {
@@ -1300,10 +1619,9 @@
     for (const id of ['from', 'to', 'tz']) $(id).addEventListener('input', () => $(id).setCustomValidity(''));
     for (const button of document.querySelectorAll('[data-preset]')) {
       button.addEventListener('click', () => {
-        const zone = $('tz').value.trim() || browserZone();
-        const to = today(zone);
-        $('from').value = addDays(to, 1 - Number(button.dataset.preset));
-        $('to').value = to;
+        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || browserZone());
+        $('from').value = range.from;
+        $('to').value = range.to;
         applyFields();
       });
     }
