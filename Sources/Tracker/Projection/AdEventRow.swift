@@ -5,8 +5,9 @@ import TrackerPostgres
 /// (`AdAuditSQL.logged`). A reader appends its own columns after these.
 enum AdEventColumn: Int, CaseIterable {
     case requestId, id, type, correctedAt, adUnit, formatId, assetKey, source, adapter, eea, reservation, test
-    /// Who sent the event (the invalid-traffic rules): when, with which user agent, from where.
-    case receivedAt, userAgentId, clientIP
+    /// Who sent the event (the invalid-traffic rules): when, with which user agent, from where,
+    /// and whether a browser fetched it as a beacon (`EventChannel`).
+    case receivedAt, userAgentId, clientIP, beacon
 
     var name: String {
         switch self {
@@ -25,11 +26,18 @@ enum AdEventColumn: Int, CaseIterable {
         case .receivedAt: "received_at"
         case .userAgentId: "user_agent_id"
         case .clientIP: "client_ip"
+        case .beacon: "key_name"
         }
     }
 
+    /// What a SELECT list has for the column: its name, or the expression it is read from.
+    private var selected: String {
+        // The prefix is a constant with no quote in it (a key name has no ':').
+        self == .beacon ? "starts_with(key_name, '\(BeaconVisit.keyNamePrefix)')" : name
+    }
+
     /// `request_id, id, type, …` for a SELECT list.
-    static let list = allCases.map(\.name).joined(separator: ", ")
+    static let list = allCases.map(\.selected).joined(separator: ", ")
 }
 
 /// A column of an ad-event row that does not hold what this tracker reads (a type or source
@@ -61,6 +69,8 @@ struct AdEventRow {
     let userAgentId: Int32?
     /// Its client's address, a binary `inet`; `nil` when none was recorded.
     let clientIP: UnsafeRawBufferPointer?
+    /// Sent to `POST /v1/events`, or fetched as a beacon.
+    let channel: EventChannel
 
     /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
     @inline(__always)
@@ -95,6 +105,7 @@ struct AdEventRow {
             userAgentId = nil
         }
         clientIP = value(.clientIP)
+        channel = Self.bool(try required(.beacon)) ? .beacon : .app
     }
 
     /// The client's address; `nil` when none was recorded (or the bytes are not an address).

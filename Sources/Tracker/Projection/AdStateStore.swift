@@ -46,7 +46,7 @@ enum AdStateStore {
         for (ad, logged) in fresh {
             fresh[ad] = logged.map { l in
                 var l = l
-                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address)
+                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address, channel: l.channel)
                 return l
             }
         }

@@ -9,6 +9,8 @@ struct LogBatch {
         /// The binary `inet` of `address`, the key of its `high_rate` group.
         var addressBytes: [UInt8]?
         var receivedAt: Timestamp
+        /// App event or beacon: which user-agent patterns judge it.
+        var channel: EventChannel
     }
 
     /// The last row a step read from one shard, and how many it read there.
@@ -37,7 +39,8 @@ struct LogBatch {
                 let address = row.clientAddress
                 events[row.requestIdString, default: []].append(
                     Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
-                           addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt))
+                           addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt,
+                           channel: row.channel))
                 newestReceipt = max(newestReceipt, row.receivedAt)
                 guard shardColumn else { continue }
                 // Rows come shard by shard in log order: a shard's last row is its newest.
