@@ -17,7 +17,8 @@ public struct AdAudit: Sendable {
     /// The ad's audit trail and the projection lag, or `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (logged: [LoggedEvent], rules: AdContribution, ivtRules: Int)? in
+        let found = try await pool.withConnection { connection
+            -> (logged: [LoggedEvent], rules: AdContribution, ruleSet: VersionedRuleSet, labelledBy: [PackedUUID: LabellingRule])? in
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
             // The labels are the projections' (each event's client, judged under their rule set);
@@ -41,6 +42,7 @@ public struct AdAudit: Sendable {
             var logged: [LoggedEvent] = []
             var seen = Set<PackedUUID>()
             let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
+            var clients: [PackedUUID: LabellingRule.Client] = [:]
             for r in 0..<rows.rowCount {
                 let row: AdEventRow
                 do throws(UnreadableColumn) { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch {
@@ -50,6 +52,7 @@ public struct AdAudit: Sendable {
                 let id = PackedUUID(binary: row.id)
                 let event = row.event(strings: &strings, label: labels[id] ?? nil)
                 seen.insert(event.id)
+                clients[event.id] = LabellingRule.Client(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel)
                 logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),
                                           sentAt: time(AdAuditSQL.sentAt), receivedAt: time(AdAuditSQL.receivedAt)))
             }
@@ -58,11 +61,19 @@ public struct AdAudit: Sendable {
                 logged.append(LoggedEvent(event: event, testFlag: event.isTest && !AdEvent.testAdUnits.contains(event.adUnit),
                                           occurredAt: nil, sentAt: nil, receivedAt: nil))
             }
-            return (logged, rules, ruleSet.version)
+            let labelledBy = try LabellingRule.rules(behind: labels.compactMapValues { $0 }, clients: clients, under: ruleSet.ruleSet,
+                                                     on: connection)
+            return (logged, rules, ruleSet, labelledBy)
         }
         guard let found else { return nil }
         var explanation = found.rules.explain(requestId: requestId, found.logged, includeTest: includeTest)
-        explanation.ivtRules = found.ivtRules
+        explanation.ivtRules = found.ruleSet.version
+        // Named only beside a label the outcome shows (a test event left out shows none).
+        for (i, e) in explanation.events.enumerated() {
+            guard let label = e.outcome.label else { continue }
+            explanation.events[i].labelledBy = label == .excessiveClicks
+                ? found.ruleSet.ruleSet.maxClicksPerAd.map(LabellingRule.maxClicksPerAd) : found.labelledBy[e.event.id]
+        }
         return (explanation, try await LogCursor(pool: pool).lag())
     }
 }

@@ -30,6 +30,15 @@ public struct ExplainedEvent: Sendable, Hashable {
     public var sentAt: Timestamp?
     public var receivedAt: Timestamp?
     public var outcome: EventOutcome
+    /// The rule behind its invalid-traffic label (`nil` when it has none, or it is not known:
+    /// an event dropped from the log has no client left to judge).
+    public var labelledBy: LabellingRule? = nil
+
+    /// A few words for the command line: the outcome's, with the rule behind a label.
+    public var summary: String {
+        guard case .invalidTraffic(let label) = outcome, let labelledBy else { return outcome.summary }
+        return "invalid traffic (\(label.rawValue), \(labelledBy.summary)), left out of every measure"
+    }
 }
 
 /// An ad's audit trail: every stored event in PROTOCOL.md 5 order with what it became.
@@ -168,6 +177,7 @@ extension AdExplanation {
             Self.appendOptional(x.receivedAt?.rfc3339, to: &out)
             out += ",\"correctedAt\":\"\(e.correctedAt.rfc3339)\",\"day\":\"\(e.correctedAt.day)\",\"label\":"
             Self.appendOptional(x.outcome.label?.rawValue, to: &out)
+            out += ",\"labelledBy\":" + (x.labelledBy?.json ?? "null")
             out += ",\"outcome\":"
             out += x.outcome.json
             out += "}"

@@ -1943,7 +1943,7 @@ components:
       type: object
       additionalProperties: false
       required: [id, type, source, adapter, assetKey, adUnit, formatId, eea, reservation, test,
-                 occurredAt, sentAt, receivedAt, correctedAt, day, label, outcome]
+                 occurredAt, sentAt, receivedAt, correctedAt, day, label, labelledBy, outcome]
       properties:
         id: {type: string, format: uuid}
         type: {$ref: "#/components/schemas/EventType"}
@@ -1983,7 +1983,51 @@ components:
           oneOf:
             - $ref: "#/components/schemas/IVTLabel"
             - type: "null"
+        labelledBy:
+          description: |
+            The rule of that rule set behind `label`, or null when `label` is null (or, rarely,
+            when the rule cannot be named: an event whose day retention dropped from the log has
+            no client left to match).
+          oneOf:
+            - $ref: "#/components/schemas/LabellingRule"
+            - type: "null"
         outcome: {$ref: "#/components/schemas/Outcome"}
+
+    LabellingRule:
+      type: object
+      description: |
+        The rule behind an event's invalid-traffic label, by the rule set's own field names
+        (docs/PROTOCOL.md, "Invalid traffic"); exactly one of `pattern`, `ipRange`,
+        `maxEventsPerClientMinute` and `maxClicksPerAd` is present.
+      additionalProperties: false
+      properties:
+        pattern:
+          type: string
+          description: |
+            declared_bot: the first pattern of the rule set's `userAgents` (its own, then its lists')
+            that matches the event's user agent, among those that apply to the event: all of them to
+            a beacon, all but the `appExemptions` to an event sent to POST /v1/events.
+          examples: ["Googlebot\\/"]
+        name:
+          type: string
+          description: "declared_bot: the pattern's name, when the rule set gives it one."
+        ipRange:
+          type: string
+          description: "datacenter: the first range of the rule set that holds the event's address (CIDR)."
+          examples: ["34.64.0.0/10"]
+        maxEventsPerClientMinute:
+          type: integer
+          minimum: 1
+          description: "high_rate: the limit the event's client (address and user agent) went over in the event's UTC minute of receipt."
+        maxClicksPerAd:
+          type: integer
+          minimum: 1
+          description: "excessive_clicks: the ad's counted clicks before this one reached the limit."
+      oneOf:
+        - required: [pattern]
+        - required: [ipRange]
+        - required: [maxEventsPerClientMinute]
+        - required: [maxClicksPerAd]
 
     Outcome:
       type: object
