@@ -26,7 +26,8 @@ import crawleruseragents
 # "axios/VERSION", node-fetch 2's and got's headers, Android's bundled HttpClient).
 # Clients whose default no pattern of the list matches need no entry: Android's
 # HttpURLConnection ("Dalvik/2.1.0 (Linux; U; Android 14; …)"), iOS URLSession
-# ("App/1 CFNetwork/1494.0.7 Darwin/23.4.0"), Alamofire, Dart and Flutter ("Dart/3.3 (dart:io)"),
+# ("App/1 CFNetwork/1494.0.7 Darwin/23.4.0"), Alamofire ("App/1.0 (…; iOS 17.4.0) Alamofire/5.9.0"),
+# Dart and Flutter ("Dart/3.3 (dart:io)"),
 # Ktor ("Ktor client"), Java's HttpURLConnection ("Java/17.0.10") and HttpClient
 # ("Java-http-client/17.0.10"), Unity ("UnityPlayer/… (UnityWebRequest/1.0, libcurl/…)").
 APP_CLIENTS = [
