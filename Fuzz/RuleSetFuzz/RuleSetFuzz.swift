@@ -101,4 +101,19 @@ func check(_ rules: IVTRuleSet, userAgent: [UInt8]) {
     if rules.userAgents.isEmpty {
         precondition(!matcher.matches(userAgent.prefix(limit)), "no pattern matched")
     }
+    // App events are judged by the patterns less the exemptions: nothing beacons' patterns do not
+    // match, and the audit's pattern search agrees with the matcher of each channel.
+    let app: UserAgentMatcher
+    do {
+        app = try rules.userAgentMatcher(for: .app)
+    } catch {
+        preconditionFailure("an accepted rule set's app patterns do not compile: \(error)")
+    }
+    let short = Array(userAgent.prefix(64))
+    let forApps = app.matches(short)
+    precondition(!forApps || matcher.matches(short), "an app exemption added a match")
+    if patterns.count <= 8 {
+        precondition((rules.declaringPattern(of: short, channel: .app) != nil) == forApps, "the app pattern search disagrees")
+        precondition((rules.declaringPattern(of: short, channel: .beacon) != nil) == matcher.matches(short), "the beacon pattern search disagrees")
+    }
 }

@@ -19,22 +19,24 @@ public struct AdAudit: Sendable {
     /// `nil` when no event of it is stored.
     public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (ad: [LoggedEvent], loads: [(String, [LoggedEvent])], rules: Rules)? in
+        let found = try await pool.withConnection { connection -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
             let rules = try Rules.read(on: connection)
-            guard let ad = try Self.trail(of: requestId, .ad, on: connection) else { return nil }
+            guard let ad = try Self.trail(of: requestId, .ad, rules: rules, on: connection) else { return nil }
             var loadIds: [String] = []
-            for l in ad where l.event.type == .adLoaded {
+            for l in ad.logged where l.event.type == .adLoaded {
                 if let load = l.loadId, !loadIds.contains(load) { loadIds.append(load) }
             }
-            let loads = try loadIds.compactMap { id in try Self.trail(of: id, .load, on: connection).map { (id, $0) } }
+            let loads = try loadIds.compactMap { id in try Self.trail(of: id, .load, rules: rules, on: connection).map { (id, $0) } }
             return (ad, loads, rules)
         }
         guard let found else { return nil }
-        var explanation = found.rules.contribution.explain(requestId: requestId, found.ad, includeTest: includeTest)
+        var explanation = found.rules.contribution.explain(requestId: requestId, found.ad.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
-        explanation.loads = found.loads.map { id, logged in
-            var load = found.rules.contribution.explain(loadId: id, logged, includeTest: includeTest)
+        found.rules.name(&explanation.events, by: found.ad.labelledBy)
+        explanation.loads = found.loads.map { id, trail in
+            var load = found.rules.contribution.explain(loadId: id, trail.logged, includeTest: includeTest)
             load.ivtRules = found.rules.ivtRules
+            found.rules.name(&load.events, by: trail.labelledBy)
             return load
         }
         return (explanation, try await LogCursor(pool: pool).lag())
@@ -43,13 +45,14 @@ public struct AdAudit: Sendable {
     /// The load's audit trail and the projection lag, or `nil` when no event of it is stored.
     public func explain(loadId: String, includeTest: Bool) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (load: [LoggedEvent], rules: Rules)? in
+        let found = try await pool.withConnection { connection -> (load: Trail, rules: Rules)? in
             let rules = try Rules.read(on: connection)
-            return try Self.trail(of: loadId, .load, on: connection).map { ($0, rules) }
+            return try Self.trail(of: loadId, .load, rules: rules, on: connection).map { ($0, rules) }
         }
         guard let found else { return nil }
-        var explanation = found.rules.contribution.explain(loadId: loadId, found.load, includeTest: includeTest)
+        var explanation = found.rules.contribution.explain(loadId: loadId, found.load.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
+        found.rules.name(&explanation.events, by: found.load.labelledBy)
         return (explanation, try await LogCursor(pool: pool).lag())
     }
 
@@ -57,15 +60,31 @@ public struct AdAudit: Sendable {
     /// whose labels the events carry (excessive clicks follow from its limit).
     struct Rules {
         var contribution: AdContribution
-        var ivtRules: Int
+        var ruleSet: VersionedRuleSet
+        var ivtRules: Int { ruleSet.version }
 
         static func read(on connection: Connection) throws -> Rules {
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
             let ruleSet = try IVTRuleSets.load(version: Int(state.int64(0, 1) ?? 0), on: connection)
             return Rules(contribution: AdContribution(attributionWindow: window, maxClicksPerAd: ruleSet.ruleSet.maxClicksPerAd),
-                         ivtRules: ruleSet.version)
+                         ruleSet: ruleSet)
         }
+
+        /// Names the rule behind each label the events' outcomes show (a test event left out shows none).
+        func name(_ events: inout [ExplainedEvent], by labelledBy: [PackedUUID: LabellingRule]) {
+            for (i, e) in events.enumerated() {
+                guard let label = e.outcome.label else { continue }
+                events[i].labelledBy = label == .excessiveClicks
+                    ? ruleSet.ruleSet.maxClicksPerAd.map(LabellingRule.maxClicksPerAd) : labelledBy[e.event.id]
+            }
+        }
+    }
+
+    /// A state's events as the log stores them, and the rule behind each label they carry.
+    struct Trail {
+        var logged: [LoggedEvent]
+        var labelledBy: [PackedUUID: LabellingRule]
     }
 
     /// Which part of a state a trail reads: an ad's events, or a load's (its own events and the
@@ -79,7 +98,7 @@ public struct AdAudit: Sendable {
     }
 
     /// The stored events of the ad or load `key` with the log's times, or `nil` when it has none.
-    private static func trail(of key: String, _ part: Part, on connection: Connection) throws -> [LoggedEvent]? {
+    private static func trail(of key: String, _ part: Part, rules: Rules, on connection: Connection) throws -> Trail? {
         var strings = StringTable(limit: 64)
         let packed = try connection.query(AdAuditSQL.adState, [.text(key)], binaryResults: true)
         var projected: [AdEvent] = []
@@ -97,6 +116,7 @@ public struct AdAudit: Sendable {
         var logged: [LoggedEvent] = []
         var seen = Set<PackedUUID>()
         let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
+        var clients: [PackedUUID: LabellingRule.Client] = [:]
         for r in 0..<rows.rowCount {
             let row: AdEventRow
             do throws(UnreadableColumn) { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch {
@@ -107,6 +127,7 @@ public struct AdAudit: Sendable {
             var event = row.event(strings: &strings, label: labels[id] ?? nil)
             if part == .load, event.type == .adLoaded { event = event.loadReference }
             seen.insert(event.id)
+            clients[event.id] = LabellingRule.Client(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel)
             logged.append(LoggedEvent(event: event, testFlag: row.testFlag, occurredAt: time(AdAuditSQL.occurredAt),
                                       sentAt: time(AdAuditSQL.sentAt), receivedAt: time(AdAuditSQL.receivedAt),
                                       requestId: row.type.isLoadEvent ? nil : row.requestIdString,
@@ -118,7 +139,9 @@ public struct AdAudit: Sendable {
                                       occurredAt: nil, sentAt: nil, receivedAt: nil,
                                       requestId: part == .ad ? key : nil, loadId: part == .load ? key : nil))
         }
-        return logged
+        let labelledBy = try LabellingRule.rules(behind: labels.compactMapValues { $0 }, clients: clients, under: rules.ruleSet.ruleSet,
+                                                 on: connection)
+        return Trail(logged: logged, labelledBy: labelledBy)
     }
 }
 

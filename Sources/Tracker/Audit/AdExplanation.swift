@@ -45,6 +45,15 @@ public struct ExplainedEvent: Sendable, Hashable {
     public var requestId: String?
     public var loadId: String?
     public var outcome: EventOutcome
+    /// The rule behind its invalid-traffic label (`nil` when it has none, or it is not known:
+    /// an event dropped from the log has no client left to judge).
+    public var labelledBy: LabellingRule? = nil
+
+    /// A few words for the command line: the outcome's, with the rule behind a label.
+    public var summary: String {
+        guard case .invalidTraffic(let label) = outcome, let labelledBy else { return outcome.summary }
+        return "invalid traffic (\(label.rawValue), \(labelledBy.summary)), left out of every measure"
+    }
 }
 
 /// A load's audit trail (PROTOCOL.md 10): its events and the `ad_loaded` events that name it, in
@@ -261,6 +270,7 @@ extension AdExplanation {
             Self.appendOptional(x.receivedAt?.rfc3339, to: &out)
             out += ",\"correctedAt\":\"\(e.correctedAt.rfc3339)\",\"day\":\"\(e.correctedAt.day)\",\"label\":"
             Self.appendOptional(x.outcome.label?.rawValue, to: &out)
+            out += ",\"labelledBy\":" + (x.labelledBy?.json ?? "null")
             out += ",\"requestId\":"
             Self.appendOptional(x.requestId, to: &out)
             out += ",\"loadId\":"

@@ -110,7 +110,7 @@ public struct Beacons: Sendable {
                 throw .wrongEndpoint("this token has no http(s) destination to redirect to")
             }
         }
-        let keyName = "beacon:" + claims.issuer
+        let keyName = BeaconVisit.keyNamePrefix + claims.issuer
         let expiresAt = Timestamp(microseconds: claims.expiresAt * Timestamp.microsecondsPerSecond)
         func rejection(_ reason: BeaconRejection.Reason, _ message: String) -> BeaconVisit {
             let id: String? = if case .string(let i)? = claims.event.member("id") { i } else { nil }
@@ -252,6 +252,9 @@ public struct BeaconVisit: Sendable {
     public var destination: String?
     /// The log's `key_name` for the event: `beacon:` and the token's issuer.
     public var keyName: String
+    /// What starts the `key_name` of every beacon's event, and no key's name (`APIKeys.nameRule`
+    /// has no `:`): the invalid-traffic rules tell beacons from app events by it.
+    public static let keyNamePrefix = "beacon:"
     public var outcome: Outcome
 }
 

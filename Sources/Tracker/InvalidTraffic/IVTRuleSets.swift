@@ -35,11 +35,15 @@ public struct IVTRuleSets: Sendable {
     }
 
     /// The rule set the projections were computed with, and the newest one: when the newest
-    /// is greater it waits for `tracker rebuild`.
-    public func versions() async throws -> (projections: Int, newest: Int) {
+    /// is greater it waits for `tracker rebuild`, unless the projections hold no event yet
+    /// (`projectionsEmpty`): then the projector takes the newest at its next step
+    /// (`Projector.lockState`).
+    public func versions() async throws -> (projections: Int, newest: Int, projectionsEmpty: Bool) {
         try await pool.withConnection { connection in
-            let r = try connection.query("SELECT ivt_rules, (SELECT max(version) FROM ivt_rule_sets) FROM projection_state")
-            return (Int(r.int64(0, 0) ?? 0), Int(r.int64(0, 1) ?? 0))
+            let r = try connection.query("""
+                SELECT ivt_rules, (SELECT max(version) FROM ivt_rule_sets), events_projected = 0 FROM projection_state
+                """)
+            return (Int(r.int64(0, 0) ?? 0), Int(r.int64(0, 1) ?? 0), r.bool(0, 2) ?? false)
         }
     }
 

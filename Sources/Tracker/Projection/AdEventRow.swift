@@ -5,8 +5,9 @@ import TrackerPostgres
 /// (`AdAuditSQL.logged`). A reader appends its own columns after these.
 enum AdEventColumn: Int, CaseIterable {
     case requestId, id, type, correctedAt, adUnit, formatId, assetKey, source, adapter, eea, reservation, test
-    /// Who sent the event (the invalid-traffic rules): when, with which user agent, from where.
-    case receivedAt, userAgentId, clientIP
+    /// Who sent the event (the invalid-traffic rules): when, with which user agent, from where,
+    /// and whether a browser fetched it as a beacon (`EventChannel`).
+    case receivedAt, userAgentId, clientIP, beacon
     /// The funnel's fields (PROTOCOL.md 10).
     case loadId, adsRequested, latencyMs, errorCode, result, position
 
@@ -27,6 +28,7 @@ enum AdEventColumn: Int, CaseIterable {
         case .receivedAt: "received_at"
         case .userAgentId: "user_agent_id"
         case .clientIP: "client_ip"
+        case .beacon: "key_name"
         case .loadId: "load_id"
         case .adsRequested: "ads_requested"
         case .latencyMs: "latency_ms"
@@ -36,8 +38,14 @@ enum AdEventColumn: Int, CaseIterable {
         }
     }
 
+    /// What a SELECT list has for the column: its name, or the expression it is read from.
+    private var selected: String {
+        // The prefix is a constant with no quote in it (a key name has no ':').
+        self == .beacon ? "starts_with(key_name, '\(BeaconVisit.keyNamePrefix)')" : name
+    }
+
     /// `request_id, id, type, …` for a SELECT list.
-    static let list = allCases.map(\.name).joined(separator: ", ")
+    static let list = allCases.map(\.selected).joined(separator: ", ")
 }
 
 /// A column of an ad-event row that does not hold what this tracker reads (a type or source
@@ -74,6 +82,8 @@ struct AdEventRow {
     let loadId: UnsafeRawBufferPointer?
     /// The funnel's other fields.
     let funnel: AdState.FunnelPart
+    /// Sent to `POST /v1/events`, or fetched as a beacon.
+    let channel: EventChannel
 
     /// Reads the row through `value`, which gives a column's bytes, or `nil` for NULL.
     @inline(__always)
@@ -122,6 +132,7 @@ struct AdEventRow {
         funnel = AdState.FunnelPart(latencyMs: try integer(.latencyMs), errorCode: try named(.errorCode, Self.errorCodes),
                                     result: try named(.result, Self.results), position: try integer(.position),
                                     adsRequested: try integer(.adsRequested))
+        channel = Self.bool(try required(.beacon)) ? .beacon : .app
     }
 
     /// The key of the load whose state keeps a reference to this event: an `ad_loaded` that names its load.

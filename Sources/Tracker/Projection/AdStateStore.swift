@@ -73,7 +73,7 @@ enum AdStateStore {
         for (key, logged) in fresh {
             fresh[key] = logged.map { l in
                 var l = l
-                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address)
+                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address, channel: l.channel)
                 return l
             }
         }

@@ -11,6 +11,8 @@ struct LogBatch {
         /// The binary `inet` of `address`, the key of its `high_rate` group.
         var addressBytes: [UInt8]?
         var receivedAt: Timestamp
+        /// Sent to `POST /v1/events` or fetched as a beacon: the rule set's app exemptions apply to the first only.
+        var channel: EventChannel
     }
 
     /// The last row a step read from one shard, and how many it read there.
@@ -38,7 +40,8 @@ struct LogBatch {
                 do { row = try AdEventRow(AdEventRow.values(of: rows, row: r)) } catch { throw Self.malformed(error.column.name, rows, r) }
                 let address = row.clientAddress
                 let logged = Logged(event: row.event(strings: &strings), userAgent: row.userAgentId, address: address,
-                                    addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt)
+                                    addressBytes: address != nil ? row.clientIP.map { Array($0) } : nil, receivedAt: row.receivedAt,
+                                    channel: row.channel)
                 events[row.requestIdString, default: []].append(logged)
                 if let load = row.referencedLoad {
                     var reference = logged

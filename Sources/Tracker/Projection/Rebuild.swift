@@ -133,7 +133,8 @@ public struct Rebuild: Sendable {
                 }
             }
             let buckets = try RebuildBuckets(expectedEvents: estimate, eventsPerBucket: eventsPerFile) { [highRate] row in
-                if let label = labeller.label(userAgent: row.userAgentId, address: row.clientAddress, declaredBots: declaredBots) {
+                if let label = labeller.label(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel,
+                                              declaredBots: declaredBots) {
                     return label
                 }
                 guard !highRate.isEmpty, let agent = row.userAgentId, let address = row.clientIP else { return nil }

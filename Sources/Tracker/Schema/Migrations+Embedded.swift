@@ -1525,6 +1525,12 @@ GRANT SELECT ON ad_events TO tracker_projector, tracker_report;
 ALTER TABLE reconciliation_imports ADD COLUMN has_requests boolean NOT NULL DEFAULT false;
 ALTER TABLE reconciliation_rows ADD COLUMN requests bigint;
 """#),
+        Migration(version: 16, name: "report_reads_user_agents", sql: #"""
+-- The audit trail (GET /v1/ads/{requestId}, tracker explain) names the pattern that labelled an
+-- event declared_bot, which it finds by matching the event's user agent: the report role, which
+-- reads the log's client_ip and user_agent_id already, reads their texts too.
+GRANT SELECT ON user_agents TO tracker_report;
+"""#),
     ]
 
     /// The Citus layout (sql/citus/distribute.sql), applied once after the migrations

@@ -1,10 +1,10 @@
 /// Reading a rule set from its activation document and writing and reading its stored form.
 extension IVTRuleSet {
     /// The members an activation document may have.
-    static let activationFields = ["name", "sources", "userAgents", "userAgentLists", "ipRanges", "ipRangeFiles",
+    static let activationFields = ["name", "sources", "userAgents", "userAgentLists", "appExemptions", "ipRanges", "ipRangeFiles",
                                    "maxClicksPerAd", "maxEventsPerClientMinute"]
     /// The members of a stored document (files are already inlined).
-    static let storedFields = ["name", "sources", "userAgents", "ipRanges", "maxClicksPerAd", "maxEventsPerClientMinute"]
+    static let storedFields = ["name", "sources", "userAgents", "appExemptions", "ipRanges", "maxClicksPerAd", "maxEventsPerClientMinute"]
 
     /// Reads an activation document (PROTOCOL.md 8): a JSON object whose members are all optional.
     ///
@@ -12,11 +12,17 @@ extension IVTRuleSet {
     /// - `userAgents`: `[{"pattern": "…", "name": "…"}]`, `name` optional.
     /// - `userAgentLists`: file names; each file is a JSON array of objects with a `pattern`
     ///   (the `crawler-user-agents.json` format; their other members are ignored).
+    /// - `appExemptions`: `[{"pattern": "…", "reason": "…"}]`, both required, the reason not
+    ///   empty: patterns of `userAgents` or of a list, exactly as written there, that app
+    ///   events are not judged by (`AppExemption`). A pattern the rule set does not have, or
+    ///   one exempted twice, refuses the document.
     /// - `ipRanges`: CIDR ranges or addresses (`CIDRRange`).
     /// - `ipRangeFiles`: file names; one range a line, `#` starts a comment, blank lines and
     ///   spaces around a range are ignored.
     /// - `maxClicksPerAd`, `maxEventsPerClientMinute`: integers from 1 to 2 147 483 647.
-    /// - `sources`: file names already read (a stored document activated again keeps them).
+    /// - `sources`: the names of the files read into the rule set. Activation appends the
+    ///   lists and range files it reads; the member itself is for a stored document activated
+    ///   again, which keeps them. It labels nothing.
     ///
     /// `null` is the same as absent. A member not in this list, or given twice, refuses the
     /// document: a misspelt rule must not be silently off. Every pattern is compiled, so one
@@ -44,8 +50,8 @@ extension IVTRuleSet {
     }
 
     /// The rule set as one self-contained JSON document, for the database and `tracker ivt
-    /// show`: every pattern and range inlined, members in a fixed order, one pattern or range a
-    /// line, absent limits and name left out. The same rule set always gives the same bytes,
+    /// show`: every pattern and range inlined, members in a fixed order, one pattern, exemption
+    /// or range a line, absent limits and name and no exemptions left out. The same rule set always gives the same bytes,
     /// and `parseStored` gives back an equal rule set.
     public var storedDocument: String {
         var out = "{\n"
@@ -55,6 +61,11 @@ extension IVTRuleSet {
         members.append("  \"userAgents\": " + Self.array(userAgents.map { rule in
             "{\"pattern\": " + RuleSetError.quoted(rule.pattern) + (rule.name.map { ", \"name\": " + RuleSetError.quoted($0) } ?? "") + "}"
         }))
+        if !appExemptions.isEmpty {
+            members.append("  \"appExemptions\": " + Self.array(appExemptions.map { exemption in
+                "{\"pattern\": " + RuleSetError.quoted(exemption.pattern) + ", \"reason\": " + RuleSetError.quoted(exemption.reason) + "}"
+            }))
+        }
         members.append("  \"ipRanges\": " + Self.array(ipRanges.map { RuleSetError.quoted($0.description) }))
         if let maxClicksPerAd { members.append("  \"maxClicksPerAd\": \(maxClicksPerAd)") }
         if let maxEventsPerClientMinute { members.append("  \"maxEventsPerClientMinute\": \(maxEventsPerClientMinute)") }
@@ -124,6 +135,9 @@ extension IVTRuleSet {
                 rules.sources.append(file)
             }
         }
+        if let v = fields["appExemptions"] {
+            rules.appExemptions = try exemptions(v, of: rules.userAgents)
+        }
         if let v = fields["ipRanges"] {
             for (i, element) in try array(v, location: "ipRanges").enumerated() {
                 let location = "ipRanges[\(i)]"
@@ -152,6 +166,31 @@ extension IVTRuleSet {
             throw .invalidPattern(location: origins.indices.contains(error.index) ? origins[error.index] : "userAgents[\(error.index)]", error)
         }
         return rules
+    }
+
+    /// The `appExemptions` member: each names a pattern of `patterns` once, and says why.
+    private static func exemptions(_ value: JSONValue, of patterns: [UserAgentRule]) throws(RuleSetError) -> [AppExemption] {
+        let known = Set(patterns.map(\.pattern))
+        var first: [String: String] = [:]
+        var out: [AppExemption] = []
+        for (i, element) in try array(value, location: "appExemptions").enumerated() {
+            let location = "appExemptions[\(i)]"
+            let entry = try members(of: element, location: location, allowed: ["pattern", "reason"])
+            guard let pattern = entry["pattern"] else { throw .missingField(location: location, name: "pattern") }
+            guard let reason = entry["reason"] else { throw .missingField(location: location, name: "reason") }
+            let exemption = AppExemption(pattern: try string(pattern, location: location + ".pattern"),
+                                         reason: try string(reason, location: location + ".reason"))
+            guard !exemption.reason.isEmpty else {
+                throw .wrongType(location: location + ".reason", expected: "a non-empty string saying why", got: "an empty string")
+            }
+            guard known.contains(exemption.pattern) else { throw .notAPattern(location: location + ".pattern", pattern: exemption.pattern) }
+            if let earlier = first[exemption.pattern] {
+                throw .repeatedExemption(location: location + ".pattern", pattern: exemption.pattern, first: earlier)
+            }
+            first[exemption.pattern] = location
+            out.append(exemption)
+        }
+        return out
     }
 
     /// The members of an object by name, `null` ones left out; refuses other types, unknown

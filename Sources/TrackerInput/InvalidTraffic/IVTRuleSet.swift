@@ -16,6 +16,38 @@ public struct UserAgentRule: Sendable, Hashable {
     }
 }
 
+/// Where an event came in, which decides the user-agent patterns that apply to it.
+public enum EventChannel: Sendable, Hashable {
+    /// `POST /v1/events`: sent by an app's own HTTP client, with that client's user agent.
+    case app
+    /// `GET /v1/pixel.gif` or `/v1/click`: fetched by a browser, with the browser's user agent.
+    case beacon
+}
+
+/// A user-agent pattern that does not apply to app events, and why.
+///
+/// Crawler lists are made for traffic that browsers send: they name the default user agents
+/// of HTTP client libraries (`okhttp`, `^curl`, `python-requests`), which a crawler that does
+/// not say its name sends. An app's events are sent by its own HTTP client, often with that
+/// default, so such a pattern would label every event of the app; beacons, fetched by
+/// browsers, keep it.
+public struct AppExemption: Sendable, Hashable {
+    /// A pattern of the rule set, exactly as written there.
+    public var pattern: String
+    /// Why it does not apply to app events, for `tracker ivt show`.
+    public var reason: String
+
+    /// An exemption.
+    ///
+    /// - Parameters:
+    ///   - pattern: the pattern, as the rule set writes it.
+    ///   - reason: why app events are not judged by it.
+    public init(pattern: String, reason: String) {
+        self.pattern = pattern
+        self.reason = reason
+    }
+}
+
 /// A general-invalid-traffic rule set (PROTOCOL.md 8): what labels an event `declared_bot`,
 /// `datacenter`, `high_rate` or `excessive_clicks`.
 ///
@@ -27,6 +59,8 @@ public struct IVTRuleSet: Sendable, Equatable {
     public var name: String?
     /// Every user-agent pattern: the document's own, then each list's in order.
     public var userAgents: [UserAgentRule]
+    /// Patterns of `userAgents` that app events are not judged by (beacons are, by all).
+    public var appExemptions: [AppExemption]
     /// Every data-center range: the document's own, then each file's in order.
     public var ipRanges: [CIDRRange]
     /// Clicks of one ad counted before the rest are `excessive_clicks`; `nil`: rule off.
@@ -41,14 +75,16 @@ public struct IVTRuleSet: Sendable, Equatable {
     /// - Parameters:
     ///   - name: what the rule set is, free text.
     ///   - userAgents: the user-agent patterns.
+    ///   - appExemptions: the patterns app events are not judged by.
     ///   - ipRanges: the data-center ranges.
     ///   - maxClicksPerAd: the excessive-clicks limit, or `nil`.
     ///   - maxEventsPerClientMinute: the high-rate limit, or `nil`.
     ///   - sources: the files read into it.
-    public init(name: String? = nil, userAgents: [UserAgentRule] = [], ipRanges: [CIDRRange] = [],
+    public init(name: String? = nil, userAgents: [UserAgentRule] = [], appExemptions: [AppExemption] = [], ipRanges: [CIDRRange] = [],
                 maxClicksPerAd: Int? = nil, maxEventsPerClientMinute: Int? = nil, sources: [String] = []) {
         self.name = name
         self.userAgents = userAgents
+        self.appExemptions = appExemptions
         self.ipRanges = ipRanges
         self.maxClicksPerAd = maxClicksPerAd
         self.maxEventsPerClientMinute = maxEventsPerClientMinute
@@ -66,25 +102,57 @@ public struct IVTRuleSet: Sendable, Equatable {
     /// The largest limit a rule may set (PostgreSQL's `integer`).
     public static let maxLimit = Int(Int32.max)
 
-    /// The user-agent patterns compiled into one matcher (one per thread: see `UserAgentMatcher`).
+    /// The positions in `userAgents` of the patterns that apply to events of `channel`: every
+    /// one to beacons, all but the exempted ones to app events.
+    public func patternIndices(for channel: EventChannel) -> [Int] {
+        guard channel == .app, !appExemptions.isEmpty else { return Array(userAgents.indices) }
+        let exempted = Set(appExemptions.map(\.pattern))
+        return userAgents.indices.filter { !exempted.contains(userAgents[$0].pattern) }
+    }
+
+    /// The patterns that apply to events of `channel`, compiled into one matcher (one per
+    /// thread: see `UserAgentMatcher`).
     ///
     /// - Throws: `RuleSetError.invalidPattern` naming the first pattern that cannot be used.
-    public func userAgentMatcher() throws(RuleSetError) -> UserAgentMatcher {
+    public func userAgentMatcher(for channel: EventChannel) throws(RuleSetError) -> UserAgentMatcher {
+        let indices = patternIndices(for: channel)
         do {
-            return try UserAgentMatcher(patterns: userAgents.map(\.pattern))
+            return try UserAgentMatcher(patterns: indices.map { userAgents[$0].pattern })
         } catch {
-            throw .invalidPattern(location: "userAgents[\(error.index)]", error)
+            throw .invalidPattern(location: "userAgents[\(indices[error.index])]", error)
         }
+    }
+
+    /// The first pattern (in `userAgents` order) that applies to events of `channel` and
+    /// matches `userAgent`: the one an audit names for a `declared_bot` label. `nil` when none
+    /// does, or the patterns do not compile.
+    ///
+    /// Found by halving: a matcher of the first half of the candidates, then of the half of
+    /// that half where the first match lies, so the cost is about twice one compilation of the
+    /// whole list, not one per pattern.
+    public func declaringPattern(of userAgent: some Collection<UInt8>, channel: EventChannel) -> UserAgentRule? {
+        let indices = patternIndices(for: channel)
+        func anyMatches(_ range: Range<Int>) -> Bool {
+            (try? UserAgentMatcher(patterns: indices[range].map { userAgents[$0].pattern }))?.matches(userAgent) ?? false
+        }
+        guard !indices.isEmpty, anyMatches(0..<indices.count) else { return nil }
+        // A pattern of lower..<upper matches; none before lower does.
+        var (lower, upper) = (0, indices.count)
+        while upper - lower > 1 {
+            let middle = (lower + upper) / 2
+            if anyMatches(lower..<middle) { upper = middle } else { lower = middle }
+        }
+        return userAgents[indices[lower]]
     }
 
     /// The data-center ranges as one set to look addresses up in.
     public var ipRangeSet: IPRangeSet { IPRangeSet(ipRanges) }
 
-    /// Both compiled: what labelling needs per thread.
+    /// Every pattern (those beacons are judged by) and the ranges, compiled.
     ///
     /// - Throws: `RuleSetError.invalidPattern` naming the first pattern that cannot be used.
     public func compiled() throws(RuleSetError) -> (userAgents: UserAgentMatcher, ipRanges: IPRangeSet) {
-        (try userAgentMatcher(), ipRangeSet)
+        (try userAgentMatcher(for: .beacon), ipRangeSet)
     }
 }
 
@@ -103,6 +171,10 @@ public enum RuleSetError: Error, Sendable, Equatable, CustomStringConvertible {
     case missingField(location: String, name: String)
     /// A pattern `UserAgentMatcher` cannot use.
     case invalidPattern(location: String, PatternError)
+    /// An app exemption names a pattern the rule set does not have.
+    case notAPattern(location: String, pattern: String)
+    /// An app exemption names a pattern an earlier one (`first`) names already.
+    case repeatedExemption(location: String, pattern: String, first: String)
     /// A range that is not CIDR.
     case invalidRange(location: String, CIDRRangeError)
     /// A limit that is not an integer in 1...`IVTRuleSet.maxLimit`; `got` is its JSON text.
@@ -123,6 +195,10 @@ public enum RuleSetError: Error, Sendable, Equatable, CustomStringConvertible {
         case .repeatedField(let location, let name): "field \(Self.quoted(name)) given twice" + (location.isEmpty ? "" : " in \(location)")
         case .missingField(let location, let name): "\(location) has no \(Self.quoted(name))"
         case .invalidPattern(let location, let error): "\(location): \(error.patternDescription)"
+        case .notAPattern(let location, let pattern):
+            "\(location): \(Self.quoted(pattern)) is none of the rule set's user-agent patterns (userAgents and userAgentLists); "
+                + "an exemption names one exactly as written there"
+        case .repeatedExemption(let location, let pattern, let first): "\(location): \(Self.quoted(pattern)) is exempted already by \(first)"
         case .invalidRange(let location, let error): "\(location): \(error)"
         case .notPositiveInteger(let field, let got): "\(field) must be a positive integer up to \(IVTRuleSet.maxLimit), got \(got)"
         case .unreadableFile(let location, let reason): "\(location) cannot be read: \(reason)"

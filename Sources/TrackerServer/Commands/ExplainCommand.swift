@@ -95,7 +95,7 @@ struct ExplainCommand: AsyncParsableCommand {
         for e in events {
             rows.append([e.event.correctedAt.rfc3339, e.event.id.text, e.event.type.rawValue, e.event.source.rawValue,
                          e.event.adapter ?? "-", e.event.assetKey ?? "-", e.receivedAt?.rfc3339 ?? "(dropped)",
-                         e.sentAt?.rfc3339 ?? "-", e.occurredAt?.rfc3339 ?? "(dropped)", e.outcome.summary])
+                         e.sentAt?.rfc3339 ?? "-", e.occurredAt?.rfc3339 ?? "(dropped)", e.summary])
         }
         return TextTable.render(rows)
     }

@@ -68,7 +68,8 @@ tags:
       rules. Every report names the invalid-traffic rule set it was computed with: `ivtRules`
       in the JSON (after `from`, `to` and, when present, `tz` and `granularity`) and the
       `X-IVT-Rules` header (JSON and CSV alike). A report name other than `summary`,
-      `assets`, `sources`, `adchoices` and `ivt` is a `400 unknown_report`.
+      `assets`, `sources`, `adchoices`, `ivt`, `funnel`, `failures`, `waterfall` and
+      `reconciliation` is a `400 unknown_report`.
   - name: reconciliation
     description: |
       Ad Manager's own report imported and set beside the tracker's numbers, with what the
@@ -560,6 +561,101 @@ paths:
         "500": *reportInternal
         "503": *reportUnavailable
 
+  /v1/reports/funnel:
+    get:
+      tags: [reports]
+      operationId: funnelReport
+      summary: The ad funnel per day and ad unit - loads requested, filled, failed, unanswered; ads loaded and shown; load latency
+      description: |
+        docs/PROTOCOL.md section 10. A load (one `loadId`) counts once under its earliest
+        `ad_request`; it is filled when an `ad_loaded` names it, failed when not filled and it has
+        an `ad_failed`, unanswered otherwise. A loaded ad (one `requestId` with an `ad_loaded`)
+        counts under its earliest `ad_loaded`, and as shown when it has a counted impression.
+        Percentiles are read from fixed buckets (the smallest bucket bound at or above that
+        share of the values); `null` without values.
+      security:
+        - reportKey: []
+      parameters: *reportParameters
+      responses:
+        "200":
+          description: One row per day (and hour) and ad unit with any non-zero count, sorted by those.
+          headers: *reportHeaders
+          content:
+            application/json:
+              schema:
+                $ref: "#/components/schemas/FunnelReport"
+            text/csv:
+              schema:
+                type: string
+                description: "Header row (`hour` after `day` by hour): day,adUnit,requests,adsRequested,filledRequests,failedRequests,unansweredRequests,fillRate,loadedAds,shownAds,showRate,loadLatencyP50Ms,loadLatencyP95Ms (a percentile without values is empty)"
+        "400": *reportBadRequest
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "408": *reportTimeout
+        "409": *reportRebuildRequired
+        "500": *reportInternal
+        "503": *reportUnavailable
+
+  /v1/reports/failures:
+    get:
+      tags: [reports]
+      operationId: failuresReport
+      summary: Failed loads by error code per day and ad unit
+      description: Requested loads that are not filled and have an `ad_failed`, by their earliest failure's `errorCode`, under the load's day and ad unit.
+      security:
+        - reportKey: []
+      parameters: *reportParameters
+      responses:
+        "200":
+          description: One row per day (and hour), ad unit and error code with failed loads, sorted by those.
+          headers: *reportHeaders
+          content:
+            application/json:
+              schema:
+                $ref: "#/components/schemas/FailuresReport"
+            text/csv:
+              schema:
+                type: string
+                description: "Header row (`hour` after `day` by hour): day,adUnit,errorCode,failedRequests"
+        "400": *reportBadRequest
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "408": *reportTimeout
+        "409": *reportRebuildRequired
+        "500": *reportInternal
+        "503": *reportUnavailable
+
+  /v1/reports/waterfall:
+    get:
+      tags: [reports]
+      operationId: waterfallReport
+      summary: Mediation attempts per day, ad unit, adapter and position - results, fill rate and latency
+      description: |
+        A mediation attempt is one (`loadId`, `adapter`, `position`), counted once with the
+        result and latency of its earliest `mediation_result`, under that event's day and ad unit.
+      security:
+        - reportKey: []
+      parameters: *reportParameters
+      responses:
+        "200":
+          description: One row per day (and hour), ad unit, adapter and position with attempts, sorted by those (position by value).
+          headers: *reportHeaders
+          content:
+            application/json:
+              schema:
+                $ref: "#/components/schemas/WaterfallReport"
+            text/csv:
+              schema:
+                type: string
+                description: "Header row (`hour` after `day` by hour): day,adUnit,adapter,position,attempts,loaded,failed,timeouts,fillRate,latencyP50Ms,latencyP95Ms"
+        "400": *reportBadRequest
+        "401": *reportUnauthorized
+        "403": *reportForbidden
+        "408": *reportTimeout
+        "409": *reportRebuildRequired
+        "500": *reportInternal
+        "503": *reportUnavailable
+
   /v1/reports/reconciliation:
     get:
       tags: [reconciliation]
@@ -799,6 +895,52 @@ paths:
         "403": {$ref: "#/components/responses/Forbidden"}
         "404":
           description: No stored event has this `requestId` (or retention dropped them all).
+          content:
+            application/json:
+              schema:
+                allOf:
+                  - $ref: "#/components/schemas/Error"
+                  - properties:
+                      error: {const: not_found}
+        "408": {$ref: "#/components/responses/RequestTimeout"}
+        "500": {$ref: "#/components/responses/Internal"}
+        "503": {$ref: "#/components/responses/Unavailable"}
+
+  /v1/loads/{loadId}:
+    get:
+      tags: [reports]
+      operationId: explainLoad
+      summary: A load's audit trail - its events, the ads that filled it, and what became of it
+      description: |
+        The load's `ad_request`, `ad_failed` and `mediation_result` events and the `ad_loaded`
+        events that name it, in the order the rules take them, each with what it became, and
+        the load's outcome (docs/PROTOCOL.md section 10). `tracker explain --load LOAD_ID`
+        prints the same.
+      security:
+        - reportKey: []
+      parameters:
+        - name: loadId
+          in: path
+          required: true
+          description: The load's `loadId`, percent-encoded.
+          schema: {$ref: "#/components/schemas/RequestId"}
+        - $ref: "#/components/parameters/IncludeTest"
+      responses:
+        "200":
+          description: The load's events in the order the rules take them.
+          headers:
+            X-Projection-Lag-Events: {$ref: "#/components/headers/ProjectionLagEvents"}
+            X-Projection-Lag-Seconds: {$ref: "#/components/headers/ProjectionLagSeconds"}
+            X-IVT-Rules: {$ref: "#/components/headers/IVTRules"}
+          content:
+            application/json:
+              schema:
+                $ref: "#/components/schemas/LoadExplanation"
+        "400": {$ref: "#/components/responses/InvalidParameter"}
+        "401": {$ref: "#/components/responses/Unauthorized"}
+        "403": {$ref: "#/components/responses/Forbidden"}
+        "404":
+          description: No stored event has this `loadId`.
           content:
             application/json:
               schema:
@@ -1314,14 +1456,37 @@ components:
       description: |
         One event (docs/PROTOCOL.md, "Ingest"). Unknown members are ignored; `null` for an
         optional member means absent. A repeated member keeps its last value, as `JSON.parse`.
-      required: [id, type, requestId, adUnit, formatId, occurredAt]
-      if:
-        properties: {type: {const: click}}
-        required: [type]
-      then:
-        required: [assetKey]
-        properties:
-          assetKey: {$ref: "#/components/schemas/AssetKey"}
+        A load's own events (`ad_request`, `ad_failed`, `mediation_result`; docs/PROTOCOL.md
+        section 10) carry a `loadId` and no `requestId`; every other event needs `requestId`
+        and `formatId`. A funnel field on a type it does not belong to rejects the event.
+      required: [id, type, adUnit, occurredAt]
+      allOf:
+        - if:
+            properties: {type: {const: click}}
+            required: [type]
+          then:
+            required: [assetKey]
+            properties:
+              assetKey: {$ref: "#/components/schemas/AssetKey"}
+        - if:
+            properties: {type: {enum: [ad_request, ad_failed, mediation_result]}}
+            required: [type]
+          then:
+            required: [loadId]
+            properties:
+              requestId: {type: "null"}
+          else:
+            required: [requestId, formatId]
+        - if:
+            properties: {type: {const: ad_failed}}
+            required: [type]
+          then:
+            required: [errorCode]
+        - if:
+            properties: {type: {const: mediation_result}}
+            required: [type]
+          then:
+            required: [result, adapter, position]
       properties:
         id:
           description: The idempotency key; any UUID version (v7 recommended), either case, stored lower-case.
@@ -1412,12 +1577,56 @@ components:
                 - format: ipv6
               maxLength: 45
             - type: "null"
+        loadId:
+          description: |
+            The load (one `loadRequest:` call): required on `ad_request`, `ad_failed` and
+            `mediation_result`, optional on `ad_loaded` (it links the ad to its load), refused on
+            every other type. 1 to 128 characters, no control characters.
+          oneOf:
+            - $ref: "#/components/schemas/RequestId"
+            - type: "null"
+        adsRequested:
+          description: "`ad_request` only: how many ads the load asks for (default 1)."
+          type: [integer, "null"]
+          minimum: 1
+          maximum: 5
+        latencyMs:
+          description: |
+            `ad_loaded`, `ad_failed`, `mediation_result` only: milliseconds from the load call
+            (for `mediation_result`, that network's) to the answer, on the device's monotonic clock.
+          type: [integer, "null"]
+          minimum: 0
+          maximum: 600000
+        errorCode:
+          description: "`ad_failed` (required) and `mediation_result` (required when `result` is `failed`) only: the SDK's `GADErrorCode`."
+          oneOf:
+            - $ref: "#/components/schemas/ErrorCode"
+            - type: "null"
+        result:
+          description: "`mediation_result` only (required): how the network answered."
+          oneOf:
+            - type: string
+              enum: [loaded, failed, timeout]
+            - type: "null"
+        position:
+          description: "`mediation_result` only (required): the network's place in the waterfall."
+          type: [integer, "null"]
+          minimum: 1
+          maximum: 100
 
     EventType:
       type: string
       description: The event types of docs/PROTOCOL.md, "Event types".
       enum: [ad_loaded, impression, click, adchoices_impression, adchoices_click,
-             video_play, video_pause, video_end, video_mute, video_unmute]
+             video_play, video_pause, video_end, video_mute, video_unmute,
+             ad_request, ad_failed, mediation_result]
+
+    ErrorCode:
+      type: string
+      description: The `GADErrorCode` cases in snake case (docs/PROTOCOL.md, section 10).
+      enum: [no_fill, network_error, timeout, server_error, invalid_request, invalid_argument, received_invalid_response,
+             mediation_no_fill, mediation_adapter_error, mediation_data_error, mediation_invalid_ad_size, internal_error,
+             ad_already_used, os_version_too_low, application_identifier_missing, other]
 
     RequestId:
       type: string
@@ -1618,7 +1827,8 @@ components:
       type: object
       additionalProperties: false
       required: [day, adUnit, adManagerImpressions, impressions, impressionDiscrepancy, adManagerClicks, clicks, clickDiscrepancy,
-                 withinTolerance, duplicateImpressions, givtImpressions, staleImpressions, givtClicks, duplicateClicks]
+                 withinTolerance, duplicateImpressions, givtImpressions, staleImpressions, givtClicks, duplicateClicks,
+                 requests, loadedAds, shownAds]
       properties:
         day: {$ref: "#/components/schemas/Day"}
         adUnit: {type: string}
@@ -1634,6 +1844,15 @@ components:
         staleImpressions: {$ref: "#/components/schemas/Count"}
         givtClicks: {$ref: "#/components/schemas/Count"}
         duplicateClicks: {$ref: "#/components/schemas/Count"}
+        requests: {$ref: "#/components/schemas/Count"}
+        loadedAds: {$ref: "#/components/schemas/Count"}
+        shownAds: {$ref: "#/components/schemas/Count"}
+        adManagerRequests:
+          $ref: "#/components/schemas/Count"
+          description: Only when the import has Ad Manager's total ad requests.
+        requestDiscrepancy:
+          type: [number, "null"]
+          description: Only when the import has Ad Manager's total ad requests; (requests - adManagerRequests) / adManagerRequests.
 
     Day:
       type: string
@@ -1910,10 +2129,106 @@ components:
           $ref: "#/components/schemas/Count"
           description: Events of every type with this label (ad_loaded, AdChoices and video events too).
 
+    FunnelReport:
+      type: object
+      additionalProperties: false
+      required: [from, to, ivtRules, rows]
+      properties:
+        from: {$ref: "#/components/schemas/Day"}
+        to: {$ref: "#/components/schemas/Day"}
+        tz: {$ref: "#/components/schemas/ReportTimeZone"}
+        granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
+        rows:
+          type: array
+          items: {$ref: "#/components/schemas/FunnelRow"}
+
+    FunnelRow:
+      type: object
+      additionalProperties: false
+      required: [day, adUnit, requests, adsRequested, filledRequests, failedRequests, unansweredRequests, fillRate, loadedAds,
+                 shownAds, showRate, loadLatencyP50Ms, loadLatencyP95Ms]
+      properties:
+        day: {$ref: "#/components/schemas/Day"}
+        hour: {$ref: "#/components/schemas/Hour"}
+        adUnit: {type: string}
+        requests: {$ref: "#/components/schemas/Count"}
+        adsRequested: {$ref: "#/components/schemas/Count"}
+        filledRequests: {$ref: "#/components/schemas/Count"}
+        failedRequests: {$ref: "#/components/schemas/Count"}
+        unansweredRequests: {$ref: "#/components/schemas/Count"}
+        fillRate: {type: number, minimum: 0, maximum: 1, description: "filledRequests / requests; 0 without requests."}
+        loadedAds: {$ref: "#/components/schemas/Count"}
+        shownAds: {$ref: "#/components/schemas/Count"}
+        showRate: {type: number, minimum: 0, maximum: 1, description: "shownAds / loadedAds; 0 without loaded ads."}
+        loadLatencyP50Ms: &latencyPercentile
+          type: [integer, "null"]
+          enum: [10, 20, 30, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 4000, 5000, 7500, 10000, 15000,
+                 20000, 30000, 60000, 600000, null]
+          description: A bucket bound in milliseconds; null without latencies.
+        loadLatencyP95Ms: *latencyPercentile
+
+    FailuresReport:
+      type: object
+      additionalProperties: false
+      required: [from, to, ivtRules, rows]
+      properties:
+        from: {$ref: "#/components/schemas/Day"}
+        to: {$ref: "#/components/schemas/Day"}
+        tz: {$ref: "#/components/schemas/ReportTimeZone"}
+        granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
+        rows:
+          type: array
+          items: {$ref: "#/components/schemas/FailuresRow"}
+
+    FailuresRow:
+      type: object
+      additionalProperties: false
+      required: [day, adUnit, errorCode, failedRequests]
+      properties:
+        day: {$ref: "#/components/schemas/Day"}
+        hour: {$ref: "#/components/schemas/Hour"}
+        adUnit: {type: string}
+        errorCode: {$ref: "#/components/schemas/ErrorCode"}
+        failedRequests: {$ref: "#/components/schemas/Count"}
+
+    WaterfallReport:
+      type: object
+      additionalProperties: false
+      required: [from, to, ivtRules, rows]
+      properties:
+        from: {$ref: "#/components/schemas/Day"}
+        to: {$ref: "#/components/schemas/Day"}
+        tz: {$ref: "#/components/schemas/ReportTimeZone"}
+        granularity: {$ref: "#/components/schemas/ReportGranularity"}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
+        rows:
+          type: array
+          items: {$ref: "#/components/schemas/WaterfallRow"}
+
+    WaterfallRow:
+      type: object
+      additionalProperties: false
+      required: [day, adUnit, adapter, position, attempts, loaded, failed, timeouts, fillRate, latencyP50Ms, latencyP95Ms]
+      properties:
+        day: {$ref: "#/components/schemas/Day"}
+        hour: {$ref: "#/components/schemas/Hour"}
+        adUnit: {type: string}
+        adapter: {type: string}
+        position: {type: integer, minimum: 1, maximum: 100}
+        attempts: {$ref: "#/components/schemas/Count"}
+        loaded: {$ref: "#/components/schemas/Count"}
+        failed: {$ref: "#/components/schemas/Count"}
+        timeouts: {$ref: "#/components/schemas/Count"}
+        fillRate: {type: number, minimum: 0, maximum: 1, description: "loaded / attempts."}
+        latencyP50Ms: *latencyPercentile
+        latencyP95Ms: *latencyPercentile
+
     AdExplanation:
       type: object
       additionalProperties: false
-      required: [requestId, includeTest, attributionWindowSeconds, ivtRules, countedImpression, doubleTrackedImpressions, doubleTrackedClicks, events]
+      required: [requestId, includeTest, attributionWindowSeconds, ivtRules, countedImpression, doubleTrackedImpressions, doubleTrackedClicks, events, loads]
       properties:
         requestId: {$ref: "#/components/schemas/RequestId"}
         includeTest:
@@ -1938,12 +2253,42 @@ components:
           type: array
           description: Every stored event of the ad, by corrected time, then id.
           items: {$ref: "#/components/schemas/ExplainedEvent"}
+        loads:
+          type: array
+          description: The audit trails of the loads the ad's `ad_loaded` events name.
+          items: {$ref: "#/components/schemas/LoadExplanation"}
+
+    LoadExplanation:
+      type: object
+      additionalProperties: false
+      required: [loadId, includeTest, ivtRules, requested, outcome, errorCode, events]
+      properties:
+        loadId: {$ref: "#/components/schemas/RequestId"}
+        includeTest: {type: boolean}
+        ivtRules: {$ref: "#/components/schemas/IVTRules"}
+        requested:
+          type: boolean
+          description: The load has a valid `ad_request`.
+        outcome:
+          type: [string, "null"]
+          enum: [filled, failed, unanswered, null]
+          description: What became of the requested load; null when it is not requested.
+        errorCode:
+          description: A failed load's error (its earliest `ad_failed`'s); else null.
+          oneOf:
+            - $ref: "#/components/schemas/ErrorCode"
+            - type: "null"
+        events:
+          type: array
+          description: The load's events and the `ad_loaded` events that name it, by corrected time, then id.
+          items: {$ref: "#/components/schemas/ExplainedEvent"}
 
     ExplainedEvent:
       type: object
       additionalProperties: false
       required: [id, type, source, adapter, assetKey, adUnit, formatId, eea, reservation, test,
-                 occurredAt, sentAt, receivedAt, correctedAt, day, label, outcome]
+                 occurredAt, sentAt, receivedAt, correctedAt, day, label, labelledBy, requestId, loadId, adsRequested, latencyMs,
+                 errorCode, result, position, outcome]
       properties:
         id: {type: string, format: uuid}
         type: {$ref: "#/components/schemas/EventType"}
@@ -1983,7 +2328,67 @@ components:
           oneOf:
             - $ref: "#/components/schemas/IVTLabel"
             - type: "null"
+        labelledBy:
+          description: |
+            The rule of that rule set behind `label`, or null when `label` is null (or, rarely,
+            when the rule cannot be named: an event whose day retention dropped from the log has
+            no client left to match).
+          oneOf:
+            - $ref: "#/components/schemas/LabellingRule"
+            - type: "null"
+        requestId:
+          type: [string, "null"]
+          description: The ad the event belongs to; null for a load's own events (and where retention dropped a load reference).
+        loadId:
+          type: [string, "null"]
+          description: The load the event belongs to, or that an `ad_loaded` names.
+        adsRequested: {type: [integer, "null"]}
+        latencyMs: {type: [integer, "null"]}
+        errorCode:
+          oneOf:
+            - $ref: "#/components/schemas/ErrorCode"
+            - type: "null"
+        result:
+          type: [string, "null"]
+          enum: [loaded, failed, timeout, null]
+        position: {type: [integer, "null"]}
         outcome: {$ref: "#/components/schemas/Outcome"}
+
+    LabellingRule:
+      type: object
+      description: |
+        The rule behind an event's invalid-traffic label, by the rule set's own field names
+        (docs/PROTOCOL.md, "Invalid traffic"); exactly one of `pattern`, `ipRange`,
+        `maxEventsPerClientMinute` and `maxClicksPerAd` is present.
+      additionalProperties: false
+      properties:
+        pattern:
+          type: string
+          description: |
+            declared_bot: the first pattern of the rule set's `userAgents` (its own, then its lists')
+            that matches the event's user agent, among those that apply to the event: all of them to
+            a beacon, all but the `appExemptions` to an event sent to POST /v1/events.
+          examples: ["Googlebot\\/"]
+        name:
+          type: string
+          description: "declared_bot: the pattern's name, when the rule set gives it one."
+        ipRange:
+          type: string
+          description: "datacenter: the first range of the rule set that holds the event's address (CIDR)."
+          examples: ["34.64.0.0/10"]
+        maxEventsPerClientMinute:
+          type: integer
+          minimum: 1
+          description: "high_rate: the limit the event's client (address and user agent) went over in the event's UTC minute of receipt."
+        maxClicksPerAd:
+          type: integer
+          minimum: 1
+          description: "excessive_clicks: the ad's counted clicks before this one reached the limit."
+      oneOf:
+        - required: [pattern]
+        - required: [ipRange]
+        - required: [maxEventsPerClientMinute]
+        - required: [maxClicksPerAd]
 
     Outcome:
       type: object
@@ -2007,6 +2412,12 @@ components:
             - video                           # countedAs: which video measure it counts the ad in, if any
             - test_traffic                    # a test event, left out because includeTest is false
             - invalid_traffic                 # label: general invalid traffic, left out of every measure
+            - load_request                    # loadOutcome, errorCode: the load's earliest ad_request
+            - repeated_request                # duplicateOf = the load's counted ad_request
+            - load_failure                    # counted: whether its error is the failed load's
+            - load_fill                       # an ad_loaded that names the load
+            - mediation_attempt               # the attempt's earliest mediation_result
+            - repeated_attempt                # duplicateOf = the attempt's counted mediation_result
         earliest:
           type: boolean
           description: "ad_loaded: the ad's earliest ad_loaded, from which staleness is measured."
@@ -2016,7 +2427,19 @@ components:
         duplicateOf:
           type: string
           format: uuid
-          description: "duplicate_impression / duplicate_adchoices_impression: the counted one; duplicate_click: the counted click of the same asset key it repeats."
+          description: "duplicate_impression / duplicate_adchoices_impression: the counted one; duplicate_click: the counted click of the same asset key it repeats; repeated_request / repeated_attempt: the counted event."
+        loadOutcome:
+          type: string
+          enum: [filled, failed, unanswered]
+          description: "load_request: what became of the load."
+        errorCode:
+          description: "load_request of a failed load: its error; else null."
+          oneOf:
+            - $ref: "#/components/schemas/ErrorCode"
+            - type: "null"
+        counted:
+          type: boolean
+          description: "load_failure: whether its error is the failed load's (the earliest failure of a requested load that no ad filled)."
         attributedTo:
           type: string
           format: uuid

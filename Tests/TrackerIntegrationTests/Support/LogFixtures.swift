@@ -39,8 +39,9 @@ enum Events {
 }
 
 extension TestDatabase {
-    /// Appends through the real group-commit log (started for the call, then drained).
-    func append(_ events: [TrackingEvent]) async throws {
+    /// Appends through the real group-commit log (started for the call, then drained), as
+    /// sent with the key `keyName` (`beacon:…` for events fetched as beacons).
+    func append(_ events: [TrackingEvent], keyName: String = "tests") async throws {
         // No append deadline: fixtures load thousands of events on a machine the whole suite loads.
         var configuration = EventLog.Configuration()
         configuration.appendTimeout = nil
@@ -53,7 +54,7 @@ extension TestDatabase {
                 var start = 0
                 while start < events.count {
                     let chunk = Array(events[start..<min(start + 500, events.count)])
-                    _ = try await log.append(chunk, keyName: "tests")
+                    _ = try await log.append(chunk, keyName: keyName)
                     start += chunk.count
                 }
             } catch {

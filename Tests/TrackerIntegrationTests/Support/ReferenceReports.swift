@@ -49,14 +49,21 @@ enum ReferenceReports {
     /// agent with Foundation's regular expressions, every range checked bit by bit.
     struct Rules {
         var patterns: [String] = []
+        /// Patterns that judge beacons only, not app events.
+        var appExemptions: Set<String> = []
+        /// The stored events that came as beacons (the rest were sent to /v1/events).
+        var beacons: Set<PackedUUID> = []
         var ranges: [(address: [UInt8], bits: Int)] = []
         var maxClicksPerAd: Int?
         var maxEventsPerClientMinute: Int?
 
         static let none = Rules()
 
-        init(patterns: [String] = [], ranges: [String] = [], maxClicksPerAd: Int? = nil, maxEventsPerClientMinute: Int? = nil) {
+        init(patterns: [String] = [], appExemptions: Set<String> = [], beacons: Set<PackedUUID> = [], ranges: [String] = [],
+             maxClicksPerAd: Int? = nil, maxEventsPerClientMinute: Int? = nil) {
             self.patterns = patterns
+            self.appExemptions = appExemptions
+            self.beacons = beacons
             self.ranges = ranges.map { text in
                 let parts = text.split(separator: "/")
                 let address = IPAddress(parts[0])!.bytes
@@ -66,9 +73,10 @@ enum ReferenceReports {
             self.maxEventsPerClientMinute = maxEventsPerClientMinute
         }
 
-        func isBot(_ agent: String?) -> Bool {
+        func isBot(_ agent: String?, beacon: Bool) -> Bool {
             guard let agent else { return false }
             return patterns.contains { p in
+                guard beacon || !appExemptions.contains(p) else { return false }
                 let regex = try! NSRegularExpression(pattern: p, options: [.caseInsensitive])
                 return regex.firstMatch(in: agent, range: NSRange(agent.startIndex..., in: agent)) != nil
             }
@@ -98,7 +106,7 @@ enum ReferenceReports {
             }
             var out: [PackedUUID: String] = [:]
             for e in stored {
-                if isBot(e.userAgent) { out[e.id] = "declared_bot" }
+                if isBot(e.userAgent, beacon: beacons.contains(e.id)) { out[e.id] = "declared_bot" }
                 else if isDatacenter(e.clientIP) { out[e.id] = "datacenter" }
                 else if let limit = maxEventsPerClientMinute, let g = group(e), groups[g]! > limit { out[e.id] = "high_rate" }
             }

@@ -94,7 +94,7 @@ extension InvalidTraffic {
             let files = ["bots.json": crawlerFile, "ranges.txt": rangesFile]
             let cases: [(String, [String: String], String)] = [
                 (#"{"maxClickPerAd": 5}"#, [:],
-                 #"unknown field "maxClickPerAd"; the fields are name, sources, userAgents, userAgentLists, ipRanges, ipRangeFiles, maxClicksPerAd, maxEventsPerClientMinute"#),
+                 #"unknown field "maxClickPerAd"; the fields are name, sources, userAgents, userAgentLists, appExemptions, ipRanges, ipRangeFiles, maxClicksPerAd, maxEventsPerClientMinute"#),
                 (#"{"maxClicksPerAd": 5, "maxClicksPerAd": 6}"#, [:], #"field "maxClicksPerAd" given twice"#),
                 (#"{"maxClicksPerAd": 0}"#, [:], "maxClicksPerAd must be a positive integer up to 2147483647, got 0"),
                 (#"{"maxClicksPerAd": -3}"#, [:], "maxClicksPerAd must be a positive integer up to 2147483647, got -3"),
