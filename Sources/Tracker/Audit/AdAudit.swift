@@ -16,17 +16,21 @@ public struct AdAudit: Sendable {
     }
 
     /// The ad's audit trail, with the trails of the loads it names, and the projection lag, or
-    /// `nil` when no event of it is stored.
-    public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
+    /// `nil` when no event of it is stored. With `networks` (a scoped key: PROTOCOL.md 11), an ad
+    /// or load with an event outside them is `nil` too, exactly as one that does not exist.
+    public func explain(requestId: String, includeTest: Bool,
+                        networks: NetworkScope? = nil) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let found = try await pool.withConnection { connection -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
             let rules = try Rules.read(on: connection)
-            guard let ad = try Self.trail(of: requestId, .ad, rules: rules, on: connection) else { return nil }
+            guard let ad = try Self.trail(of: requestId, .ad, rules: rules, networks: networks, on: connection) else { return nil }
             var loadIds: [String] = []
             for l in ad.logged where l.event.type == .adLoaded {
                 if let load = l.loadId, !loadIds.contains(load) { loadIds.append(load) }
             }
-            let loads = try loadIds.compactMap { id in try Self.trail(of: id, .load, rules: rules, on: connection).map { (id, $0) } }
+            let loads = try loadIds.compactMap { id in
+                try Self.trail(of: id, .load, rules: rules, networks: networks, on: connection).map { (id, $0) }
+            }
             return (ad, loads, rules)
         }
         guard let found else { return nil }
@@ -39,21 +43,23 @@ public struct AdAudit: Sendable {
             found.rules.name(&load.events, by: trail.labelledBy)
             return load
         }
-        return (explanation, try await LogCursor(pool: pool).lag())
+        return (explanation, try await LogCursor(pool: pool).lag(networks: networks))
     }
 
-    /// The load's audit trail and the projection lag, or `nil` when no event of it is stored.
-    public func explain(loadId: String, includeTest: Bool) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
+    /// The load's audit trail and the projection lag, or `nil` when no event of it is stored (or,
+    /// with `networks`, an event of it is outside them).
+    public func explain(loadId: String, includeTest: Bool,
+                        networks: NetworkScope? = nil) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let found = try await pool.withConnection { connection -> (load: Trail, rules: Rules)? in
             let rules = try Rules.read(on: connection)
-            return try Self.trail(of: loadId, .load, rules: rules, on: connection).map { ($0, rules) }
+            return try Self.trail(of: loadId, .load, rules: rules, networks: networks, on: connection).map { ($0, rules) }
         }
         guard let found else { return nil }
         var explanation = found.rules.contribution.explain(loadId: loadId, found.load.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
         found.rules.name(&explanation.events, by: found.load.labelledBy)
-        return (explanation, try await LogCursor(pool: pool).lag())
+        return (explanation, try await LogCursor(pool: pool).lag(networks: networks))
     }
 
     /// The rules the projections were computed with: the attribution window, and the rule set
@@ -97,8 +103,11 @@ public struct AdAudit: Sendable {
         var logged: String { self == .ad ? AdAuditSQL.loggedOfAd : AdAuditSQL.loggedOfLoad }
     }
 
-    /// The stored events of the ad or load `key` with the log's times, or `nil` when it has none.
-    private static func trail(of key: String, _ part: Part, rules: Rules, on connection: Connection) throws -> Trail? {
+    /// The stored events of the ad or load `key` with the log's times, or `nil` when it has none,
+    /// or (with `networks`) has one outside them: decided from `ad_state` alone, before the log
+    /// is read, so that another network's state answers as fast as one that does not exist.
+    private static func trail(of key: String, _ part: Part, rules: Rules, networks: NetworkScope?,
+                              on connection: Connection) throws -> Trail? {
         var strings = StringTable(limit: 64)
         let packed = try connection.query(AdAuditSQL.adState, [.text(key)], binaryResults: true)
         var projected: [AdEvent] = []
@@ -108,6 +117,7 @@ public struct AdAudit: Sendable {
             }
             projected = events.filter(part.holds)
         }
+        if let networks, projected.contains(where: { !networks.contains(adUnit: $0.adUnit) }) { return nil }
         guard let earliest = projected.map(\.correctedAt).min() else { return nil }
         // corrected_at <= received_at + 1 s (PROTOCOL.md 3 refuses occurredAt more than 1 s after sentAt),
         // so no event of the state was received before this: the earlier partitions are skipped.

@@ -3,7 +3,7 @@ extension ReportValue {
     /// character as `\u00XX`) and quoted, a count's 20 characters, a ratio's 32.
     var byteBound: Int {
         switch self {
-        case .text(let s): 2 + 6 * s.utf8.count
+        case .text(let s): 3 + 6 * s.utf8.count  // quotes, a formula guard, and JSON's worst escape per byte
         case .count: 20
         case .ratio: 32  // a Double's shortest form is at most 24 characters
         case .missing: 4
@@ -167,6 +167,19 @@ extension ReportResult {
     }
 }
 
+/// The one rule CSV text follows against formulas (`RawWriter.csvField`).
+enum CSVText {
+    /// The mark put before a text cell a spreadsheet would read as a formula: `'`.
+    static let guardMark = UInt8(ascii: "'")
+
+    /// Whether a text cell starting with `byte` would be read as a formula: `=`, `+`, `-`, `@`,
+    /// a tab or a carriage return.
+    static func startsFormula(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "=") || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "@")
+            || byte == 0x09 || byte == 0x0D
+    }
+}
+
 /// Stores bytes one after the other into memory sized beforehand (`jsonByteBound`,
 /// `csvByteBound`): a bounds check per write, and neither the growth nor the copy-on-write
 /// check of appending to an array.
@@ -223,17 +236,24 @@ struct RawWriter {
         JSONText.writeQuoted(s) { bytes($0) }
     }
 
-    /// `s` as a CSV field: quoted, with quotes doubled, when it holds a comma, quote or line end
-    /// (told by its bytes: a quote followed by a combining accent is still a quote to a reader).
+    /// `s` as a CSV text field: quoted, with quotes doubled, when it holds a comma, quote or line
+    /// end (told by its bytes: a quote followed by a combining accent is still a quote to a
+    /// reader); and, when it starts with `=`, `+`, `-`, `@`, a tab or a carriage return, after a
+    /// `'`, so that a spreadsheet shows it as text instead of running it as a formula (OWASP's
+    /// rule against CSV injection: an ad unit, asset key or adapter is whatever a client sent).
+    /// Numbers are not text fields: they are written as they are.
     mutating func csvField(_ s: String) {
         var s = s
         s.withUTF8 { utf8 in
             let all = UnsafeRawBufferPointer(utf8)
+            let guarded = utf8.first.map(CSVText.startsFormula) ?? false
             guard utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else {
+                if guarded { byte(CSVText.guardMark) }
                 bytes(all)
                 return
             }
             byte(0x22)
+            if guarded { byte(CSVText.guardMark) }
             var run = 0
             for (i, b) in utf8.enumerated() where b == 0x22 {
                 bytes(UnsafeRawBufferPointer(rebasing: all[run...i]))

@@ -28,11 +28,18 @@ public struct Reports: Sendable {
 
     /// The report `query` asks for.
     ///
+    /// With `networks` (a scoped key: PROTOCOL.md 11), only the rows of those networks' ad units,
+    /// each what an unscoped key sees for it, and the lag of those networks only.
+    ///
     /// - Throws: `ReportQueryError.unknownTimeZone` for a zone the database does not know,
-    ///   `ReportError` when the projections cannot answer, or a `DatabaseError`.
-    public func run(_ query: ReportQuery) async throws -> ReportResult {
+    ///   `ReportError` when the projections cannot answer or the `adUnit` filter is outside
+    ///   `networks`, or a `DatabaseError`.
+    public func run(_ query: ReportQuery, networks: NetworkScope? = nil) async throws -> ReportResult {
         let started = ContinuousClock.now
         defer { durations[query.kind]?.recordNanoseconds((ContinuousClock.now - started).nanoseconds) }
+        if let networks, let adUnit = query.adUnit, !networks.contains(adUnit: adUnit) {
+            throw ReportError.outsideNetworks(filter: adUnit)
+        }
         var query = query
         if !query.isUTCDays {
             query.timeZone = try await TimeZoneCatalog.shared.canonicalName(query.timeZone, pool: pool)
@@ -41,7 +48,8 @@ public struct Reports: Sendable {
         let spec = ReportSQL.specs[query.kind]!
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         var parameters: [Parameter] = [.text(query.from.description), .text(query.to.description), .text(classes),
-                                       query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null]
+                                       query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null,
+                                       networks?.arrayParameter ?? .null, query.adUnitLevel.map { .text(String($0)) } ?? .null]
         var dimensions = spec.dimensions
         var local: LocalSegments.Segments?
         if !query.isUTCDays {
@@ -65,7 +73,7 @@ public struct Reports: Sendable {
                 let r = try connection.query(local.cutsOfBlock == nil ? spec.localRows : spec.localCuts, arguments, binaryResults: true)
                 out = try local.sum(r, dimensions: Array(spec.textDimensions.dropFirst()), lanes: spec.lanes, width: spec.width,
                                     columns: columnCount, appendMeasures: spec.appendMeasures)
-                return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
+                return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
             }
             let r = try connection.query(spec.sql, arguments, binaryResults: false)
             let columns = spec.dimensions.count
@@ -79,7 +87,7 @@ public struct Reports: Sendable {
                 spec.appendMeasures(counts[...], &dims)
                 out.append(dims)
             }
-            return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
+            return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
         }
         return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows, lag: lag, ivtRules: ivtRules)
     }
@@ -100,9 +108,14 @@ public enum ReportError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The projections were made before the tracker kept quarter hours, so only UTC days can
     /// be reported until `tracker rebuild` has run.
     case quarterHoursMissing
+    /// A scoped key asked for an ad unit (or prefix) outside its networks (`403`).
+    case outsideNetworks(filter: String)
 
     public var description: String {
         switch self {
+        case .outsideNetworks(let filter):
+            "adUnit \(filter) belongs to network \(NetworkScope.network(of: filter)), which this key cannot read: "
+                + "a key scoped to networks reads their ad units only"
         case .quarterHoursMissing:
             "these projections were made before the tracker kept quarter hours, so they can report UTC days only; "
                 + "run tracker rebuild once to report in other time zones and by hour"
@@ -148,11 +161,11 @@ enum ReportSQL {
         var measureNames: [String]
         /// UTC days, from the day table.
         var sql: String
-        /// Local days or hours: the half-day rows of the segments' blocks ($6 first, $7 last),
+        /// Local days or hours: the half-day rows of the segments' blocks ($8 first, $9 last),
         /// whole, which `LocalSegments.Segments.sum` cuts and sums by label and key.
         var localRows: String
         /// Local days: the same rows with two elements of their counts, each half day's cut
-        /// ($8, by half day from $6) and its total, all a local day needs of a half day.
+        /// ($10, by half day from $8) and its total, all a local day needs of a half day.
         var localCuts: String
         /// Each summed measure's place (in SELECT order) among the `width` measures of a
         /// half-day row's counts.
@@ -180,24 +193,37 @@ enum ReportSQL {
         .ratio(b == 0 ? 0 : Double(a) / Double(b))
     }
 
-    static let filters = """
-        WHERE day BETWEEN $1::date AND $2::date
+    /// The rows every report keeps, whatever its time: the classes ($3), the `adUnit` filter
+    /// ($4: an ad unit, or with a trailing `/` every ad unit under that path), the format ($5) and
+    /// a scoped key's networks ($6, the ad unit's first segment).
+    static let rowFilters = """
           AND traffic_class = ANY($3::int2[])
-          AND ($4::text IS NULL OR ad_unit = $4::text)
+          AND ($4::text IS NULL OR ad_unit = $4::text OR (right($4::text, 1) = '/' AND starts_with(ad_unit, $4::text)))
           AND ($5::text IS NULL OR format_id = $5::text)
+          AND ($6::text[] IS NULL OR split_part(ad_unit, '/', 2) = ANY($6::text[]))
         """
 
-    /// The row filters of a local-time report; the half days come from the segments ($6 first,
-    /// $7 last), whose days are those asked ($1 to $2) already. $1 and $2 stay referenced so
+    static let filters = """
+        WHERE day BETWEEN $1::date AND $2::date
+        \(rowFilters)
+        """
+
+    /// The row filters of a local-time report; the half days come from the segments ($8 first,
+    /// $9 last), whose days are those asked ($1 to $2) already. $1 and $2 stay referenced so
     /// that every report takes the same parameters.
     static let quartersFilters = """
         WHERE $1::date <= $2::date
-          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $6::int8 * interval '12 hours'
-                                  AND timestamptz '1970-01-01 00:00:00+00' + $7::int8 * interval '12 hours'
-          AND traffic_class = ANY($3::int2[])
-          AND ($4::text IS NULL OR ad_unit = $4::text)
-          AND ($5::text IS NULL OR format_id = $5::text)
+          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $8::int8 * interval '12 hours'
+                                  AND timestamptz '1970-01-01 00:00:00+00' + $9::int8 * interval '12 hours'
+        \(rowFilters)
         """
+
+    /// A row's ad unit as the report shows it: as stored, or rolled up to its first $7 segments
+    /// after the network code (`adUnitLevel`: `/1234567/news/sports` is `/1234567/news` at
+    /// level 1), so that the rows under one path sum into one.
+    static func adUnit(_ column: String) -> String {
+        "CASE WHEN $7::int IS NULL THEN \(column) ELSE array_to_string((string_to_array(\(column), '/'))[1:$7::int + 2], '/') END"
+    }
 
     /// Whether the quarter-hour tables cover every projected event (`ReportError.quarterHoursMissing`),
     /// and the rule set the projections were computed with (every report names it).
@@ -262,6 +288,7 @@ enum ReportSQL {
         let position = Dictionary(uniqueKeysWithValues: summed.enumerated().map { ($1, $0) })
         let dimensionKinds = dimensions.map { ProjectionDimension(rawValue: $0)! }
         let dims = dimensionKinds.map(\.column)
+        let dimensionValues = dimensionKinds.map { $0 == .adUnit ? "\(adUnit("ad_unit")) AS ad_unit" : $0.column }
         let sums = summed.map { "sum(\($0.column))" }
         let dimensionList = dims.joined(separator: ", ")
         let having = sums.map { "\($0) <> 0" }.joined(separator: " OR ")
@@ -269,8 +296,9 @@ enum ReportSQL {
         let sql = """
             SELECT to_char(day, 'YYYY-MM-DD'), \(dimensionList),
                    \(sums.joined(separator: ", "))
-            FROM \(M.table.tableName(.day))
-            \(filters)
+            FROM (SELECT day, \(dimensionValues.joined(separator: ", ")), \(summed.map(\.column).joined(separator: ", "))
+                  FROM \(M.table.tableName(.day))
+                  \(filters)) AS t
             GROUP BY day, \(dimensionList)
             HAVING \(having)
             ORDER BY day, \(order)
@@ -280,14 +308,14 @@ enum ReportSQL {
         // sends the rows whole, their counts as the bytes it stores; the tracker cuts the
         // slices, sums them by label and key, filters and sorts, with integer sums and ranks
         // where SQL would sum numerics and sort collated text.
-        let keyColumns = dims.map { "q.\($0)" }.joined(separator: ", ")
+        let keyColumns = dimensionKinds.map { $0 == .adUnit ? adUnit("q.ad_unit") : "q.\($0.column)" }.joined(separator: ", ")
         let localRows = """
             SELECT q.quarters_from, \(keyColumns), q.mask, q.counts
             FROM \(M.table.tableName(.quarters)) AS q
             \(quartersFilters)
             """
         // A report by day needs at most three of a row's 49 running counts per measure, the
-        // first being 0: it reads the cut ($8, by half day from $6) and the total, not the whole
+        // first being 0: it reads the cut ($10, by half day from $8) and the total, not the whole
         // row, which for a month of rows would be megabytes to receive for a few hundred sums.
         // The cut's entry is found from the mask as QuarterBlock.entry does (the count of set
         // bits below the cut); a cut before the row's first entry is all zeros.
@@ -298,7 +326,7 @@ enum ReportSQL {
                    CASE WHEN c.n = 0 THEN \(zeros) ELSE substring(q.counts FROM (c.n - 1) * \(element) + 1 FOR \(element)) END
                    || substring(q.counts FROM octet_length(q.counts) - \(element - 1) FOR \(element))
             FROM \(M.table.tableName(.quarters)) AS q,
-                 LATERAL (SELECT bit_count((q.mask & ((1::int8 << ($8::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $6::int8 + 1])
+                 LATERAL (SELECT bit_count((q.mask & ((1::int8 << ($10::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $8::int8 + 1])
                                                      - 1))::bit(64))::int4 AS n) AS c
             \(quartersFilters)
             """
@@ -369,7 +397,7 @@ final class LocalSegments: Sendable {
         /// it on (positions in the arrays above).
         var firstBlock: Int64 = 0
         var segmentsOfBlock: [Range<Int>] = []
-        /// $6 and $7 of `Spec.localRows`, the first and last half day, and $8 when reading cuts.
+        /// $8 and $9 of `Spec.localRows`, the first and last half day, and $10 when reading cuts.
         var parameters: [Parameter] = []
 
         /// The report's rows from `r` (`Spec.localRows` or `Spec.localCuts`, binary: the half

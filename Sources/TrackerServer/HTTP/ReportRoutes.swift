@@ -18,7 +18,7 @@ struct ReportRoutes: Sendable {
     }
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
-        _ = try await keys.principal(for: request, requiring: .report)
+        let principal = try await keys.principal(for: request, requiring: .report)
         let name = context.parameters.get("report") ?? ""
         if let problem = ReportQuery.unreadableParameter(rawQuery: request.uri.query ?? "") { throw APIError.from(problem) }
         let params = request.uri.queryParameters
@@ -29,7 +29,7 @@ struct ReportRoutes: Sendable {
         case "json": csv = false
         case let other?: throw APIError(.invalidParameter, "format must be json or csv, got '\(other)'")
         }
-        if name == "reconciliation" { return try await reconciliation.report(request, csv: csv) }
+        if name == "reconciliation" { return try await reconciliation.report(request, csv: csv, networks: principal.networks) }
         let query: ReportQuery
         do {
             query = try ReportQuery.parse(report: name, parameter: { params.get($0) })
@@ -38,7 +38,7 @@ struct ReportRoutes: Sendable {
         }
         let result: ReportResult
         do {
-            result = try await reports.run(query)
+            result = try await reports.run(query, networks: principal.networks)
         } catch let error as ReportQueryError {
             throw APIError.from(error)
         } catch let error as ReportError {
