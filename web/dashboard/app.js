@@ -1614,8 +1614,24 @@
       case 'video': return outcome.countedAs ? 'video, counted in ' + outcome.countedAs : "video, not counted (the ad's earlier event counts)";
       case 'test_traffic': return 'test traffic, left out (include test traffic to judge it)';
       case 'invalid_traffic': return 'invalid traffic (' + String(outcome.label).replace(/_/g, ' ') + '), left out of every measure';
+      case 'load_request':
+        return 'load requested, ' + outcome.loadOutcome + (outcome.errorCode ? ': ' + String(outcome.errorCode).replace(/_/g, ' ') : '');
+      case 'repeated_request': return 'repeated request of ' + ref(outcome.duplicateOf) + ', not a request again';
+      case 'load_failure': return outcome.counted ? "load failure, counted (the load's error)" : 'load failure, not counted (the load was filled, failed earlier or never requested)';
+      case 'load_fill': return 'ad loaded: fills the load';
+      case 'mediation_attempt': return 'mediation attempt, counted';
+      case 'repeated_attempt': return 'repeated mediation result of ' + ref(outcome.duplicateOf) + ', not counted again';
       default: return outcome.kind;
     }
+  }
+
+  /** The rule behind a label, as the audit trail names it (`labelledBy`). */
+  function labellingRule(rule) {
+    if (rule.pattern !== undefined) return 'pattern ' + rule.pattern + (rule.name ? ' (' + rule.name + ')' : '');
+    if (rule.ipRange !== undefined) return 'IP range ' + rule.ipRange;
+    if (rule.maxEventsPerClientMinute !== undefined) return 'more than ' + rule.maxEventsPerClientMinute + ' events a minute';
+    if (rule.maxClicksPerAd !== undefined) return 'more than ' + rule.maxClicksPerAd + ' clicks per ad';
+    return '';
   }
 
   async function loadAd(state, key) {
@@ -1709,12 +1725,21 @@
       ['attributionWindow', 'Attribution window', integer(ad.attributionWindowSeconds) + ' s'],
       ['includeTest', 'Test traffic', ad.includeTest ? 'judged with the rest' : 'left out'],
     ];
+    // The loads its ad_loaded events name: their events follow the ad's, numbered on.
+    const loads = ad.loads || [];
+    if (loads.length > 0) {
+      facts.push(['loads', 'Loads', loads.map((l) => l.loadId + ': ' + (l.outcome === null ? 'not requested'
+        : l.outcome + (l.errorCode ? ' (' + l.errorCode.replace(/_/g, ' ') + ')' : ''))).join('; ')]);
+    }
+    const rows = ad.events.map((e) => ({ e, load: null }));
+    for (const l of loads) for (const e of l.events) rows.push({ e, load: l.loadId });
+    for (const [i, row] of rows.entries()) if (!number.has(row.e.id)) number.set(row.e.id, i + 1);
     showFacts('ad-facts', facts);
-    fillTable(adEventsTable, ad.events.map((e, i) => ({
-      event: e, number: i + 1, type: e.type, assetKey: e.assetKey === null ? '' : e.assetKey,
+    fillTable(adEventsTable, rows.map(({ e, load }, i) => ({
+      event: e, number: i + 1, type: load === null ? e.type : e.type + ' (load ' + load + ')', assetKey: e.assetKey === null ? '' : e.assetKey,
       source: e.source + (e.adapter ? ' (' + e.adapter + ')' : ''), adUnit: e.adUnit, formatId: e.formatId,
       flags: [e.eea && 'EEA', e.reservation && 'reservation', e.test && 'test'].filter(Boolean).join(', '),
-      outcome: outcomeText(e.outcome, number),
+      outcome: outcomeText(e.outcome, number) + (e.labelledBy ? ' by ' + labellingRule(e.labelledBy) : ''),
     })), adEventColumns(state));
     $('ad-details').hidden = false;
   }
