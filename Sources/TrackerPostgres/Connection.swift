@@ -265,12 +265,13 @@ public final class Connection {
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let constraint = PQresultErrorField(result, Int32(UInt8(ascii: "n"))).map { String(cString: $0) }
+            let sourceFile = PQresultErrorField(result, Int32(UInt8(ascii: "F"))).map { String(cString: $0) }
             var message = String(cString: PQresultErrorMessage(result))
             if message.isEmpty { message = String(cString: PQerrorMessage(handle)) }
             PQclear(result)
             let broken = PQstatus(handle) != CONNECTION_OK
             throw DatabaseError(broken && state == nil ? .unavailable : .queryFailed, sqlState: state, serverMessage: message,
-                                constraint: constraint)
+                                constraint: constraint, sourceFile: sourceFile)
         }
     }
 }
