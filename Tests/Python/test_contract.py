@@ -60,7 +60,7 @@ def test_document_is_valid_openapi_3_1():
 def test_every_operation_has_security_and_error_bodies(contract):
     """Keys where the protocol needs them, none on the open endpoints; every error status has the JSON error body."""
     open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js",
-                  "/v1/pixel.gif", "/v1/click"}
+                  "/dashboard/settings.json", "/v1/pixel.gif", "/v1/click"}
     for path, method in contract.operations():
         operation = contract.document["paths"][path][method]
         schemes = [name for requirement in operation.get("security", contract.document.get("security", [])) for name in requirement]
@@ -93,11 +93,12 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     page = walk.check("/", "get", ingest.get("/", key=""), 200)
     assert '<script src="/dashboard/chart.js" defer></script>' in page.text
     assert "<script>" not in page.text and "chart-notice" not in page.text
-    for path in ("/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js"):
+    for path in ("/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js", "/dashboard/settings.json"):
         asset = walk.check(path, "get", ingest.get(path, key=""), 200)
         assert "default-src 'none'" in asset.headers["Content-Security-Policy"]
         walk.check(path, "get", ingest.get(path, key="", headers={"If-None-Match": asset.headers["ETag"]}), 304)
     assert ingest.get("/dashboard/chart.js", key="").text.startswith("/*!\n * Chart.js")
+    assert ingest.get("/dashboard/settings.json", key="").json() == {"defaultTimeZone": None}, "no TRACKER_DEFAULT_TZ here"
 
     # Ingestion: 200 with accepted, duplicates and rejections; every refusal of a whole batch.
     ad_unit = "/4242/contract/native"
@@ -150,6 +151,10 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
         if rows:
             assert header.split(",") == list(rows[0].keys()), f"{name}: CSV has the JSON columns in order"
         assert len(lines) == len(rows)
+        assert as_csv.headers["Content-Disposition"] == f'attachment; filename="tracker-{name}-{days["from"]}-{days["to"]}-UTC.csv"'
+        with_total = walk.check(path, "get", reporter.report(name, format="csv", totals="true", adUnit=ad_unit, **days), 200)
+        assert with_total.text.splitlines()[:-1] == as_csv.text.splitlines() and with_total.text.splitlines()[-1].startswith("Total,")
+        walk.check(path, "get", reporter.report(name, totals="true", adUnit=ad_unit, **days), 400)
         hourly = walk.check(path, "get", reporter.report(name, adUnit=ad_unit, tz="America/New_York", granularity="hour", **days), 200)
         assert all(row["hour"].endswith(("-04:00", "-05:00")) for row in hourly.json()["rows"])
         walk.check(path, "get", reporter.report(name, tz="Mars/Olympus_Mons", **days), 400)

@@ -301,6 +301,7 @@ func trackerEnvironment(_ extra: [String: String]) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
     env["DATABASE_URL"] = nil
     env["REPORT_DATABASE_URL"] = nil
+    env["TRACKER_DEFAULT_TZ"] = nil
     env["TRACKER_LOG_LEVEL"] = "warning"
     for (k, v) in extra { env[k] = v }
     return env
