@@ -97,25 +97,22 @@ struct ReportCommand: AsyncParsableCommand {
         if result.lag.events > 0 {
             writeToStandardError("note: the projections trail the log by \(result.lag.events) event(s), \(result.lag.seconds) s; these counts leave them out\n")
         }
+        if output != .json { writeToStandardError(Self.heading(result, zoneIsTheDefault: defaultZone != nil)) }
         switch output {
-        case .table:
-            writeToStandardError(Self.heading(result, zoneFrom: defaultZone == nil ? nil : "TRACKER_DEFAULT_TZ"))
-            print(result.table, terminator: "")
-        case .csv:
-            writeToStandardError(Self.heading(result, zoneFrom: defaultZone == nil ? nil : "TRACKER_DEFAULT_TZ"))
-            print(result.csv(totals: totals), terminator: "")
+        case .table: print(result.table, terminator: "")
+        case .csv: print(result.csv(totals: totals), terminator: "")
         case .json: print(result.json)
         }
     }
 
     /// What a table or CSV does not say itself: `summary from 2026-11-01 to 2026-11-07, local
     /// days in America/New_York (TRACKER_DEFAULT_TZ)`, on standard error, which leaves standard
-    /// output a CSV any reader takes. JSON says its zone in its body.
-    static func heading(_ result: ReportResult, zoneFrom setting: String?) -> String {
+    /// output a CSV any reader takes. JSON names a zone other than UTC in its body.
+    static func heading(_ result: ReportResult, zoneIsTheDefault: Bool) -> String {
         let query = result.query
         let unit = query.granularity == .hour ? "local days and hours" : "local days"
         return "\(query.kind.rawValue) from \(query.from) to \(query.to), \(unit) in \(query.timeZone)"
-            + (setting.map { " (\($0))" } ?? "") + "\n"
+            + (zoneIsTheDefault ? " (TRACKER_DEFAULT_TZ)" : "") + "\n"
     }
 }
 
