@@ -18,6 +18,7 @@ struct ReportBodyTests {
             [.text(text), .count(i.isMultiple(of: 2) ? .max : .min), .ratio(1 / 3), .ratio(i == 0 ? -2.2250738585072014e-308 : .infinity)]
         }
         return ReportResult(query: query, columns: ["adUnit", "impressions", "ctr", "share"], rows: rows,
+                            totals: [.label, .sum, .ratio(of: "impressions", over: "impressions"), .empty],
                             lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 7)
     }
 
@@ -47,6 +48,9 @@ struct ReportBodyTests {
             expected += row.map(csvReference).joined(separator: ",") + "\n"
         }
         #expect(result.csv == expected)
+        // The totals line fits the same bound, whatever the counts add up to.
+        #expect(result.csv(totals: true).hasPrefix(expected))
+        #expect(result.csvBytes(totals: true).count <= result.csvByteBound)
         // The reconciliation report's CSV quotes its text the same way.
         for row in result.rows {
             for value in row where value.isText { #expect(ReportResult.csvField(value.plain) == csvReference(value)) }
