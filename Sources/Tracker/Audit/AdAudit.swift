@@ -22,7 +22,8 @@ public struct AdAudit: Sendable {
                         networks: NetworkScope? = nil) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let conninfo = pool.conninfo
-        let found = try await pool.withConnection { connection -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
+        let found = try await pool.withConnection { connection in try connection.transaction(begin: AdAuditSQL.snapshot) {
+            () -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
             let rules = try Rules.read(on: connection, conninfo: conninfo)
             guard let ad = try Self.trail(of: requestId, .ad, rules: rules, networks: networks, on: connection) else { return nil }
             var loadIds: [String] = []
@@ -33,7 +34,7 @@ public struct AdAudit: Sendable {
                 try Self.trail(of: id, .load, rules: rules, networks: networks, on: connection).map { (id, $0) }
             }
             return (ad, loads, rules)
-        }
+        } }
         guard let found else { return nil }
         var explanation = found.rules.contribution.explain(requestId: requestId, found.ad.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
@@ -53,10 +54,11 @@ public struct AdAudit: Sendable {
                         networks: NetworkScope? = nil) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let conninfo = pool.conninfo
-        let found = try await pool.withConnection { connection -> (load: Trail, rules: Rules)? in
+        let found = try await pool.withConnection { connection in try connection.transaction(begin: AdAuditSQL.snapshot) {
+            () -> (load: Trail, rules: Rules)? in
             let rules = try Rules.read(on: connection, conninfo: conninfo)
             return try Self.trail(of: loadId, .load, rules: rules, networks: networks, on: connection).map { ($0, rules) }
-        }
+        } }
         guard let found else { return nil }
         var explanation = found.rules.contribution.explain(loadId: loadId, found.load.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
@@ -174,6 +176,10 @@ public struct AdAudit: Sendable {
 }
 
 enum AdAuditSQL {
+    /// One snapshot for every read of a trail: `ad_state`, the checkpoint and the log agree, so
+    /// an event the projector commits between two reads is found in one of them, never missed by both.
+    static let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
     /// Columns: 0 attribution window (µs), 1 the projections' invalid-traffic rule set.
     static let window = "SELECT (extract(epoch FROM attribution_window) * 1000000)::bigint, ivt_rules FROM projection_state"
 
