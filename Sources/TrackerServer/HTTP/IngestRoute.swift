@@ -39,20 +39,17 @@ package struct IngestRoute: Sendable {
     }
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
-        // The rate limit's one decision is made before the body is read, usually already on the
-        // event loop by QuickAnswers, which then reserved the batch's events for its key. The
-        // charge is settled once the batch is decoded, and given back if the batch is refused whole.
-        var charge = rateLimiter?.headReservation(in: request.headers)
+        // Key, head and the rate limit's reservation are decided once, before the body is read:
+        // usually on the event loop by QuickAnswers (the admitted batch), else here. The charge
+        // is settled once the batch is decoded, and given back if the batch is refused whole.
+        let admitted = (context as? any AdmittedBatchRequestContext)?.admittedBatch
+        var charge = admitted.flatMap { batch in batch.reserved.map { (key: batch.principal.name, events: $0) } }
         do {
-            let principal = try await keys.principal(for: request, requiring: .ingest)
-            let head = try Self.batchHead(request.headers, limits: limits).get()
-            if let rateLimiter, charge?.key != principal.name {
-                if let made = charge.take() { rateLimiter.refund(key: made.key, events: made.events) }
-                if let wait = rateLimiter.reserve(key: principal.name, events: head.events) {
-                    metrics.refused(by: .rateLimit)
-                    throw rateLimiter.refusal(key: principal.name, wait: wait)
-                }
-                charge = (principal.name, head.events)
+            let (principal, head): (Principal, BatchHead)
+            if let admitted {
+                (principal, head) = (admitted.principal, admitted.head)
+            } else {
+                (principal, head) = try await admit(request, charge: &charge)
             }
             let body = try await readBody(request, upTo: head.wireLimit)
             return try await decodeAndAppend(body, gzip: head.gzip, key: principal, client: clients.client(of: request, context: context),
@@ -61,6 +58,21 @@ package struct IngestRoute: Sendable {
             if let charge { rateLimiter?.refund(key: charge.key, events: charge.events) }
             throw error
         }
+    }
+
+    /// The decisions QuickAnswers did not make for `request`: its key, its head, and (with a
+    /// rate limit) the events reserved for the key, in `charge`.
+    private func admit(_ request: Request, charge: inout (key: String, events: Int)?) async throws -> (Principal, BatchHead) {
+        let principal = try await keys.principal(for: request, requiring: .ingest)
+        let head = try Self.batchHead(request.headers, limits: limits).get()
+        if let rateLimiter {
+            if let wait = rateLimiter.reserve(key: principal.name, events: head.events) {
+                metrics.refused(by: .rateLimit)
+                throw rateLimiter.refusal(key: principal.name, wait: wait)
+            }
+            charge = (principal.name, head.events)
+        }
+        return (principal, head)
     }
 
     /// What a batch's request head tells of its body, checked before the body is read.
