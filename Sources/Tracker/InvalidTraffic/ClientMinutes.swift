@@ -9,6 +9,26 @@ struct ClientGroup: Hashable {
     static let microsecondsPerMinute: Int64 = 60_000_000
 }
 
+extension ClientGroup {
+    /// The group of an event received at `receivedAt` from `userAgent` at `address`; `nil`
+    /// when either is unknown (such an event is in no group).
+    init?(receivedAt: Timestamp, userAgent: Int32?, address: [UInt8]?) {
+        guard let userAgent, let address else { return nil }
+        self.init(minute: receivedAt.microseconds / Self.microsecondsPerMinute, userAgent: userAgent, address: address)
+    }
+}
+
+extension IVTLabel {
+    /// An event's label, by the one rule the projector and the rebuild both follow: its
+    /// client's (`declared_bot`, then `datacenter`: `IVTLabeller.label`) first, else
+    /// `high_rate` when its group holds more events than the rule set's limit.
+    static func of(client: IVTLabel?, group: ClientGroup?, overLimit: (ClientGroup) -> Bool) -> IVTLabel? {
+        if let client { return client }
+        guard let group, overLimit(group) else { return nil }
+        return .highRate
+    }
+}
+
 /// An event of a group, as `client_minutes.members` lists it: enough to find it in `ad_state`,
 /// by the key of a state that holds it (its ad's, or the load an `ad_loaded` names: such an
 /// event is a member twice, once per state).

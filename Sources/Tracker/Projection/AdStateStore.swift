@@ -97,7 +97,7 @@ enum AdStateStore {
         for (key, logged) in fresh {
             fresh[key] = logged.map { l in
                 var l = l
-                if l.event.label == nil, let g = group(of: l), overLimit.contains(g) { l.event.label = .highRate }
+                l.event.label = IVTLabel.of(client: l.event.label, group: group(of: l), overLimit: overLimit.contains)
                 return l
             }
         }
@@ -159,8 +159,7 @@ enum AdStateStore {
 
     /// The `high_rate` group of an event, when its client is known.
     private static func group(of l: LogBatch.Logged) -> ClientGroup? {
-        guard let agent = l.userAgent, let address = l.addressBytes else { return nil }
-        return ClientGroup(minute: l.receivedAt.microseconds / ClientGroup.microsecondsPerMinute, userAgent: agent, address: address)
+        ClientGroup(receivedAt: l.receivedAt, userAgent: l.userAgent, address: l.addressBytes)
     }
 
     /// The stored states of `ads` (those that have one), each unchanged so far.

@@ -50,239 +50,284 @@ public struct Rebuild: Sendable {
     @discardableResult
     public func run(discardingDroppedDays: Bool = false,
                     progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
-        let window = attributionWindow
-        let started = ContinuousClock.now
-        let conninfo = pool.conninfo
+        let (window, eventsPerFile, started, conninfo) = (attributionWindow, eventsPerFile, ContinuousClock.now, pool.conninfo)
         return try await pool.withConnection { c in
-            let layout = try LogLayout.of(c, conninfo: conninfo)
-            // One rebuild at a time: a second one would drop the first's half-built schema.
-            guard try c.tryLock(RebuildSQL.lock) else {
-                throw ProjectorError.rebuildRunning
-            }
-            defer { try? c.unlock(RebuildSQL.lock) }
-            if !discardingDroppedDays {
-                let dropped = try c.query(RebuildSQL.droppedDays)
-                if let count = dropped.int64(0, 0), count > 0 {
-                    throw ProjectorError.logTruncated(days: Int(count), first: dropped.string(0, 1) ?? "?",
-                                                      last: dropped.string(0, 2) ?? "?")
-                }
-            }
-            // 1. The horizon, and a fresh schema shaped like the live projections.
-            let head = try LogCursor.head(on: c, layout: layout)
-            // Let transactions still open elsewhere end (for up to 10 s) so the horizon covers
-            // every event committed before the rebuild began: the bulk phases then copy them
-            // and the progress shows them, instead of the catch-up picking them up unseen.
-            let horizons = try Horizons(layout, head: head, on: c)
-            let horizon = horizons.single
-            let tables = Self.projectionTables + (layout.citus != nil ? ["log_shards"] : [])
-            try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
-            try c.execute("CREATE SCHEMA tracker_rebuild")
-            for table in tables {
-                // ad_state gets its primary key after the bulk copy: building it once is far cheaper.
-                let indexes = table == "ad_state" ? " EXCLUDING INDEXES" : ""
-                try c.execute("CREATE TABLE tracker_rebuild.\(table) (LIKE public.\(table) INCLUDING ALL\(indexes))")
-                if table == "ad_state", layout.citus != nil {
-                    // On the shards of the log, each ad's state beside its events.
-                    try c.query(RebuildSQL.distributeAdState)
-                }
-                // LIKE copies no storage parameters (ad_state's fillfactor).
-                if let options = try c.query(RebuildSQL.storageOptions, ["public.\(table)"]).string(0, 0), !options.isEmpty {
-                    try c.execute("ALTER TABLE tracker_rebuild.\(table) SET (\(options))")
-                }
-                // Nor grants: the roles that read and write projections (sql/008_roles.sql), and
-                // any an operator added, keep theirs on the tables swapped in.
-                for grant in try c.query(RebuildSQL.grants, ["public.\(table)"]).rows.compactMap({ $0.first ?? nil }) {
-                    try c.execute(grant)
-                }
-            }
-            // The planner's row estimates, for the progress bar only; the rows read are counted.
-            let estimate = Int(try c.query(RebuildSQL.estimatedEvents).int64(0, 0) ?? 0)
-
-            // 2. The log, partition by partition (or shard by shard), into spill files by ad.
-            // (On Citus the coordinator's partitions are empty: the rows are on the workers' shards.)
-            let partitions = try layout.citus != nil ? [] : c.query("""
-                SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                WHERE i.inhparent = 'public.events'::regclass ORDER BY c.relname
-                """).rows.compactMap { $0.first ?? nil }
-                // Partition names are ours (events_YYYYMMDD); anything else is not read.
-                .filter { $0.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F } }
-            // The newest invalid-traffic rule set, applied to the whole log: the declared bots among
-            // the stored user agents, and the high_rate groups of the log below the horizon.
-            let ruleSet = try IVTRuleSets.load(version: nil, on: c)
-            let labeller: IVTLabeller
-            do {
-                labeller = try IVTLabeller(version: ruleSet.version, rules: ruleSet.ruleSet)
-            } catch {
-                throw ProjectorError.unreadableRuleSet(version: ruleSet.version, reason: "\(error)")
-            }
-            let declaredBots = try labeller.declaredBots(on: c)
-            var highRate = Set<ClientGroup>()
-            if let limit = labeller.rules.maxEventsPerClientMinute {
-                // On Citus each worker has its own horizon, which no one statement can apply: the
-                // groups are counted over the whole log. An event counted here but above a
-                // horizon is projected by the catch-up into a group already over the limit,
-                // which is where the incremental projector puts it too.
-                let groups = try layout.citus != nil
-                    ? c.query(RebuildSQL.highRateGroups(belowHorizon: false), [.text(String(limit))], binaryResults: true)
-                    : c.query(RebuildSQL.highRateGroups(belowHorizon: true), [.text(String(limit)), .text(horizon)], binaryResults: true)
-                for row in 0..<groups.rowCount {
-                    guard let minute = ByteReader.int64(groups.bytes(row, 0)), let agent = ByteReader.int32(groups.bytes(row, 1)) else {
-                        throw DatabaseError(.unexpectedResult, serverMessage: "rebuild: an unreadable high_rate group")
-                    }
-                    highRate.insert(ClientGroup(minute: minute, userAgent: agent, address: Array(groups.bytes(row, 2))))
-                }
-            }
-            let buckets = try RebuildBuckets(expectedEvents: estimate, eventsPerBucket: eventsPerFile) { [highRate] row in
-                if let label = labeller.label(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel,
-                                              declaredBots: declaredBots) {
-                    return label
-                }
-                guard !highRate.isEmpty, let agent = row.userAgentId, let address = row.clientIP else { return nil }
-                let group = ClientGroup(minute: row.receivedAt.microseconds / ClientGroup.microsecondsPerMinute, userAgent: agent,
-                                        address: Array(address))
-                return highRate.contains(group) ? .highRate : nil
-            }
-            func report(_ phase: String, _ done: Int, _ total: Int) {
-                progress(RebuildProgress(phase: phase, done: done, total: total, elapsed: ContinuousClock.now - started))
-            }
-            report("copying", 0, estimate)
-            // The rebuilt tables are not live until the swap, whose commit is durable.
-            try c.execute("SET synchronous_commit = off")
-            try c.execute("SET maintenance_work_mem = '512MB'")
-            defer { try? c.execute("RESET synchronous_commit; RESET maintenance_work_mem") }
-            guard let horizonNumber = UInt64(horizon) else {
-                throw DatabaseError(.unexpectedResult, serverMessage: "snapshot xmin is not a number: \(horizon)")
-            }
-            var lastReport = ContinuousClock.now
-            func copy(_ sql: String, on connection: Connection) throws {
-                var stream = RebuildBuckets.CopyStream()
-                try connection.copyOut(sql) { message in
-                    try buckets.spill(message, &stream)
-                    if buckets.rowsRead & 0xFFFF == 0, ContinuousClock.now - lastReport > .milliseconds(200) {
-                        lastReport = ContinuousClock.now
-                        report("copying", buckets.rowsRead, max(estimate, buckets.rowsRead))
-                    }
-                }
-            }
-            for partition in partitions {
-                try copy(RebuildSQL.copyLog(from: "public.\(partition)", below: horizonNumber), on: c)
-            }
-            if let log = layout.citus {
-                for shard in horizons.shards {
-                    try log.withWorker(shard.node) { worker in
-                        try copy(RebuildSQL.copyLog(from: shard.table, below: horizons.byNode[shard.node] ?? 0), on: worker)
-                    }
-                }
-            }
-            try buckets.finishSpilling()
-            let total = buckets.rowsRead
-            let projected = buckets.eventsSpilled
-            report("copying", total, total)
-
-            // 3. Every ad's contribution and packed state, the spill files projected on every
-            // core (RebuildPipeline) and sent in order.
-            let pipeline = RebuildPipeline(buckets: buckets,
-                                           rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd))
-            var sum = Contribution()
-            var done = 0
-            var bucket = 0
-            var failure: (any Error)?
-            report("projecting", 0, projected)
-            // One binary COPY: its header, each spill file's rows in order, its trailer.
-            var sentHeader = false
-            var finished = false
-            let chunks = AnyIterator<[UInt8]> {
-                if finished { return nil }
-                if !sentHeader {
-                    sentHeader = true
-                    return BinaryCopyRows.header
-                }
-                guard bucket < buckets.count else {
-                    finished = true
-                    return BinaryCopyRows.trailer
-                }
-                switch pipeline.take(bucket) {
-                case .success(let file):
-                    sum.add(file.contribution)
-                    done += file.events
-                    bucket += 1
-                    report("projecting", done, projected)
-                    return file.rows
-                case .failure(let error):
-                    failure = error
-                    finished = true
-                    return nil  // ends the COPY early; the error is rethrown below
-                }
-            }
-            do {
-                // Past the COPY, ended early or not, nothing is taken: the threads stop before
-                // the indexing and the swap.
-                defer { pipeline.stop() }
-                try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)",
-                             chunks: IteratorSequence(chunks))
-            }
-            if let failure { throw failure }
-            sum.removeZeros()
-            try c.transaction {
-                // The copy ran without waiting for WAL flushes; the swap, which makes it live, does.
-                try c.execute("SET LOCAL synchronous_commit = on")
-                try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                try ProjectionWriter.apply(sum, on: c)
-                try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds), String(labeller.version)])
-                if layout.citus != nil { try horizons.storeShardCheckpoints(on: c) }
-                // The high_rate groups that may still take events, so the projector goes on counting them.
-                if let limit = labeller.rules.maxEventsPerClientMinute, let newest = buckets.newestReceipt {
-                    var since = BinaryArray(.timestamptz, capacity: 1)
-                    since.append(microsecondsSince1970: (newest.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes)
-                                     * ClientGroup.microsecondsPerMinute)
-                    if let log = layout.citus {
-                        try horizons.openGroups(of: log, limit: limit, since: since, on: c)
-                    } else {
-                        try c.query(RebuildSQL.openGroups, [.text(horizon), .text(String(limit)), since.parameter])
-                    }
-                }
-            }
-            let read = done
-
-            // The incremental projector finds an ad's state by this key from now on.
-            report("indexing", read, projected)
-            try c.execute("ALTER TABLE tracker_rebuild.ad_state ADD PRIMARY KEY (request_id)")
-            // Statistics for every new table, not only the large one: without them the planner
-            // guesses the projection tables' sizes until autovacuum comes by, and plans the
-            // reports' and the projector's reads of them on those guesses.
-            try c.execute("ANALYZE " + tables.map { "tracker_rebuild.\($0)" }.joined(separator: ", "))
-
-            // 4. Catch up with what arrived meanwhile, in the new schema.
-            report("catch-up+swap", read, projected)
-            // Every event committed before the rebuild started is in before the swap, even one
-            // that an open transaction elsewhere kept below the horizon's reach until now.
-            let labellers = LabellerCache()
-            let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: Projector.defaultBatchSize,
-                                                 pause: .milliseconds(50), labellers: labellers, searchPath: "tracker_rebuild, public")
-
-            // 5. The last events and the swap, atomically, while live projectors wait on the lock.
-            try c.transaction {
-                try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                while try Projector.step(on: c, layout: layout, window: window, limit: Projector.defaultBatchSize, labellers: labellers).consumed > 0 {}
-                try c.execute("SET LOCAL search_path = public")
-                try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
-                try c.execute("CREATE SCHEMA tracker_retired")
-                for table in tables {
-                    try c.execute("ALTER TABLE public.\(table) SET SCHEMA tracker_retired")
-                    try c.execute("ALTER TABLE tracker_rebuild.\(table) SET SCHEMA public")
-                }
-                try c.execute("DROP SCHEMA tracker_retired CASCADE")
-                try c.execute("DROP SCHEMA tracker_rebuild")
-            }
-            progress(RebuildProgress(phase: "done", done: total, total: total, elapsed: ContinuousClock.now - started))
-            return total + caughtUp
+            let phases = RebuildPhases(c: c, layout: try LogLayout.of(c, conninfo: conninfo), window: window,
+                                       eventsPerFile: eventsPerFile, started: started, progress: progress)
+            return try phases.run(discardingDroppedDays: discardingDroppedDays)
         }
+    }
+}
+
+/// One rebuild on one connection, phase by phase (the phases `Rebuild` lists).
+private struct RebuildPhases {
+    let c: Connection
+    let layout: LogLayout
+    let window: Duration
+    let eventsPerFile: Int
+    let started: ContinuousClock.Instant
+    let progress: @Sendable (RebuildProgress) -> Void
+
+    /// The tables built in `tracker_rebuild` and swapped in.
+    var tables: [String] { Rebuild.projectionTables + (layout.citus != nil ? ["log_shards"] : []) }
+
+    func report(_ phase: String, _ done: Int, _ total: Int) {
+        progress(RebuildProgress(phase: phase, done: done, total: total, elapsed: ContinuousClock.now - started))
+    }
+
+    func run(discardingDroppedDays: Bool) throws -> Int {
+        // One rebuild at a time: a second one would drop the first's half-built schema.
+        guard try c.tryLock(RebuildSQL.lock) else { throw ProjectorError.rebuildRunning }
+        defer { try? c.unlock(RebuildSQL.lock) }
+        if !discardingDroppedDays { try refuseDroppedDays() }
+        // 1. The horizon. Transactions still open elsewhere may end (for up to 10 s) so that it
+        // covers every event committed before the rebuild began: the bulk phases then copy
+        // them and the progress shows them, instead of the catch-up picking them up unseen.
+        let head = try LogCursor.head(on: c, layout: layout)
+        let horizons = try Horizons(layout, head: head, on: c)
+        try makeSchema()
+        let labels = try RebuildLabels(layout: layout, horizon: horizons.single, on: c)
+        // The rebuilt tables are not live until the swap, whose commit is durable.
+        try c.execute("SET synchronous_commit = off")
+        try c.execute("SET maintenance_work_mem = '512MB'")
+        defer { try? c.execute("RESET synchronous_commit; RESET maintenance_work_mem") }
+        let buckets = try copyLog(below: horizons, labels: labels)
+        let (sum, read) = try projectAds(buckets, labels: labels)
+        try writeProjections(sum, buckets: buckets, horizons: horizons, labels: labels)
+        try index(read: read, projected: buckets.eventsSpilled)
+        let caughtUp = try catchUpAndSwap(to: head, read: read, projected: buckets.eventsSpilled)
+        report("done", buckets.rowsRead, buckets.rowsRead)
+        return buckets.rowsRead + caughtUp
+    }
+
+    func refuseDroppedDays() throws {
+        let dropped = try c.query(RebuildSQL.droppedDays)
+        if let count = dropped.int64(0, 0), count > 0 {
+            throw ProjectorError.logTruncated(days: Int(count), first: dropped.string(0, 1) ?? "?", last: dropped.string(0, 2) ?? "?")
+        }
+    }
+
+    /// A fresh schema shaped like the live projections, with their storage options and grants.
+    func makeSchema() throws {
+        try c.execute("DROP SCHEMA IF EXISTS tracker_rebuild CASCADE")
+        try c.execute("CREATE SCHEMA tracker_rebuild")
+        for table in tables {
+            // ad_state gets its primary key after the bulk copy: building it once is far cheaper.
+            let indexes = table == "ad_state" ? " EXCLUDING INDEXES" : ""
+            try c.execute("CREATE TABLE tracker_rebuild.\(table) (LIKE public.\(table) INCLUDING ALL\(indexes))")
+            if table == "ad_state", layout.citus != nil {
+                // On the shards of the log, each ad's state beside its events.
+                try c.query(RebuildSQL.distributeAdState)
+            }
+            // LIKE copies no storage parameters (ad_state's fillfactor).
+            if let options = try c.query(RebuildSQL.storageOptions, ["public.\(table)"]).string(0, 0), !options.isEmpty {
+                try c.execute("ALTER TABLE tracker_rebuild.\(table) SET (\(options))")
+            }
+            // Nor grants: the roles that read and write projections (sql/008_roles.sql), and
+            // any an operator added, keep theirs on the tables swapped in.
+            for grant in try c.query(RebuildSQL.grants, ["public.\(table)"]).rows.compactMap({ $0.first ?? nil }) {
+                try c.execute(grant)
+            }
+        }
+    }
+
+    /// 2. "copying": the log below the horizon, partition by partition (or shard by shard, on
+    /// Citus, where the coordinator's partitions are empty), into spill files by ad, each
+    /// event labelled on the way.
+    func copyLog(below horizons: Horizons, labels: RebuildLabels) throws -> RebuildBuckets {
+        // The planner's row estimates, for the progress bar only; the rows read are counted.
+        let estimate = Int(try c.query(RebuildSQL.estimatedEvents).int64(0, 0) ?? 0)
+        let buckets = try RebuildBuckets(expectedEvents: estimate, eventsPerBucket: eventsPerFile, labelOf: labels.label)
+        report("copying", 0, estimate)
+        guard let horizon = UInt64(horizons.single) else {
+            throw DatabaseError(.unexpectedResult, serverMessage: "snapshot xmin is not a number: \(horizons.single)")
+        }
+        var lastReport = ContinuousClock.now
+        func copy(_ sql: String, on connection: Connection) throws {
+            var stream = RebuildBuckets.CopyStream()
+            try connection.copyOut(sql) { message in
+                try buckets.spill(message, &stream)
+                if buckets.rowsRead & 0xFFFF == 0, ContinuousClock.now - lastReport > .milliseconds(200) {
+                    lastReport = ContinuousClock.now
+                    report("copying", buckets.rowsRead, max(estimate, buckets.rowsRead))
+                }
+            }
+        }
+        for partition in try layout.citus != nil ? [] : logPartitions() {
+            try copy(RebuildSQL.copyLog(from: "public.\(partition)", below: horizon), on: c)
+        }
+        if let log = layout.citus {
+            for shard in horizons.shards {
+                try log.withWorker(shard.node) { worker in
+                    try copy(RebuildSQL.copyLog(from: shard.table, below: horizons.byNode[shard.node] ?? 0), on: worker)
+                }
+            }
+        }
+        try buckets.finishSpilling()
+        report("copying", buckets.rowsRead, buckets.rowsRead)
+        return buckets
+    }
+
+    /// The log's daily partitions; names that are not ours (events_YYYYMMDD) are not read.
+    func logPartitions() throws -> [String] {
+        try c.query(RebuildSQL.partitions).rows.compactMap { $0.first ?? nil }
+            .filter { $0.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F } }
+    }
+
+    /// 3. "projecting": every ad's contribution and packed state, the spill files projected on
+    /// every core (`RebuildPipeline`) and sent in order into the new `ad_state` by one binary
+    /// `COPY`. Returns the contributions' sum and the events projected.
+    func projectAds(_ buckets: RebuildBuckets, labels: RebuildLabels) throws -> (Contribution, Int) {
+        let pipeline = RebuildPipeline(buckets: buckets,
+                                       rules: AdContribution(attributionWindow: window, maxClicksPerAd: labels.labeller.rules.maxClicksPerAd))
+        var sum = Contribution()
+        var (done, bucket, failure, sentHeader, finished) = (0, 0, (any Error)?.none, false, false)
+        report("projecting", 0, buckets.eventsSpilled)
+        // The COPY's header, each spill file's rows in order, its trailer.
+        let chunks = AnyIterator<[UInt8]> {
+            if finished { return nil }
+            if !sentHeader {
+                sentHeader = true
+                return BinaryCopyRows.header
+            }
+            guard bucket < buckets.count else {
+                finished = true
+                return BinaryCopyRows.trailer
+            }
+            switch pipeline.take(bucket) {
+            case .success(let file):
+                sum.add(file.contribution)
+                done += file.events
+                bucket += 1
+                report("projecting", done, buckets.eventsSpilled)
+                return file.rows
+            case .failure(let error):
+                (failure, finished) = (error, true)
+                return nil  // ends the COPY early; the error is rethrown below
+            }
+        }
+        do {
+            // Past the COPY, ended early or not, nothing is taken: the threads stop before
+            // the indexing and the swap.
+            defer { pipeline.stop() }
+            try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)", chunks: IteratorSequence(chunks))
+        }
+        if let failure { throw failure }
+        sum.removeZeros()
+        return (sum, done)
+    }
+
+    /// The day and half-day tables, the projector's state at the horizon, and the `high_rate`
+    /// groups that may still take events (so the projector goes on counting them).
+    func writeProjections(_ sum: Contribution, buckets: RebuildBuckets, horizons: Horizons, labels: RebuildLabels) throws {
+        try c.transaction {
+            // The copy ran without waiting for WAL flushes; the swap, which makes it live, does.
+            try c.execute("SET LOCAL synchronous_commit = on")
+            try c.execute("SET LOCAL search_path = tracker_rebuild, public")
+            try ProjectionWriter.apply(sum, on: c)
+            try c.query(RebuildSQL.initialState, [horizons.single, String(buckets.rowsRead), String(window.microseconds),
+                                                  String(labels.labeller.version)])
+            if layout.citus != nil { try horizons.storeShardCheckpoints(on: c) }
+            guard let limit = labels.labeller.rules.maxEventsPerClientMinute, let newest = buckets.newestReceipt else { return }
+            var since = BinaryArray(.timestamptz, capacity: 1)
+            since.append(microsecondsSince1970: (newest.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes)
+                             * ClientGroup.microsecondsPerMinute)
+            if let log = layout.citus {
+                try horizons.openGroups(of: log, limit: limit, since: since, on: c)
+            } else {
+                try c.query(RebuildSQL.openGroups, [.text(horizons.single), .text(String(limit)), since.parameter])
+            }
+        }
+    }
+
+    /// 4. "indexing": the key the incremental projector finds an ad's state by, and statistics
+    /// for every new table (without them the planner guesses the projection tables' sizes
+    /// until autovacuum comes by, and plans the reports' and the projector's reads on those guesses).
+    func index(read: Int, projected: Int) throws {
+        report("indexing", read, projected)
+        try c.execute("ALTER TABLE tracker_rebuild.ad_state ADD PRIMARY KEY (request_id)")
+        try c.execute("ANALYZE " + tables.map { "tracker_rebuild.\($0)" }.joined(separator: ", "))
+    }
+
+    /// 5. Catch up with what arrived meanwhile, in the new schema, at least to `head` (every
+    /// event committed before the rebuild started, even one an open transaction elsewhere kept
+    /// below the horizon's reach until now); 6. the last events and the swap, atomically,
+    /// while live projectors wait on the lock. Returns the events caught up.
+    func catchUpAndSwap(to head: LogHead?, read: Int, projected: Int) throws -> Int {
+        report("catch-up+swap", read, projected)
+        let labellers = LabellerCache()
+        let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: Projector.defaultBatchSize,
+                                             pause: .milliseconds(50), labellers: labellers, searchPath: "tracker_rebuild, public")
+        try c.transaction {
+            try c.execute("SET LOCAL search_path = tracker_rebuild, public")
+            while try Projector.step(on: c, layout: layout, window: window, limit: Projector.defaultBatchSize, labellers: labellers).consumed > 0 {}
+            try c.execute("SET LOCAL search_path = public")
+            try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
+            try c.execute("CREATE SCHEMA tracker_retired")
+            for table in tables {
+                try c.execute("ALTER TABLE public.\(table) SET SCHEMA tracker_retired")
+                try c.execute("ALTER TABLE tracker_rebuild.\(table) SET SCHEMA public")
+            }
+            try c.execute("DROP SCHEMA tracker_retired CASCADE")
+            try c.execute("DROP SCHEMA tracker_rebuild")
+        }
+        return caughtUp
+    }
+}
+
+/// How a rebuild labels the log: the newest invalid-traffic rule set applied to the whole of
+/// it, with the declared bots among every stored user agent and the `high_rate` groups of the
+/// log below the horizon known before the first event is read.
+struct RebuildLabels: Sendable {
+    let labeller: IVTLabeller
+    let declaredBots: [Int32: DeclaredBot]
+    let highRate: Set<ClientGroup>
+
+    init(layout: LogLayout, horizon: String, on c: Connection) throws {
+        let ruleSet = try IVTRuleSets.load(version: nil, on: c)
+        do {
+            labeller = try IVTLabeller(version: ruleSet.version, rules: ruleSet.ruleSet)
+        } catch {
+            throw ProjectorError.unreadableRuleSet(version: ruleSet.version, reason: "\(error)")
+        }
+        declaredBots = try labeller.declaredBots(on: c)
+        var highRate = Set<ClientGroup>()
+        if let limit = labeller.rules.maxEventsPerClientMinute {
+            // On Citus each worker has its own horizon, which no one statement can apply: the
+            // groups are counted over the whole log. An event counted here but above a
+            // horizon is projected by the catch-up into a group already over the limit,
+            // which is where the incremental projector puts it too.
+            let groups = try layout.citus != nil
+                ? c.query(RebuildSQL.highRateGroups(belowHorizon: false), [.text(String(limit))], binaryResults: true)
+                : c.query(RebuildSQL.highRateGroups(belowHorizon: true), [.text(String(limit)), .text(horizon)], binaryResults: true)
+            for row in 0..<groups.rowCount {
+                guard let minute = ByteReader.int64(groups.bytes(row, 0)), let agent = ByteReader.int32(groups.bytes(row, 1)) else {
+                    throw DatabaseError(.unexpectedResult, serverMessage: "rebuild: an unreadable high_rate group")
+                }
+                highRate.insert(ClientGroup(minute: minute, userAgent: agent, address: Array(groups.bytes(row, 2))))
+            }
+        }
+        self.highRate = highRate
+    }
+
+    /// A log row's label, by the rule the incremental projector follows (`IVTLabel.of`).
+    func label(_ row: AdEventRow) -> IVTLabel? {
+        IVTLabel.of(client: labeller.label(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel,
+                                           declaredBots: declaredBots),
+                    group: ClientGroup(receivedAt: row.receivedAt, userAgent: row.userAgentId, address: row.clientIP.map(Array.init)),
+                    overLimit: highRate.contains)
     }
 }
 
 enum RebuildSQL {
     /// The advisory lock that keeps rebuilds one at a time.
     static let lock = "tracker.rebuild"
+
+    /// The log's partitions, by name.
+    static let partitions = """
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'public.events'::regclass ORDER BY c.relname
+        """
 
     /// Days retention dropped from the log (`tracker retention`): a rebuild cannot reproduce them.
     static let droppedDays = "SELECT count(*), min(day)::text, max(day)::text FROM retention_runs"
