@@ -6,12 +6,15 @@ import Synchronization
 /// A bounded pool of PostgreSQL connections that lends one only inside a closure.
 ///
 /// A borrower waits at most `acquireTimeout` for a connection, and no longer than its task
-/// runs: cancelling the task ends the wait. As a `Service` the pool closes itself when the
-/// service group shuts down; list it before the services that use it, so they stop first.
+/// runs: cancelling the task ends the wait. As a `Service` the pool keeps those deadlines
+/// (its timer runs in `run()`) and closes itself when the service group shuts down; list it
+/// before the services that use it, so they stop first. A pool that is not run (a command's,
+/// a test's) lends the same, and a borrower waits until a connection comes free or its task
+/// is cancelled.
 ///
 /// Every decision (lend, open, queue, hand over, expire, close) is `PoolStateMachine`'s,
-/// taken under one lock; this class carries them out: it resumes borrowers, keeps their
-/// deadlines with a timer and runs the libpq work.
+/// taken under one lock; this class carries them out: it resumes borrowers, sets the timer
+/// the machine asks for as a child of `run()` and runs the libpq work.
 ///
 /// libpq calls block, so the closure runs on the pool's own `NIOThreadPool`, never on Swift's
 /// cooperative threads. The pool has a thread for each of its connections, started with the
@@ -29,8 +32,10 @@ public final class ConnectionPool: Service, Sendable {
     /// `DATABASE_URL` carrying its own `options` would replace.
     public let sessionSetup: String?
     private let logger: Logger
-    private typealias Machine = PoolStateMachine<ContinuousClock.Instant, Slot, CheckedContinuation<Slot, any Error>>
+    private typealias Machine = PoolStateMachine<ContinuousClock, Slot, CheckedContinuation<Slot, any Error>>
     private let state: Mutex<Machine>
+    /// The deadlines' timer, run by `run()`.
+    private let timers = ServiceTasks()
     /// Where the libpq calls run: a thread per connection, stopped when the pool goes away.
     private let threads: NIOThreadPool
 
@@ -41,7 +46,7 @@ public final class ConnectionPool: Service, Sendable {
         self.maxConnections = maxConnections
         self.acquireTimeout = acquireTimeout
         self.logger = logger
-        state = Mutex(Machine(maxConnections: maxConnections, acquireTimeout: acquireTimeout))
+        state = Mutex(Machine(maxConnections: maxConnections, acquireTimeout: acquireTimeout, clock: ContinuousClock()))
         threads = NIOThreadPool(numberOfThreads: maxConnections)
         threads.start()
     }
@@ -66,17 +71,21 @@ public final class ConnectionPool: Service, Sendable {
         return try await slot.run(on: threads, conninfo: conninfo, sessionSetup: sessionSetup, logger: logger, body)
     }
 
-    /// Runs until the service group shuts down gracefully, then closes the pool. A cancelled
-    /// group leaves it open: services that drain on cancellation (the event log) still need it.
+    /// Keeps the borrowers' deadlines until the service group shuts down gracefully, then
+    /// closes the pool. A cancelled group leaves it open: services that drain on cancellation
+    /// (the event log) still need it.
     public func run() async throws {
-        do {
-            try await gracefulShutdown()
-            close()
-        } catch {}
+        await withGracefulShutdownHandler {
+            await timers.run()
+        } onGracefulShutdown: {
+            self.close()
+        }
     }
 
-    /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`.
+    /// Closes idle connections and fails every waiter; later borrowers get `poolClosed`, and
+    /// `run()` returns.
     public func close() {
+        timers.finish()
         let (idle, waiters) = state.withLock { $0.close() }
         for slot in idle { slot.close(on: threads) }
         for w in waiters { w.resume(throwing: Self.closed) }
@@ -95,21 +104,15 @@ public final class ConnectionPool: Service, Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let action = state.withLock {
-                    $0.wait(id, waiter: continuation, isCancelled: Task.isCancelled, now: .now)
+                    $0.wait(id, waiter: continuation, isCancelled: Task.isCancelled)
                 }
                 switch action {
                 case .lend(let slot): continuation.resume(returning: slot)
                 case .open: continuation.resume(returning: Slot())
                 case .failClosed: continuation.resume(throwing: Self.closed)
                 case .failCancelled: continuation.resume(throwing: CancellationError())
-                case .queued(let deadline):
-                    // Waits are rare (every connection busy), so a timer task per wait costs
-                    // nothing on the common path; one that wakes after its borrower was served
-                    // finds nothing to expire.
-                    Task { [weak self] in
-                        try? await Task.sleep(until: deadline, clock: .continuous)
-                        self?.expireWaits()
-                    }
+                case .queued(let timer):
+                    if let timer { schedule(timer) }
                 }
             }
         } onCancel: {
@@ -117,9 +120,15 @@ public final class ConnectionPool: Service, Sendable {
         }
     }
 
+    private func schedule(_ timer: ContinuousClock.Instant) {
+        // Weakly: a pool that is never run keeps the timer queued, and must still go away.
+        timers.schedule(at: timer, on: ContinuousClock()) { [weak self] in self?.timerFired() }
+    }
+
     /// Fails the borrowers whose `acquireTimeout` has passed.
-    private func expireWaits() {
-        let expired = state.withLock { $0.expire(now: .now) }
+    private func timerFired() {
+        let (expired, next) = state.withLock { $0.timerFired() }
+        if let next { schedule(next) }
         for waiter in expired {
             waiter.resume(throwing: DatabaseError(.poolExhausted, serverMessage: "no database connection became free within \(acquireTimeout)"))
         }

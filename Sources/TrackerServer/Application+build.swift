@@ -52,6 +52,8 @@ struct ServerDependencies: Sendable {
     var pools: ServerPools
     var keys: APIKeys
     var log: EventLog
+    /// What a request waits for only so long (a click's append, the readiness checks, the lag).
+    var errands: Errands<ContinuousClock>
     var migrator: Migrator
     var reports: Reports
     var audit: AdAudit
@@ -85,7 +87,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     let router = Router(context: TrackerRequestContext.self, options: .autoGenerateHeadEndpoints)
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
-    HealthRoutes(pool: deps.pools.primary, migrator: deps.migrator, lagPool: deps.pools.lag, roleWarnings: deps.roleWarnings,
+    HealthRoutes(pool: deps.pools.primary, migrator: deps.migrator, lagPool: deps.pools.lag, errands: deps.errands,
+                 roleWarnings: deps.roleWarnings,
                  projectorStatus: deps.projectorStatus).register(on: router)
     let reconciliation = ReconciliationRoutes(keys: deps.keys,
                                               reconciliations: Reconciliations(pool: deps.pools.primary, readPool: deps.pools.read),
@@ -99,12 +102,12 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
                 metrics: IngestMetrics(), clients: deps.clients)
         .register(on: router)
     BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pools.primary),
-                 clickCommitWait: deps.beaconClickWait, clients: deps.clients)
+                 clickCommitWait: deps.beaconClickWait, errands: deps.errands, clients: deps.clients)
         .register(on: router)
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath, defaultTimeZone: deps.defaultTimeZone).register(on: router)
     if let registry = deps.metricsRegistry {
-        MetricsRoute(registry: registry, pools: deps.pools.named, log: deps.log, lagPool: deps.pools.lag)
+        MetricsRoute(registry: registry, pools: deps.pools.named, log: deps.log, lagPool: deps.pools.lag, errands: deps.errands)
             .register(on: router)
     }
     // Last: it wraps only the not-found answer, and reads the routes registered above.
@@ -127,6 +130,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         pools: pools,
         keys: APIKeys(pool: pools.primary),
         log: log,
+        errands: Errands(),
         migrator: Migrator(logger: logger),
         reports: Reports(pool: pools.read, maxWait: configuration.reportWait),
         audit: AdAudit(pool: pools.read, maxWait: configuration.reportWait),
@@ -157,12 +161,13 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
         // The pools first: a service group stops its services in reverse order, so every
         // service that uses a pool (the log draining its queue last of all) stops before it closes.
+        // The key table next (it loads when it starts, so QuickAnswers can refuse a batch over
+        // its key's rate limit on the event loop from the first requests on); the errands last,
+        // stopping right after the HTTP server and before the log their appends wait for.
         services: (pools.services + [ingestPool]).map { $0 as any Service }
+            + [deps.keys]
             + backgroundServices(configuration, deps, logger: logger)
-            + [roleCheck(configuration, deps, logger: logger)],
-        // The key table in memory lets QuickAnswers refuse a batch over its key's rate limit on
-        // the event loop; loaded now, it does so from the first requests on.
-        onServerRunning: { [keys = deps.keys] _ in keys.loadInBackground() },
+            + [roleCheck(configuration, deps, logger: logger), deps.errands],
         logger: logger)
 }
 

@@ -4,8 +4,8 @@ import ServiceLifecycle
 import Testing
 import Tracker
 
-/// The pool's waits end when the borrower's task is cancelled, every connection it lends runs
-/// at once, and as a service it closes when its service group shuts down.
+/// The pool's waits end when the borrower's task is cancelled or at their deadline, every
+/// connection it lends runs at once, and as a service it closes when its service group shuts down.
 @Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"))
 struct ConnectionPoolTests {
     @Test func aCancelledBorrowerStopsWaitingForAConnection() async throws {
@@ -29,6 +29,33 @@ struct ConnectionPoolTests {
         #expect(pool.usage.waiting == 0)
         release.signal()
         #expect(try await holder.value)
+    }
+
+    /// The deadline is kept by the pool's timer, a child of its `run()`: a borrower that finds
+    /// every connection busy gives up with `poolExhausted` once `acquireTimeout` has passed, and
+    /// the next one waits its own full timeout (the timer was set again for it).
+    @Test func aBorrowerGivesUpWithPoolExhaustedAfterTheAcquireTimeout() async throws {
+        let pool = ConnectionPool(conninfo: TestEnvironment.adminURL!, maxConnections: 1, acquireTimeout: .milliseconds(300),
+                                  logger: TestEnvironment.logger)
+        let release = DispatchSemaphore(value: 0)
+        try await withServices([pool]) {
+            let holder = Task { try await pool.withConnection { _ in release.wait(); return true } }
+            for _ in 0..<1200 where pool.usage.inUse == 0 { try await Task.sleep(for: .milliseconds(50)) }
+            for borrower in ["first", "second"] {
+                let asked = ContinuousClock.now
+                do {
+                    _ = try await pool.withConnection { _ in true }
+                    Issue.record("the \(borrower) borrower got the busy connection")
+                } catch let error as DatabaseError {
+                    #expect(error.code == .poolExhausted)
+                }
+                let waited = ContinuousClock.now - asked
+                #expect(waited >= .milliseconds(300), "the \(borrower) borrower gave up after \(waited), before its timeout")
+            }
+            #expect(pool.usage.waiting == 0)
+            release.signal()
+            #expect(try await holder.value)
+        }
     }
 
     @Test func asAServiceThePoolClosesWhenItsGroupShutsDown() async throws {

@@ -56,55 +56,58 @@ struct KeyExposureTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             let server = APIKeys(pool: db.pool, cacheTTL: .seconds(1))
-            #expect(try await server.authenticate(key)?.name == "app")
-            try await APIKeys(pool: db.pool).revoke(name: "app")
-            let revoked = ContinuousClock.now
-            var refusedAfter: Duration?
-            while ContinuousClock.now - revoked < .seconds(5) {
-                if try await server.authenticate(key) == nil {
-                    refusedAfter = ContinuousClock.now - revoked
-                    break
+            try await withServices([server]) {
+                #expect(try await server.authenticate(key)?.name == "app")
+                try await APIKeys(pool: db.pool).revoke(name: "app")
+                let revoked = ContinuousClock.now
+                var refusedAfter: Duration?
+                while ContinuousClock.now - revoked < .seconds(5) {
+                    if try await server.authenticate(key) == nil {
+                        refusedAfter = ContinuousClock.now - revoked
+                        break
+                    }
+                    try await Task.sleep(for: .milliseconds(20))
                 }
-                try await Task.sleep(for: .milliseconds(20))
+                let after = try #require(refusedAfter, "the revoked key still authenticated 5 s later")
+                // Within the TTL plus one reload; a key is served from a stale table for at most twice
+                // the TTL, so slow reloads on a loaded machine can stretch it to 2 s plus one reload.
+                #expect(after < .seconds(4), "refused \(after) after the revocation; the TTL is 1 s")
+                let newKey = try await db.createKey("other-app", scope: .report)
+                #expect(try await server.authenticate(newKey)?.name == "other-app", "a new key waits for one reload, not the TTL")
             }
-            let after = try #require(refusedAfter, "the revoked key still authenticated 5 s later")
-            // Within the TTL plus one reload; a key is served from a stale table for at most twice
-            // the TTL, so slow reloads on a loaded machine can stretch it to 2 s plus one reload.
-            #expect(after < .seconds(4), "refused \(after) after the revocation; the TTL is 1 s")
-            let newKey = try await db.createKey("other-app", scope: .report)
-            #expect(try await server.authenticate(newKey)?.name == "other-app", "a new key waits for one reload, not the TTL")
         }
     }
 
-    /// The table in memory that `QuickAnswers` reads on the event loop: loaded before any request
-    /// asked for it, answered past its TTL while it reloads in the background (for at most twice
-    /// the TTL), and those answers alone keep it fresh: a key revoked elsewhere leaves it while
-    /// the other keys stay.
+    /// The table in memory that `QuickAnswers` reads on the event loop: loaded when the service
+    /// starts, before any request asked for it, answered past its TTL while it reloads (for at
+    /// most twice the TTL), and those answers alone keep it fresh: a key revoked elsewhere
+    /// leaves it while the other keys stay.
     @Test func theTableReadOnTheEventLoopIsLoadedAtStartAndKeptFresh() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             let other = try await db.createKey("other-app", scope: .ingest)
             let server = APIKeys(pool: db.pool, cacheTTL: .seconds(2))
-            #expect(server.cachedPrincipal(key) == nil, "nothing is loaded before the server starts")
-            server.loadInBackground()
-            let loaded = ContinuousClock.now
-            while server.cachedPrincipal(key) == nil, ContinuousClock.now - loaded < .seconds(10) {
-                try await Task.sleep(for: .milliseconds(10))
-            }
-            #expect(server.cachedPrincipal(key)?.name == "app", "loaded without any request authenticating")
+            #expect(server.cachedPrincipal(key) == nil, "nothing is loaded before the service runs")
+            try await withServices([server]) {
+                let loaded = ContinuousClock.now
+                while server.cachedPrincipal(key) == nil, ContinuousClock.now - loaded < .seconds(10) {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+                #expect(server.cachedPrincipal(key)?.name == "app", "loaded without any request authenticating")
 
-            // Past the TTL, and short of twice it even if the load took 1.5 s.
-            try await Task.sleep(for: .milliseconds(2_300))
-            #expect(server.cachedPrincipal(key)?.name == "app", "past the TTL, within twice it, still answered")
-            try await APIKeys(pool: db.pool).revoke(name: "app")
-            let revoked = ContinuousClock.now
-            var gone = false
-            while !gone, ContinuousClock.now - revoked < .seconds(10) {
-                gone = server.cachedPrincipal(key) == nil
-                #expect(server.cachedPrincipal(other)?.name == "other-app", "the table was reloaded, not left to age out")
-                try await Task.sleep(for: .milliseconds(20))
+                // Past the TTL, and short of twice it even if the load took 1.5 s.
+                try await Task.sleep(for: .milliseconds(2_300))
+                #expect(server.cachedPrincipal(key)?.name == "app", "past the TTL, within twice it, still answered")
+                try await APIKeys(pool: db.pool).revoke(name: "app")
+                let revoked = ContinuousClock.now
+                var gone = false
+                while !gone, ContinuousClock.now - revoked < .seconds(10) {
+                    gone = server.cachedPrincipal(key) == nil
+                    #expect(server.cachedPrincipal(other)?.name == "other-app", "the table was reloaded, not left to age out")
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(gone, "the revoked key is still answered 10 s later")
             }
-            #expect(gone, "the revoked key is still answered 10 s later")
         }
     }
 }

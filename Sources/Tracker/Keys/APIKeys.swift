@@ -1,4 +1,4 @@
-import Synchronization
+import ServiceLifecycle
 
 /// What a key may do: send events, or read reports.
 public enum KeyScope: String, Sendable, CaseIterable {
@@ -55,28 +55,33 @@ public enum APIKeyError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// API keys, stored as SHA-256 hashes (computed here: a key never reaches the database).
 ///
-/// The active keys' hashes are held in memory and reloaded when older than `cacheTTL`, so a
-/// revoked key stops working within `cacheTTL` plus one reload (at most twice `cacheTTL` plus
-/// one reload when reloads are slow) and a request costs no key
-/// query in the steady state. A key the table holds is answered from it while the reload that
-/// its age calls for runs in the background (up to twice `cacheTTL`; older, the request waits
-/// for the reload): before, every request that arrived while the reload ran waited for the next
-/// one, 250 ms later, every 5 s (the single-event benchmark's p99 of 200 to 400 ms). A key the table does not hold (a new one, or a guess) waits for a reload that began
-/// after it arrived; all such requests share one reload, at most one per `minReloadInterval`,
-/// so a flood of random keys costs a few queries a second, not one each, and memory holds
-/// only the table (before, each unknown key cost a query and a cache entry).
-public final class APIKeys: Sendable {
+/// The active keys' hashes are held in memory (`KeyCacheStateMachine` states the rules): a
+/// request costs no key query in the steady state, a key revoked elsewhere stops working
+/// within `cacheTTL` plus one reload (at most twice `cacheTTL` plus one reload when reloads are
+/// slow), a key created elsewhere works after one reload, and requests with unknown keys share
+/// reloads, at most one per `minReloadInterval`, so a flood of guesses costs a few queries a
+/// second and memory holds only the table.
+///
+/// As a `Service` it loads the table when it starts and runs every reload, and the timer that
+/// spaces them, as children of `run()`: run it (before the HTTP server, after the pool) for
+/// `authenticate` and `cachedPrincipal`. `create`, `list` and `revoke` need no `run()`.
+public final class APIKeys: Service, Sendable {
     private let pool: ConnectionPool
-    private let cacheTTL: Duration
-    private let loader: KeyTableLoader
-    private let table = Mutex<(keys: [KeyDigest: Principal], loadedAt: ContinuousClock.Instant)?>(nil)
-    /// Whether a background reload of a stale table is under way (one at a time).
-    private let refreshing = Atomic<Bool>(false)
+    private let cache: KeyCache<ContinuousClock>
 
     public init(pool: ConnectionPool, cacheTTL: Duration = .seconds(5), minReloadInterval: Duration = .milliseconds(250)) {
         self.pool = pool
-        self.cacheTTL = cacheTTL
-        self.loader = KeyTableLoader(minInterval: minReloadInterval)
+        cache = KeyCache(cacheTTL: cacheTTL, minReloadInterval: minReloadInterval, clock: ContinuousClock(),
+                         readTable: { try await APIKeys.load(pool) })
+    }
+
+    /// Keeps the table in memory until the service group shuts down (or the task is cancelled).
+    public func run() async throws {
+        await withGracefulShutdownHandler {
+            await cache.run()
+        } onGracefulShutdown: { [cache] in
+            cache.finish()
+        }
     }
 
     /// What `create` accepts as a name.
@@ -134,68 +139,21 @@ public final class APIKeys: Sendable {
             ).affectedRows
         }
         guard changed == 1 else { throw APIKeyError.notFound(name) }
-        // An empty table stamped now, not none: a reload that began before the revocation
-        // (in the background) is older and can no longer put the revoked key back.
-        table.withLock { $0 = ([:], ContinuousClock.now) }
+        cache.revoked()
     }
 
     /// The principal of a presented key, or `nil` for an unknown or revoked key.
     public func authenticate(_ presented: String) async throws -> Principal? {
-        let digest = KeyDigest(key: presented)
-        let now = ContinuousClock.now
-        if let (principal, age) = inMemory(digest, at: now) {
-            if age < cacheTTL { return principal }
-            if age < cacheTTL * 2 {
-                refreshInBackground(requestedAt: now)
-                return principal
-            }
-        }
-        return try await reload(after: now)[digest]
+        try await cache.principal(KeyDigest(key: presented))
     }
 
     /// The principal of a presented key from the table in memory, without waiting: `nil` when
     /// the key is not in it or the table is older than twice the cache TTL (then only
     /// `authenticate` can tell). For answers given on the event loop, where nothing may wait
     /// for the database. Like `authenticate`, it answers from a table past the TTL while it
-    /// reloads it in the background, so these answers do not stop every `cacheTTL`.
+    /// reloads it, so these answers do not stop every `cacheTTL`.
     public func cachedPrincipal(_ presented: String) -> Principal? {
-        let now = ContinuousClock.now
-        guard let (principal, age) = inMemory(KeyDigest(key: presented), at: now), age < cacheTTL * 2 else { return nil }
-        if age >= cacheTTL { refreshInBackground(requestedAt: now) }
-        return principal
-    }
-
-    /// Loads the table in the background, so that answers from memory (`cachedPrincipal`) are
-    /// possible from the first requests on, before any request waited for a reload. A failed
-    /// load (the database down) is left to the requests' own reloads.
-    public func loadInBackground() {
-        refreshInBackground(requestedAt: .now)
-    }
-
-    /// `digest`'s principal in the table in memory, and the table's age at `now`.
-    private func inMemory(_ digest: KeyDigest, at now: ContinuousClock.Instant) -> (principal: Principal, age: Duration)? {
-        table.withLock { current in
-            guard let current, let principal = current.keys[digest] else { return nil }
-            return (principal, now - current.loadedAt)
-        }
-    }
-
-    /// The table as loaded by a reload that began after `instant` (shared with other callers).
-    private func reload(after instant: ContinuousClock.Instant) async throws -> [KeyDigest: Principal] {
-        let pool = self.pool
-        let (keys, loadedAt) = try await loader.keys(loadedAfter: instant) { try await Self.load(pool) }
-        table.withLock { t in
-            if t == nil || t!.loadedAt < loadedAt { t = (keys, loadedAt) }
-        }
-        return keys
-    }
-
-    private func refreshInBackground(requestedAt instant: ContinuousClock.Instant) {
-        guard refreshing.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-        Task {
-            defer { refreshing.store(false, ordering: .releasing) }
-            _ = try? await reload(after: instant)
-        }
+        cache.cachedPrincipal(KeyDigest(key: presented))
     }
 
     /// Every active key's hash and principal.
@@ -233,39 +191,5 @@ public final class APIKeys: Sendable {
         let alphabet = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
         var rng = SystemRandomNumberGenerator()
         return "trk_" + String((0..<40).map { _ in alphabet[Int(rng.next(upperBound: UInt64(alphabet.count)))] })
-    }
-}
-
-/// Reloads of the key table, shared: a caller waits for a load that began after the instant it
-/// gives, and loads start at most once per `minInterval`.
-actor KeyTableLoader {
-    typealias Keys = [KeyDigest: Principal]
-    private let minInterval: Duration
-    private var lastStart: ContinuousClock.Instant?
-    private var inFlight: (task: Task<Keys, any Error>, startedAt: ContinuousClock.Instant)?
-
-    init(minInterval: Duration) {
-        self.minInterval = minInterval
-    }
-
-    func keys(loadedAfter instant: ContinuousClock.Instant, _ load: @escaping @Sendable () async throws -> Keys) async throws -> (Keys, ContinuousClock.Instant) {
-        while true {
-            if let current = inFlight {
-                if current.startedAt >= instant { return (try await current.task.value, current.startedAt) }
-                _ = try? await current.task.value
-                if inFlight?.startedAt == current.startedAt { inFlight = nil }
-                continue
-            }
-            if let lastStart, ContinuousClock.now < lastStart + minInterval {
-                try await Task.sleep(until: lastStart + minInterval)
-                continue
-            }
-            let start = ContinuousClock.now
-            lastStart = start
-            let task = Task { try await load() }
-            inFlight = (task, start)
-            defer { if inFlight?.startedAt == start { inFlight = nil } }
-            return (try await task.value, start)
-        }
     }
 }

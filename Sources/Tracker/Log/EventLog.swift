@@ -49,7 +49,8 @@ public enum AppendError: Error, Sendable, Equatable {
 ///
 /// Which writer writes what, back-pressure, deadlines and the drain are decided by
 /// `EventLogStateMachine` under one lock; this class is its shell: it parks and wakes writers,
-/// runs the SQL, and answers each request with what the machine hands back.
+/// runs the SQL, sets the deadlines' timer (a child of `run()`) and answers each request with
+/// what the machine hands back.
 public final class EventLog: Service, Sendable {
     public struct Configuration: Sendable {
         public var writers = 3
@@ -102,12 +103,14 @@ public final class EventLog: Service, Sendable {
     }
 
     private typealias Taken = TakenAppend<Submission>
-    private typealias Machine = EventLogStateMachine<ContinuousClock.Instant, Submission, CheckedContinuation<[Taken]?, Never>>
+    private typealias Machine = EventLogStateMachine<ContinuousClock, Submission, CheckedContinuation<[Taken]?, Never>>
 
     private let pool: ConnectionPool
     private let configuration: Configuration
     private let logger: Logger
     private let state: Mutex<Machine>
+    /// The deadlines' timer, run by `run()`.
+    private let timers = ServiceTasks()
     /// Time of one group's write and commit (the WAL flush included).
     private let commitDuration = Timer(label: "tracker_commit_duration_seconds")
     /// Events and requests sharing one commit: how well group commit groups.
@@ -123,7 +126,7 @@ public final class EventLog: Service, Sendable {
         self.pool = pool
         self.configuration = configuration
         self.logger = logger
-        state = Mutex(Machine(configuration))
+        state = Mutex(Machine(configuration, clock: ContinuousClock()))
     }
 
     /// Events accepted by requests and waiting for a writer (for the queue-depth gauge).
@@ -140,9 +143,11 @@ public final class EventLog: Service, Sendable {
         do {
             return try await withCheckedThrowingContinuation { continuation in
                 let submission = Submission(events: events, keyName: keyName, continuation: continuation)
-                switch state.withLock({ $0.submit(submission, events: events.count, now: .now) }) {
+                switch state.withLock({ $0.submit(submission, events: events.count) }) {
                 case .refused(let error): continuation.resume(throwing: error)
-                case .accepted(_, let start): start?.writer.resume(returning: start?.group)
+                case .accepted(_, let start, let timer):
+                    if let timer { schedule(timer) }
+                    start?.writer.resume(returning: start?.group)
                 }
             }
         } catch let error as AppendError {
@@ -154,24 +159,26 @@ public final class EventLog: Service, Sendable {
 
     /// Runs the writers until graceful shutdown or cancellation of the calling task, then
     /// drains what was already accepted (each waiting append still gets its answer).
+    ///
+    /// The deadlines' timer is a child of this call, started before anything here can wait on
+    /// the database, so deadlines hold from the first append to the last write of a graceful
+    /// drain. Cancelling the call ends the timer with it: the drain's writes then answer their
+    /// appends within the database's statement and lock timeouts (`sessionSetup`).
     public func run() async throws {
-        // Deadlines hold from the first append to the last write of the drain: the sweeper is a
-        // task of its own (not a child, which the cancellation of run() would end at once while
-        // writers still drain) and starts before anything here can wait on the database.
-        let sweeper = configuration.appendTimeout.map { timeout in Task { await self.enforceDeadlines(timeout) } }
-        defer { sweeper?.cancel() }
-        try? await pool.withConnection { connection in
-            _ = try connection.query(EventLogSQL.ensurePartitions)
-        }
         await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
                 await withTaskGroup(of: Void.self) { background in
+                    background.addTask { await self.timers.run() }
+                    try? await pool.withConnection { connection in
+                        _ = try connection.query(EventLogSQL.ensurePartitions)
+                    }
                     background.addTask { await self.maintainPartitions() }
                     await withDiscardingTaskGroup { writers in
                         for _ in 0..<configuration.writers {
                             writers.addTask { await self.writerLoop() }
                         }
                     }
+                    timers.finish()
                     background.cancelAll()
                 }
             } onGracefulShutdown: {
@@ -184,16 +191,15 @@ public final class EventLog: Service, Sendable {
         }
     }
 
-    /// Every tenth of the timeout (at most 100 ms), answers `.databaseUnavailable` to each
-    /// append whose deadline passed (`EventLogStateMachine.expire`). One sweeper, not a timer per
-    /// append: a task and a timer for each cost more than the rest of a single-event append.
-    private func enforceDeadlines(_ timeout: Duration) async {
-        let period = min(timeout / 10, .milliseconds(100))
-        while !Task.isCancelled {
-            do { try await Task.sleep(for: period) } catch { return }
-            let expired = state.withLock { $0.expire(now: .now) }
-            for submission in expired { submission.continuation.resume(throwing: AppendError.databaseUnavailable) }
-        }
+    private func schedule(_ timer: ContinuousClock.Instant) {
+        timers.schedule(at: timer, on: ContinuousClock()) { [weak self] in self?.timerFired() }
+    }
+
+    /// Answers `.databaseUnavailable` to each append whose deadline passed.
+    private func timerFired() {
+        let (expired, next) = state.withLock { $0.timerFired() }
+        if let next { schedule(next) }
+        for submission in expired { submission.continuation.resume(throwing: AppendError.databaseUnavailable) }
     }
 
     /// Stops taking new events; writers finish the queue and return.

@@ -11,18 +11,23 @@ extension TakenAppend: Sendable where Request: Sendable {}
 /// still needs an answer), without any I/O.
 ///
 /// `EventLog` feeds it events under one lock and carries out what each returns: it resumes a
-/// writer with a group, writes the group, resumes a request with its outcome. Nothing here
-/// sleeps, resumes a continuation or reads a clock, so group commit, back-pressure, deadlines
-/// and the drain at shutdown are tested in microseconds with instants the test sets
-/// (`EventLogStateMachineTests`).
+/// writer with a group, writes the group, resumes a request with its outcome, sets the timer.
+/// Nothing here sleeps or resumes a continuation, and time is read from the clock it is given,
+/// so group commit, back-pressure, deadlines and the drain at shutdown are tested in
+/// microseconds with a clock the test advances (`EventLogStateMachineTests`).
+///
+/// Deadlines need one timer: every append gets the same `appendTimeout`, so the earliest
+/// deadline is the oldest unanswered append's. The machine asks for a timer when an append
+/// arrives and none is set, and when it fires for the next one, at the oldest append still
+/// unanswered; under load that is one timer per `appendTimeout`, not one per append.
 ///
 /// Every append is answered exactly once: an answer is given only by taking the append out of
-/// `pending` (`claim`, `expire`), so a write that ends after the deadline answered finds nothing
-/// to answer.
+/// `pending` (`claim`, `timerFired`), so a write that ends after the deadline answered finds
+/// nothing to answer.
 ///
-/// Generic over the clock's `Instant`, what a request carries (`Request`: its events and the
-/// continuation of its caller, in the log) and what wakes a parked writer (`Writer`).
-struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Instant.Duration == Duration {
+/// Generic over the clock, what a request carries (`Request`: its events and the continuation
+/// of its caller, in the log) and what wakes a parked writer (`Writer`).
+struct EventLogStateMachine<C: Clock, Request, Writer> where C.Duration == Duration {
     typealias AppendID = Int
 
     typealias Taken = TakenAppend<Request>
@@ -36,13 +41,14 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
 
     /// The log's limits: group size, parallel-write threshold, queue bound, append timeout.
     let limits: EventLog.Configuration
+    let clock: C
     /// Appends not answered yet, queued or being written.
     private var pending: [AppendID: Pending] = [:]
     /// Appends in arrival order with their deadlines (the timeout is the same for all, so this
     /// is deadline order too). Writers take from `nextToTake`, deadlines are checked from
-    /// `nextToExpire` (never behind `nextToTake` once checked); entries before the cursors are
+    /// `nextToExpire` (the oldest that may be unanswered); entries before both cursors are
     /// dropped now and then.
-    private var arrivals: [(id: AppendID, deadline: Instant?)] = []
+    private var arrivals: [(id: AppendID, deadline: C.Instant?)] = []
     private var nextToTake = 0
     private var nextToExpire = 0
     private var nextID: AppendID = 0
@@ -51,31 +57,37 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
     /// Writers between taking a group and finishing its write.
     private var writing = 0
     private var idleWriters: [Writer] = []
+    /// When the timer set for the shell fires; `nil` when none is set.
+    private var timer: C.Instant?
     private(set) var isStopping = false
 
-    init(_ limits: EventLog.Configuration) {
+    init(_ limits: EventLog.Configuration, clock: C) {
         self.limits = limits
+        self.clock = clock
     }
 
     enum SubmitAction {
-        /// Queued as `id`; when `start` is set, resume that parked writer with that group.
-        case accepted(AppendID, start: (writer: Writer, group: [Taken])?)
+        /// Queued as `id`; when `start` is set, resume that parked writer with that group; with
+        /// `scheduleTimer`, set the log's timer for that instant.
+        case accepted(AppendID, start: (writer: Writer, group: [Taken])?, scheduleTimer: C.Instant?)
         case refused(AppendError)
     }
 
-    /// A request of `events` events (at least one) arrives at `now`.
-    mutating func submit(_ request: Request, events: Int, now: Instant) -> SubmitAction {
+    /// A request of `events` events (at least one) arrives.
+    mutating func submit(_ request: Request, events: Int) -> SubmitAction {
         if isStopping { return .refused(.shuttingDown) }
         if queuedEvents + events > limits.maxQueuedEvents { return .refused(.overloaded) }
         let id = nextID
         nextID += 1
         pending[id] = Pending(request: request, events: events)
-        arrivals.append((id, limits.appendTimeout.map { now.advanced(by: $0) }))
+        let deadline = limits.appendTimeout.map { clock.now.advanced(by: $0) }
+        arrivals.append((id, deadline))
         queuedEvents += events
+        let timer = deadline.flatMap { setTimer($0) }
         if mayStartWrite, let writer = idleWriters.popLast() {
-            return .accepted(id, start: (writer, takeGroup()))
+            return .accepted(id, start: (writer, takeGroup()), scheduleTimer: timer)
         }
-        return .accepted(id, start: nil)
+        return .accepted(id, start: nil, scheduleTimer: timer)
     }
 
     enum WriterAction {
@@ -113,10 +125,13 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
         ids.allSatisfy { pending[$0] == nil }
     }
 
-    /// Time has reached `now`: the requests whose deadline passed, to answer `databaseUnavailable`.
+    /// The timer fired: the requests whose deadline passed, to answer `databaseUnavailable`,
+    /// and the instant to set the timer for next (`nil`: every append has its answer).
     /// Those still queued are withdrawn, so nothing of them is stored; those a writer has get
     /// their answer early (their write is one transaction, and a retry of it counts duplicates).
-    mutating func expire(now: Instant) -> [Request] {
+    mutating func timerFired() -> (expired: [Request], scheduleTimer: C.Instant?) {
+        timer = nil
+        let now = clock.now
         var expired: [Request] = []
         while nextToExpire < arrivals.count {
             let (id, deadline) = arrivals[nextToExpire]
@@ -132,7 +147,9 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
         // dropped even while every writer is stuck in a write that does not end.
         nextToTake = max(nextToTake, nextToExpire)
         compactArrivals()
-        return expired
+        // The loop stopped at the oldest unanswered append, if any: its deadline is the next.
+        let next = nextToExpire < arrivals.count ? arrivals[nextToExpire].deadline : nil
+        return (expired, next.flatMap { setTimer($0) })
     }
 
     /// Arrivals kept for the cursors (for tests: what the machine's memory grows with).
@@ -165,8 +182,21 @@ struct EventLogStateMachine<Instant: InstantProtocol, Request, Writer> where Ins
         return group
     }
 
+    /// Sets the timer for `deadline` unless one is set (it fires no later: deadlines come in
+    /// order); the instant the shell must schedule, if any.
+    private mutating func setTimer(_ deadline: C.Instant) -> C.Instant? {
+        guard timer == nil else { return nil }
+        timer = deadline
+        return deadline
+    }
+
     /// Drops the arrivals both cursors have passed, once they are many and at least half.
+    /// Answered arrivals are passed first: the timer fires once per `appendTimeout`, and the
+    /// arrivals of that long must not all be kept until it does.
     private mutating func compactArrivals() {
+        if limits.appendTimeout != nil {
+            while nextToExpire < nextToTake, pending[arrivals[nextToExpire].id] == nil { nextToExpire += 1 }
+        }
         let passed = limits.appendTimeout == nil ? nextToTake : min(nextToTake, nextToExpire)
         guard passed >= 1024, passed * 2 >= arrivals.count else { return }
         arrivals.removeFirst(passed)

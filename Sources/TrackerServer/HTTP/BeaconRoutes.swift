@@ -16,6 +16,8 @@ struct BeaconRoutes: Sendable {
     /// How long a click waits for its commit before redirecting anyway: a user's click must not
     /// hang on a frozen database. The append goes on; only its confirmation is not awaited.
     let clickCommitWait: Duration
+    /// Where a click's append runs, so that the click waits for it at most `clickCommitWait`.
+    let errands: Errands<ContinuousClock>
     /// The browser that fetched a beacon is the event's client, recorded like a batch's sender.
     let clients: ClientIdentity
 
@@ -96,7 +98,7 @@ struct BeaconRoutes: Sendable {
                 return "not_recorded"
             }
         }
-        let outcome = await firstWithin(clickCommitWait, store) ?? "unconfirmed"
+        let outcome = await errands.firstWithin(clickCommitWait, store) ?? "unconfirmed"
         if outcome == "unconfirmed" {
             context.logger.warning("beacon click redirected before its commit was confirmed", metadata: ["tracker.beacon.outcome": "unconfirmed"])
         }

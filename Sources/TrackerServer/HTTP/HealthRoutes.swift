@@ -10,6 +10,8 @@ struct HealthRoutes: Sendable {
     let migrator: Migrator
     /// Where the projector's lag is read: a connection that may read the log (`ServerDependencies.lagPool`).
     let lagPool: ConnectionPool
+    /// Where the readiness checks run, so that a probe waits for them at most its deadline.
+    let errands: Errands<ContinuousClock>
     /// What the server's database roles may do that they should not, or must and may not.
     var roleWarnings: RoleWarnings? = nil
     /// The in-process projector's state: a stopped projector makes the node not ready.
@@ -31,7 +33,7 @@ struct HealthRoutes: Sendable {
     /// stopped, a host that answers TCP but not queries) would otherwise hold the probe on a
     /// pooled connection for as long as it stays frozen.
     func readiness(within deadline: Duration) async -> Response {
-        await firstWithin(deadline) { await self.readiness() }
+        await errands.firstWithin(deadline) { await self.readiness() }
             ?? Self.json(.serviceUnavailable, Readiness.databaseUnavailable, retryAfter: true)
     }
 

@@ -47,6 +47,8 @@ struct MetricsRoute: Sendable {
     let log: EventLog
     /// Where the projector's lag is read: a connection that may read the log (`ServerDependencies.lagPool`).
     let lagPool: ConnectionPool
+    /// Where the lag read runs, so that a scrape waits for it at most `lagDeadline`.
+    let errands: Errands<ContinuousClock>
     private let queueDepth = CoreMetrics.Gauge(label: "tracker_queue_events")
     private let queueCapacity = CoreMetrics.Gauge(label: "tracker_queue_capacity_events")
     private let poolGauges: [(inUse: CoreMetrics.Gauge, idle: CoreMetrics.Gauge, waiting: CoreMetrics.Gauge, size: CoreMetrics.Gauge)]
@@ -60,11 +62,13 @@ struct MetricsRoute: Sendable {
     /// past Prometheus's timeout, and the scrape would fail instead of saying the database is down.
     static let lagDeadline: Duration = .seconds(3)
 
-    init(registry: PrometheusCollectorRegistry, pools: [NamedPool], log: EventLog, lagPool: ConnectionPool) {
+    init(registry: PrometheusCollectorRegistry, pools: [NamedPool], log: EventLog, lagPool: ConnectionPool,
+         errands: Errands<ContinuousClock>) {
         self.registry = registry
         self.pools = pools
         self.log = log
         self.lagPool = lagPool
+        self.errands = errands
         poolGauges = pools.map { named in
             let pool = [("pool", named.name)]
             return (CoreMetrics.Gauge(label: "tracker_db_connections_in_use", dimensions: pool),
@@ -91,7 +95,7 @@ struct MetricsRoute: Sendable {
             gauges.size.record(named.pool.maxConnections)
         }
         let lagPool = lagPool
-        let read = await firstWithin(Self.lagDeadline) { () -> Result<ProjectionLag, any Error> in
+        let read = await errands.firstWithin(Self.lagDeadline) { () -> Result<ProjectionLag, any Error> in
             do { return .success(try await LogCursor(pool: lagPool).lag()) } catch { return .failure(error) }
         }
         switch read {

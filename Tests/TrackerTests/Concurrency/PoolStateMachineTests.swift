@@ -3,10 +3,14 @@ import Testing
 
 /// The connection pool's decisions, with slots and waiters as plain values and time set by hand.
 struct PoolStateMachineTests {
-    typealias Machine = PoolStateMachine<TestInstant, String, String>
+    typealias Machine = PoolStateMachine<ManualClock, String, String>
+
+    static func machine(maxConnections: Int = 1, clock: ManualClock = ManualClock()) -> Machine {
+        Machine(maxConnections: maxConnections, acquireTimeout: .seconds(5), clock: clock)
+    }
 
     @Test func anIdleConnectionIsLentBeforeANewOneIsOpenedAndNoMoreThanTheLimitAreOpened() {
-        var pool = Machine(maxConnections: 2, acquireTimeout: .seconds(5))
+        var pool = Self.machine(maxConnections: 2)
         guard case .open = pool.borrow(), case .open = pool.borrow() else { Issue.record("two connections open"); return }
         guard case .mustWait = pool.borrow() else { Issue.record("a third borrower waits"); return }
         guard case .keep = pool.release("a") else { Issue.record("nobody waits: the slot is kept"); return }
@@ -16,12 +20,12 @@ struct PoolStateMachineTests {
     }
 
     @Test func aReleasedConnectionGoesToTheBorrowerWhoWaitedLongest() {
-        var pool = Machine(maxConnections: 1, acquireTimeout: .seconds(5))
-        var clock = ManualClock()
+        let clock = ManualClock()
+        var pool = Self.machine(clock: clock)
         _ = pool.borrow()
         for waiter in ["first", "second", "third"] {
             let id = pool.makeBorrowID()
-            guard case .queued = pool.wait(id, waiter: waiter, isCancelled: false, now: clock.now) else { Issue.record("\(waiter) waits"); return }
+            guard case .queued = pool.wait(id, waiter: waiter, isCancelled: false) else { Issue.record("\(waiter) waits"); return }
             clock.advance(by: .microseconds(1))
         }
         #expect(pool.usage.waiting == 3)
@@ -36,32 +40,56 @@ struct PoolStateMachineTests {
     }
 
     @Test func aWaiterGivesUpAtItsDeadlineAndNotAMicrosecondBefore() {
-        var pool = Machine(maxConnections: 1, acquireTimeout: .seconds(5))
-        var clock = ManualClock()
+        let clock = ManualClock()
+        var pool = Self.machine(clock: clock)
         _ = pool.borrow()
-        let early = pool.makeBorrowID()
-        guard case .queued(let deadline) = pool.wait(early, waiter: "early", isCancelled: false, now: clock.now) else {
-            Issue.record("the borrower waits"); return
+        guard case .queued(let timer?) = pool.wait(pool.makeBorrowID(), waiter: "early", isCancelled: false) else {
+            Issue.record("the borrower waits, and the pool's timer is set"); return
         }
-        #expect(deadline == clock.now.advanced(by: .seconds(5)))
+        let deadline = clock.now.advanced(by: .seconds(5))
+        #expect(timer == deadline, "the timer is set for the waiter's deadline")
         clock.advance(by: .seconds(1))
-        _ = pool.wait(pool.makeBorrowID(), waiter: "late", isCancelled: false, now: clock.now)
-        #expect(pool.nextDeadline == deadline)
+        guard case .queued(nil) = pool.wait(pool.makeBorrowID(), waiter: "late", isCancelled: false) else {
+            Issue.record("a later waiter needs no timer of its own: the set one fires first"); return
+        }
 
-        #expect(pool.expire(now: deadline.advanced(by: .microseconds(-1))).isEmpty)
-        #expect(pool.expire(now: deadline) == ["early"])
-        #expect(pool.nextDeadline == deadline.advanced(by: .seconds(1)), "the later waiter still waits")
-        #expect(pool.expire(now: deadline.advanced(by: .seconds(10))) == ["late"])
-        #expect(pool.nextDeadline == nil)
+        clock.advance(by: .seconds(4) - .microseconds(1))
+        let tooEarly = pool.timerFired()
+        #expect(tooEarly.expired.isEmpty, "a microsecond before its deadline it still waits")
+        #expect(tooEarly.scheduleTimer == deadline)
+        clock.advance(by: .microseconds(1))
+        let fired = pool.timerFired()
+        #expect(fired.expired == ["early"])
+        #expect(fired.scheduleTimer == deadline.advanced(by: .seconds(1)), "the timer is set again for the later waiter")
+        clock.advance(by: .seconds(10))
+        #expect(pool.timerFired() == (["late"], nil), "nobody waits: no timer")
         guard case .keep = pool.release("slot") else { Issue.record("an expired waiter is not handed a slot"); return }
     }
 
+    @Test func aTimerWhoseWaiterWasServedFiresForNobodyAndSetsTheNextOne() {
+        let clock = ManualClock()
+        var pool = Self.machine(clock: clock)
+        _ = pool.borrow()
+        guard case .queued(let first?) = pool.wait(pool.makeBorrowID(), waiter: "served", isCancelled: false) else {
+            Issue.record("the timer is set"); return
+        }
+        guard case .handOver(_, "served") = pool.release("slot") else { Issue.record("the waiter is served"); return }
+        clock.advance(by: .seconds(2))
+        guard case .queued(nil) = pool.wait(pool.makeBorrowID(), waiter: "next", isCancelled: false) else {
+            Issue.record("the timer still set is kept, not cancelled and set again"); return
+        }
+        clock.advance(by: .seconds(3))
+        let fired = pool.timerFired()
+        #expect(fired.expired.isEmpty && fired.scheduleTimer == first.advanced(by: .seconds(2)),
+                "it fails nobody and is set for the waiter that came since")
+    }
+
     @Test func aCancelledWaiterLeavesTheQueueAndTheNextOneIsServed() {
-        var pool = Machine(maxConnections: 1, acquireTimeout: .seconds(5))
+        var pool = Self.machine()
         _ = pool.borrow()
         let a = pool.makeBorrowID(), b = pool.makeBorrowID()
-        _ = pool.wait(a, waiter: "a", isCancelled: false, now: .zero)
-        _ = pool.wait(b, waiter: "b", isCancelled: false, now: .zero)
+        _ = pool.wait(a, waiter: "a", isCancelled: false)
+        _ = pool.wait(b, waiter: "b", isCancelled: false)
         #expect(pool.cancel(a) == "a")
         #expect(pool.cancel(a) == nil, "a waiter is failed once")
         guard case .handOver(_, "b") = pool.release("slot") else { Issue.record("b is served"); return }
@@ -69,20 +97,20 @@ struct PoolStateMachineTests {
     }
 
     @Test func aBorrowerCancelledBeforeItWaitsFailsButIsServedIfAConnectionIsFree() {
-        var pool = Machine(maxConnections: 1, acquireTimeout: .seconds(5))
+        var pool = Self.machine()
         _ = pool.borrow()
-        guard case .failCancelled = pool.wait(pool.makeBorrowID(), waiter: "x", isCancelled: true, now: .zero) else {
+        guard case .failCancelled = pool.wait(pool.makeBorrowID(), waiter: "x", isCancelled: true) else {
             Issue.record("a cancelled borrower does not wait"); return
         }
         #expect(pool.usage.waiting == 0)
         _ = pool.release("slot")
-        guard case .lend("slot") = pool.wait(pool.makeBorrowID(), waiter: "y", isCancelled: true, now: .zero) else {
+        guard case .lend("slot") = pool.wait(pool.makeBorrowID(), waiter: "y", isCancelled: true) else {
             Issue.record("a free connection is lent whatever the task's state"); return
         }
     }
 
     @Test func closingClosesIdleConnectionsAndEveryOneReturnedLaterAndRefusesBorrowers() {
-        var pool = Machine(maxConnections: 2, acquireTimeout: .seconds(5))
+        var pool = Self.machine(maxConnections: 2)
         _ = pool.borrow(); _ = pool.borrow()
         _ = pool.release("idle")
         let closed = pool.close()
@@ -94,12 +122,12 @@ struct PoolStateMachineTests {
     }
 
     @Test func closingFailsEveryWaiter() {
-        var pool = Machine(maxConnections: 1, acquireTimeout: .seconds(5))
+        var pool = Self.machine()
         _ = pool.borrow()
-        _ = pool.wait(pool.makeBorrowID(), waiter: "a", isCancelled: false, now: .zero)
-        _ = pool.wait(pool.makeBorrowID(), waiter: "b", isCancelled: false, now: .zero)
+        _ = pool.wait(pool.makeBorrowID(), waiter: "a", isCancelled: false)
+        _ = pool.wait(pool.makeBorrowID(), waiter: "b", isCancelled: false)
         #expect(pool.close().waiters == ["a", "b"])
-        guard case .failClosed = pool.wait(pool.makeBorrowID(), waiter: "c", isCancelled: false, now: .zero) else {
+        guard case .failClosed = pool.wait(pool.makeBorrowID(), waiter: "c", isCancelled: false) else {
             Issue.record("nobody waits on a closed pool"); return
         }
     }
