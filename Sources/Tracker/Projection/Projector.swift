@@ -171,11 +171,11 @@ public final class Projector: Service, Sendable {
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
         try connection.lockForTransaction(ProjectorSQL.lock)
+        let layout = try layout.refreshed(on: connection)
         let (tx, seq, ivtRules) = try lockState(on: connection, window: window)
         switch layout {
-        case .singleNode:
-            let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
-                                            binaryResults: true)
+        case .singleNode, .coordinator:
+            let rows = try layout.nextEvents(after: tx, seq, limit: limit, on: connection)
             guard rows.rowCount > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch([rows], shardColumn: false, strings: &strings)
@@ -194,13 +194,7 @@ public final class Projector: Service, Sendable {
             let batch = try LogBatch(results, shardColumn: true, strings: &strings)
             let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId, strings: &strings,
                                           on: connection)
-            var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8)
-            for (shard, last) in batch.shardEnds {
-                ids.append(shard)
-                txs.append(String(last.tx))
-                seqs.append(last.seq)
-            }
-            try connection.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter])
+            try log.advance(shards, to: batch.shardEnds, on: connection)
             try connection.query(ProjectorSQL.countProjected, [String(consumed)])
             return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard }, impressions: impressions)
         }
