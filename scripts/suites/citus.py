@@ -342,16 +342,17 @@ def stage_single_node(binary, clusters, database):
 
 def old_day_events(coordinator, database, days_ago, n):
     """`n` events received `days_ago` days back (their own partition), written as a reconciliation
-    of an older day would be: through the coordinator, stamped by it."""
+    of an older day would be: through the coordinator, stamped by it. Returns their ids."""
     coordinator.psql(f"SELECT tracker_ensure_event_partitions(current_date - {days_ago}, current_date - {days_ago})", database)
-    coordinator.psql(f"""
+    return {row[0] for row in coordinator.psql(f"""
         WITH ids AS (INSERT INTO event_ids SELECT gen_random_uuid() FROM generate_series(1, {n}) RETURNING id)
         INSERT INTO events (id, type, request_id, ad_unit, format_id, source, eea, reservation, test,
                             occurred_at, received_at, corrected_at, key_name)
         SELECT id, CASE WHEN row_number() OVER () % 4 = 0 THEN 'click' ELSE 'impression' END::event_type,
                'old-' || (row_number() OVER () % 97), '/1234/home/native', 'native', 'app', false, false, false,
                now() - interval '{days_ago} days', now() - interval '{days_ago} days', now() - interval '{days_ago} days', 'citus-suite'
-        FROM ids""", database)
+        FROM ids
+        RETURNING id::text""", database)}
 
 
 def wait_caught_up(port, seconds=300):
@@ -400,7 +401,7 @@ def distribute_in_place(checks, binary, clusters, rng, trackers):
     with open(rules, "w") as f:
         json.dump({"name": "citus-inplace", "userAgents": [{"pattern": "ExampleBot"}], "maxEventsPerClientMinute": 30}, f)
     s.run_tracker_command(binary, ["ivt", "activate", rules], url)
-    old_day_events(coordinator, database, 3, 4000)
+    written_beside = old_day_events(coordinator, database, 3, 4000)
     port = s.free_port()
     tracker = s.Tracker(binary, url, port=port, name="citus-inplace").start()
     trackers.append(tracker)
@@ -443,7 +444,7 @@ def distribute_in_place(checks, binary, clusters, rng, trackers):
     unexpected = [e for e in load.timeline if e[1] not in (200, 503)]
     checks.check(f"{part}.appends-answer-200-or-503-throughout", not unexpected,
                  f"{load.statuses()}" + "".join(f"; {e[1]} {e[4]!r}" for e in unexpected[:3]))
-    s.verify_log(checks, coordinator, database, load, part=part)
+    s.verify_log(checks, coordinator, database, load, part=part, also_sent=written_beside)
     caught_up = wait_caught_up(port)
     logged = int(coordinator.psql("SELECT count(*) FROM events", database)[0][0])
     projected = coordinator.psql("SELECT (SELECT count(*) FROM ad_events), (SELECT count(DISTINCT id) FROM ad_events)", database)[0]
@@ -483,7 +484,7 @@ def rebalance_under_load(checks, binary, clusters, rng, trackers):
     clusters.append(added)
     load = s.RetryingLoad(lambda: port, key, workers=3, batch_sizes=(1, 60), seed=rng.random())
     load.start()
-    samples, restarted = [], False
+    samples, restarted, probes = [], False, set()
     try:
         time.sleep(3)
         added.psql(f"CREATE DATABASE {database}")
@@ -513,7 +514,9 @@ def rebalance_under_load(checks, binary, clusters, rng, trackers):
             # The lag while the projector is held: a batch just acknowledged waits, so it is not 0.
             os.kill(projector.pid, signal.SIGSTOP)
             try:
-                send(port, key, [s.random_event(rng) for _ in range(3)])
+                probe = [s.random_event(rng) for _ in range(3)]
+                probes.update(e["id"] for e in probe)
+                send(port, key, probe)
                 samples.append(lag_events(port))
             finally:
                 os.kill(projector.pid, signal.SIGCONT)
@@ -529,7 +532,7 @@ def rebalance_under_load(checks, binary, clusters, rng, trackers):
     checks.check(f"{part}.the-rebalancer-moves-shards-of-the-log-onto-the-new-worker", state == "finished" and on_new > 0 and restarted,
                  f"state {state} after {starts} start(s); {on_new} shards of the log on the new worker; restarted mid-move: {restarted}")
     checks.check(f"{part}.lag-is-never-0-while-events-wait", samples and min(samples) >= 3, f"events behind: {samples}")
-    s.verify_log(checks, coordinator, database, load, part=part)
+    s.verify_log(checks, coordinator, database, load, part=part, also_sent=probes)
     deadline = time.time() + 300
     while time.time() < deadline and lag_events(port) > 0:
         time.sleep(0.3)
@@ -575,7 +578,9 @@ def base(checks, binary, coordinator, worker, ports, rng, trackers):
         TRACKER_TEST_DATABASE_SETUP=f"{sys.executable} {os.path.abspath(__file__)} add-database",
         CITUS_PORTS=" ".join(map(str, ports)), TRACKER_SCHEMATHESIS_EXAMPLES=os.environ.get("TRACKER_SCHEMATHESIS_EXAMPLES", "10")),
         capture_output=True, text=True, timeout=1800)
-    tail = (contract.stdout + contract.stderr).strip().splitlines()[-3:]
+    output = (contract.stdout + contract.stderr).strip().splitlines()
+    # The assertion that failed (pytest's "E " lines), then the summary.
+    tail = [line for line in output if line.startswith("E ")][:3] + output[-3:]
     checks.check("http-contract-holds", contract.returncode == 0, " / ".join(tail))
 
     # 2. A retrying load through SIGKILLs of the tracker and a restart of a worker.

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import ArgumentParser
 import Logging
 import Tracker
@@ -22,7 +27,10 @@ struct MigrateCommand: AsyncParsableCommand {
         // it a second time (as a log line).
         var quiet = logger
         quiet.logLevel = max(logger.logLevel, .warning)
-        let applied = try await Migrator(logger: quiet, report: { print($0) }).migrate(pool)
+        // Each step's line as it is done (stdout to a pipe or a file is otherwise written at
+        // exit): an operator watching a long distribution sees where it is, and what an
+        // interrupted run had finished.
+        let applied = try await Migrator(logger: quiet, report: { print($0); fflush(nil) }).migrate(pool)
         if applied.isEmpty {
             print("schema is current (\(Migration.all.count) migrations)")
         } else {
