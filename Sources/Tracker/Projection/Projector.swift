@@ -269,10 +269,10 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
     case logTruncated(days: Int, first: String, last: String)
     /// A stored rule set this binary cannot read (written by a newer version?).
     case unreadableRuleSet(version: Int, reason: String)
-    /// A shard of a distributed log is no longer on the worker whose order its checkpoint
-    /// follows (moved by the rebalancer): its rows carry another node's transaction ids.
+    /// A shard of a log distributed by an older tracker moved while rows stamped in its former
+    /// worker's order wait: those transaction ids mean nothing on the new node.
     case shardMoved(shard: Int64, node: String)
-    /// A shard of a distributed log has more than one placement, each stamped by its own worker.
+    /// A shard of a distributed log has more than one placement (it is read on one worker).
     case shardReplicated(shard: Int64)
 
     public var description: String {
@@ -288,7 +288,7 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
         case .unreadableRuleSet(let version, let reason):
             "invalid-traffic rule set \(version) cannot be read by this tracker (\(reason)); the projector stopped: upgrade the tracker"
         case .shardMoved(let shard, let node):
-            "shard \(shard) of the log moved to \(node), away from the worker whose order its checkpoint follows; the projector stopped: shard moves are not supported (docs/SCALING.md, \"Citus\")"
+            "shard \(shard) of the log moved to \(node) while rows stamped in its former worker's order wait to be projected; the projector stopped: move it back, and move shards once those rows are projected (docs/SCALING.md, \"What is not supported\")"
         case .shardReplicated(let shard):
             "shard \(shard) of the log has more than one placement; the projector stopped: the Citus layout needs citus.shard_replication_factor = 1 (docs/SCALING.md, \"Citus\")"
         case .windowMismatch(let projected, let configured):
