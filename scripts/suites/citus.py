@@ -405,12 +405,16 @@ def distribute_in_place(checks, binary, clusters, rng, trackers):
     port = s.free_port()
     tracker = s.Tracker(binary, url, port=port, name="citus-inplace").start()
     trackers.append(tracker)
+    # The older day's reports once the projector has read it, before the load (its events are
+    # of today): a report asked while the projector still reads may answer early, with its lag.
+    old = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 3 * 86400))
+    if not wait_caught_up(port):
+        raise RuntimeError("the single node's projector did not catch up with the older day")
+    before = reports(binary, url, old, old)
     load = s.RetryingLoad(lambda: port, key, workers=3, batch_sizes=(1, 60), seed=rng.random())
     load.start()
     try:
         time.sleep(4)
-        old = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 3 * 86400))
-        before = reports(binary, url, old, old)
 
         # A worker that does not answer: a clear error naming it, nothing changed.
         for w in workers:
