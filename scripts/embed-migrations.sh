@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/embed-migrations.sh
 # Regenerates Sources/Tracker/Schema/Migrations+Embedded.swift from sql/NNN_name.sql (and the
-# Citus layout, sql/citus/distribute.sql) so the
+# Citus files of sql/citus/) so the
 # tracker binary carries its migrations (an installed binary or a container has no sql/).
 # A unit test fails when the two drift apart.
 set -euo pipefail
@@ -24,11 +24,19 @@ out=Sources/Tracker/Schema/Migrations+Embedded.swift
   done
   echo "    ]"
   echo
-  echo "    /// The Citus layout (sql/citus/distribute.sql), applied once after the migrations"
-  echo "    /// where the citus extension is installed and the log is empty."
-  echo "    public static let citusLayout = Migration(version: 0, name: \"citus_layout\", sql: #\"\"\""
-  cat sql/citus/distribute.sql
-  echo "\"\"\"#)"
+  # The Citus files: the last step of a distribution, the conversion of an older layout, and
+  # retention on shards (Sources/Tracker/Schema/CitusDistribution.swift applies them).
+  citus() {  # citus NAME FILE DOC
+    if grep -q '"""#' "sql/citus/$2"; then echo "error: sql/citus/$2 contains \"\"\"#" >&2; exit 1; fi
+    echo
+    echo "    /// $3 (sql/citus/$2)."
+    echo "    public static let $1 = Migration(version: 0, name: \"${2%.sql}\", sql: #\"\"\""
+    cat "sql/citus/$2"
+    echo "\"\"\"#)"
+  }
+  citus citusLayout distribute.sql "The Citus layout, the last step of distributing the log"
+  citus citusCoordinatorOrder coordinator-order.sql "A log distributed with worker-stamped rows, taken over to the coordinator's order"
+  citus citusRetention retention.sql "Retention on a distributed log"
   echo "}"
 } > "$out.tmp"
 mv "$out.tmp" "$out"

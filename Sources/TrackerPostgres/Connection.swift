@@ -14,6 +14,9 @@ public final class Connection {
     private var closed = false
     /// The `PreparedStatement`s this connection has prepared, by name.
     private var prepared: Set<String> = []
+    /// What the connection was opened with: how the tracker reaches the other servers of a
+    /// Citus cluster with the same login and options.
+    public let conninfo: String
 
     /// Opens a connection. `conninfo` is a `key=value` string or a `postgresql://` URL.
     public static func open(_ conninfo: String, connectTimeoutSeconds: Int = 3, applicationName: String = "tracker") throws(DatabaseError) -> Connection {
@@ -38,11 +41,12 @@ public final class Connection {
         }
         // Server notices ("relation already exists, skipping") are not errors; keep them off stderr.
         PQsetNoticeProcessor(raw, { _, _ in }, nil)
-        return Connection(handle: raw)
+        return Connection(handle: raw, conninfo: conninfo)
     }
 
-    private init(handle: OpaquePointer) {
+    private init(handle: OpaquePointer, conninfo: String) {
         self.handle = handle
+        self.conninfo = conninfo
     }
 
     deinit {

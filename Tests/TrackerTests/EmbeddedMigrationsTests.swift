@@ -18,12 +18,15 @@ struct EmbeddedMigrationsTests {
         }
     }
 
-    @Test func embeddedCitusLayoutEqualsItsFile() throws {
-        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("sql/citus/distribute.sql")
-        let text = try String(contentsOf: file, encoding: .utf8)
-        #expect(text.trimmingCharacters(in: .newlines) == Migration.citusLayout.sql.trimmingCharacters(in: .newlines),
-                "sql/citus/distribute.sql differs from the embedded copy: run scripts/embed-migrations.sh")
+    @Test func embeddedCitusFilesEqualTheirFiles() throws {
+        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("sql/citus")
+        for (name, migration) in [("distribute.sql", Migration.citusLayout), ("coordinator-order.sql", Migration.citusCoordinatorOrder),
+                                  ("retention.sql", Migration.citusRetention)] {
+            let text = try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8)
+            #expect(text.trimmingCharacters(in: .newlines) == migration.sql.trimmingCharacters(in: .newlines),
+                    "sql/citus/\(name) differs from the embedded copy: run scripts/embed-migrations.sh")
+        }
     }
 
     @Test func versionsAreUniqueAndIncreasing() {

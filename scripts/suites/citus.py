@@ -34,7 +34,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import suitelib as s
 
-CITUS_CONF = "shared_preload_libraries = 'citus'\nmax_prepared_transactions = 200\n"
+# Citus, and what moving rows between nodes needs (distributing a log that holds events, the
+# rebalancer): logical decoding with Citus's own output plugin, and room for the replication's
+# background workers, slots and senders (docs/OPERATIONS.md, "On Citus").
+CITUS_CONF = ("shared_preload_libraries = 'citus'\nmax_prepared_transactions = 200\nwal_level = logical\n"
+              "output_plugin_libraries = 'pgoutput, test_decoding, citus'\nmax_worker_processes = 32\n"
+              "max_replication_slots = 16\nmax_wal_senders = 16\n")
 REPORTS = ["summary", "assets", "sources", "adchoices", "ivt"]
 EXACT = ["summary", "assets", "sources", "adchoices"]
 # Every projection table, for the comparison with a rebuild (suitelib's list and the rest).
@@ -228,169 +233,521 @@ def worker_restarts_under_appends(checks, binary, coordinator, ports, worker, rn
     s.verify_log(checks, coordinator, database, load, part=part)
 
 
+def lag_events(port):
+    return json.loads(s.request(port, "GET", "/readyz").body).get("projectionLag", {}).get("events", 0)
+
+
+def in_doubt_commit(checks, binary, coordinator, ports, rng, trackers):
+    """A two-phase commit left in doubt: the coordinator committed (the client had its 200) but
+    the row's part on a worker is still prepared, as when a worker fails at COMMIT PREPARED. The
+    row is stamped below the coordinator's horizon, so a reader that trusted that horizon alone
+    would move past it and never count it. Made by hand here: the row is prepared on the
+    worker before the transaction whose id it carries commits on the coordinator, Citus's order."""
+    part, database = "in-doubt-commit", "indoubt"
+    url = add_database(ports, database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    key = s.create_key(binary, url, "citus-indoubt", "ingest")
+    port = s.free_port()
+    tracker = s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-indoubt").start()
+    trackers.append(tracker)
+    send(port, key, [s.random_event(rng) for _ in range(30)])
+    s.run_tracker_command(binary, ["project", "--once"], url, timeout=300)
+    ad = "held-ad"
+    shard, node = coordinator.psql(f"""
+        SELECT s.shardid, n.nodeport FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+        JOIN pg_dist_node n USING (groupid)
+        WHERE s.shardid = get_shard_id_for_distribution_column('events', '{ad}')""", database)[0]
+    held = s.uuid7()
+    script = f"""
+        BEGIN;
+        SELECT pg_current_xact_id() AS x \\gset
+        \\setenv HELD_TX :x
+        \\! psql -X -q -v ON_ERROR_STOP=1 postgresql://postgres@127.0.0.1:{node}/{database} -c "BEGIN; INSERT INTO events_{shard} (tx, seq, id, type, request_id, ad_unit, format_id, source, eea, reservation, test, occurred_at, received_at, corrected_at, key_name) VALUES ('$HELD_TX', 1, '{held}', 'impression', '{ad}', '/1234/home/native', 'native', 'app', false, false, false, now(), now(), now(), 'citus-indoubt'); PREPARE TRANSACTION 'citus_suite_in_doubt'"
+        INSERT INTO event_ids VALUES ('{held}');
+        COMMIT;
+        """
+    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", coordinator.url(database)], input=script,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"in-doubt setup: {r.stderr.strip()}")
+    projector = subprocess.Popen([binary, "project"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        later = [s.random_event(rng) for _ in range(20)]
+        send(port, key, later)
+        time.sleep(3)
+        samples = [lag_events(port) for _ in range(5)]
+        checkpoint = coordinator.psql(f"SELECT checkpoint_tx::text FROM log_shards WHERE shard_id = {shard}", database)[0][0]
+        held_projected = coordinator.psql(f"SELECT count(*) FROM ad_events WHERE id = '{held}'", database)[0][0]
+        checks.check(f"{part}.nothing-is-read-past-a-prepared-transaction-stamped-below-the-horizon",
+                     held_projected == "0" and min(samples) >= len(later),
+                     f"held event projected {held_projected} times while prepared; lag {samples}; its shard's checkpoint {checkpoint}")
+        psql_at(int(node), database, "COMMIT PREPARED 'citus_suite_in_doubt'")
+        deadline = time.time() + 60
+        while time.time() < deadline and lag_events(port) > 0:
+            time.sleep(0.2)
+        logged = int(coordinator.psql("SELECT count(*) FROM events", database)[0][0])
+        projected = coordinator.psql(f"SELECT (SELECT events_projected FROM projection_state), (SELECT count(*) FROM ad_events), "
+                                     f"(SELECT count(*) FROM ad_events WHERE id = '{held}')", database)[0]
+        checks.check(f"{part}.once-committed-it-is-projected-once",
+                     projected[2] == "1" and int(projected[0]) == logged and int(projected[1]) == logged,
+                     f"{logged} logged; projected {projected[0]}, in ad_state {projected[1]}, the held event {projected[2]} times")
+    finally:
+        projector.kill()
+        projector.wait()
+        psql_at(int(node), database, "ROLLBACK PREPARED 'citus_suite_in_doubt'", check=False)
+
+
+def read_your_writes(checks, binary, coordinator, ports, rng, trackers):
+    """Append, then ask a report at once, 50 times: each report counts the batch just
+    acknowledged (SPEC's read-your-writes), with the lag measured by one parallel pass over the
+    workers. The p50 of those reports is a figure."""
+    part, database = "read-your-writes", "ryw"
+    url = add_database(ports, database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    key = s.create_key(binary, url, "citus-ryw", "ingest")
+    report_key = s.create_key(binary, url, "citus-ryw-report", "report")
+    port = s.free_port()
+    trackers.append(s.Tracker(binary, url, port=port, name="citus-ryw").start())
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    missed, seconds = [], []
+    for i in range(50):
+        unit = f"/1234/ryw{i}/native"
+        send(port, key, [s.event(requestId=f"ryw-{i}-{n}", adUnit=unit) for n in range(5)])
+        started = time.time()
+        r = s.request(port, "GET", f"/v1/reports/summary?from={today}&to={today}&adUnit=%2F1234%2Fryw{i}%2Fnative",
+                      {"Authorization": f"Bearer {report_key}"})
+        seconds.append(time.time() - started)
+        shown = sum(row.get("impressions", 0) for row in (r.json() or {}).get("rows", [])) if r.status == 200 else None
+        if shown != 5:
+            missed.append((i, r.status, shown))
+    seconds.sort()
+    checks.figure("read_your_writes_report_p50_ms", round(seconds[len(seconds) // 2] * 1000, 1))
+    checks.check(f"{part}.a-report-right-after-an-append-counts-it", not missed,
+                 f"50 appends each followed by a report; {len(missed)} did not count their batch {missed[:3]}")
+
+
+def stage_single_node(binary, clusters, database):
+    """A tracker database on the coordinator with the citus extension on every node but no worker
+    yet: the log in one table, as a single node holds it."""
+    coordinator = clusters[0]
+    for c in clusters:
+        c.psql(f"CREATE DATABASE {database}")
+        c.psql("CREATE EXTENSION citus", database)
+    coordinator.psql(f"SELECT citus_set_coordinator_host('127.0.0.1', {coordinator.port})", database)
+    url = coordinator.url(database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    return url
+
+
+def old_day_events(coordinator, database, days_ago, n):
+    """`n` events received `days_ago` days back (their own partition), written as a reconciliation
+    of an older day would be: through the coordinator, stamped by it. Returns their ids."""
+    coordinator.psql(f"SELECT tracker_ensure_event_partitions(current_date - {days_ago}, current_date - {days_ago})", database)
+    return {row[0] for row in coordinator.psql(f"""
+        WITH ids AS (INSERT INTO event_ids SELECT gen_random_uuid() FROM generate_series(1, {n}) RETURNING id)
+        INSERT INTO events (id, type, request_id, ad_unit, format_id, source, eea, reservation, test,
+                            occurred_at, received_at, corrected_at, key_name)
+        SELECT id, CASE WHEN row_number() OVER () % 4 = 0 THEN 'click' ELSE 'impression' END::event_type,
+               'old-' || (row_number() OVER () % 97), '/1234/home/native', 'native', 'app', false, false, false,
+               now() - interval '{days_ago} days', now() - interval '{days_ago} days', now() - interval '{days_ago} days', 'citus-suite'
+        FROM ids
+        RETURNING id::text""", database)}
+
+
+def wait_caught_up(port, seconds=300):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if lag_events(port) == 0:
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def migrate_killed_after_each_step(binary, url):
+    """`tracker migrate`, killed (SIGKILL) as soon as it reports a finished step, then run again
+    until a run finishes; once also in the middle of the log's own step. Returns each run's output."""
+    outputs, killed_mid_step = [], False
+    for _ in range(12):
+        process = subprocess.Popen([binary, "migrate"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if "step user-agents done" in line and not killed_mid_step:
+                killed_mid_step = True
+                time.sleep(1.5)  # into the concurrent copy of the log
+                process.kill()
+                break
+            if "done (" in line:
+                process.kill()
+                break
+        process.wait()
+        outputs.append(lines)
+        if process.returncode == 0:
+            return outputs
+    raise RuntimeError(f"tracker migrate did not finish after {len(outputs)} runs: {outputs[-1]}")
+
+
+def distribute_in_place(checks, binary, clusters, rng, trackers):
+    """A single-node tracker database with events, projections, keys and a rule set becomes a
+    Citus coordinator with workers while a retrying load goes on and the projector runs:
+    tracker migrate distributes the log in steps, killed after each one and rerun."""
+    part, database = "distribute-in-place", "inplace"
+    coordinator, workers = clusters[0], clusters[1:]
+    url = stage_single_node(binary, clusters, database)
+    key = s.create_key(binary, url, "citus-inplace", "ingest")
+    rules = os.path.join(coordinator.dir, "ivt-inplace.json")
+    with open(rules, "w") as f:
+        json.dump({"name": "citus-inplace", "userAgents": [{"pattern": "ExampleBot"}], "maxEventsPerClientMinute": 30}, f)
+    s.run_tracker_command(binary, ["ivt", "activate", rules], url)
+    written_beside = old_day_events(coordinator, database, 3, 4000)
+    port = s.free_port()
+    tracker = s.Tracker(binary, url, port=port, name="citus-inplace").start()
+    trackers.append(tracker)
+    # The older day's reports once the projector has read it, before the load (its events are
+    # of today): a report asked while the projector still reads may answer early, with its lag.
+    old = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 3 * 86400))
+    if not wait_caught_up(port):
+        raise RuntimeError("the single node's projector did not catch up with the older day")
+    before = reports(binary, url, old, old)
+    load = s.RetryingLoad(lambda: port, key, workers=3, batch_sizes=(1, 60), seed=rng.random())
+    load.start()
+    try:
+        time.sleep(4)
+
+        # A worker that does not answer: a clear error naming it, nothing changed.
+        for w in workers:
+            coordinator.psql(f"SELECT citus_add_node('127.0.0.1', {w.port})", database)
+        workers[1].stop("fast")
+        try:
+            refused = subprocess.run([binary, "migrate"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                                     capture_output=True, text=True, timeout=300)
+        finally:
+            workers[1].start()
+        distributed = coordinator.psql("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text IN "
+                                       "('events', 'event_ids', 'ad_state', 'user_agents')", database)[0][0]
+        checks.check(f"{part}.an-unreachable-worker-is-named-and-nothing-changes",
+                     refused.returncode != 0 and f":{workers[1].port}" in refused.stderr and distributed == "0",
+                     f"exit {refused.returncode}: {refused.stderr.strip()[-300:]}; {distributed} tables distributed")
+
+        started = time.time()
+        outputs = migrate_killed_after_each_step(binary, url)
+        checks.figure("distribute_in_place_seconds", round(time.time() - started, 1))
+        checks.figure("distribute_in_place_runs", len(outputs))
+        said = "\n".join(line for o in outputs for line in o)
+        # No step done twice. A run killed in the middle of a step can leave its statement to
+        # finish on the server (the next run waits for it and finds the step done), and a run
+        # killed right after the last step leaves the next nothing to do.
+        steps = ["request-id-collation", "user-agents", "events", "event-ids", "layout"]
+        once = all(said.count(f"distribution step {step} done") <= 1 for step in steps)
+        shards = int(coordinator.psql("SELECT count(*) FROM log_shards", database)[0][0])
+        checks.check(f"{part}.migrate-finishes-when-rerun-and-says-what-it-did",
+                     len(outputs) >= 4 and "resuming the distribution: already done" in said and once and shards > 0,
+                     " | ".join(" / ".join(o[-2:]) for o in outputs))
+        time.sleep(3)
+    finally:
+        load.stop()
+    load.drain(lambda: port)
+    checks.figure("distribute_in_place_answers", load.statuses())
+    unexpected = [e for e in load.timeline if e[1] not in (200, 503)]
+    checks.check(f"{part}.appends-answer-200-or-503-throughout", not unexpected,
+                 f"{load.statuses()}" + "".join(f"; {e[1]} {e[4]!r}" for e in unexpected[:3]))
+    s.verify_log(checks, coordinator, database, load, part=part, also_sent=written_beside)
+    caught_up = wait_caught_up(port)
+    logged = int(coordinator.psql("SELECT count(*) FROM events", database)[0][0])
+    projected = coordinator.psql("SELECT (SELECT count(*) FROM ad_events), (SELECT count(DISTINCT id) FROM ad_events)", database)[0]
+    checks.check(f"{part}.every-logged-event-is-projected-once", caught_up and [int(x) for x in projected] == [logged] * 2,
+                 f"{logged} logged; in ad_state {projected[0]} ({projected[1]} distinct); caught up: {caught_up}")
+    after = reports(binary, url, old, old)
+    differing = [r for r in REPORTS if before[r] != after[r]]
+    checks.check(f"{part}.reports-of-earlier-days-are-unchanged", not differing and len(before["summary"].splitlines()) > 1,
+                 f"{', '.join(REPORTS)} over {old}; differing: {differing}")
+    mine = snapshot(coordinator, database)
+    s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
+    rebuilt = snapshot(coordinator, database)
+    differences = compare_snapshots(mine, rebuilt)
+    checks.check(f"{part}.projections-equal-a-rebuild", not differences,
+                 "; ".join(differences) or f"{sum(len(v) for v in mine.values())} rows equal")
+    dropped = s.run_tracker_command(binary, ["retention", "--keep-days", "2"], url)
+    gone = coordinator.psql(f"SELECT to_regclass('events_{old.replace('-', '')}') IS NULL", database)[0][0] == "t"
+    s.run_tracker_command(binary, ["rebuild", "--discard-dropped-days"], url, timeout=900)
+    checks.check(f"{part}.retention-and-rebuild-work-on-the-result", gone,
+                 f"retention: {dropped.strip().splitlines()[-1:]}; the day's partition gone: {gone}")
+
+
+def rebalance_under_load(checks, binary, clusters, rng, trackers):
+    """A worker added under a retrying load and Citus's rebalancer moving shards onto it
+    (force_logical: the log has no replica identity) while the projector runs; the new worker is
+    restarted in the middle of the moves and the rebalance started again."""
+    part, database = "rebalance-under-load", "rebalance"
+    coordinator = clusters[0]
+    url = add_database([c.port for c in clusters], database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    key = s.create_key(binary, url, "citus-rebalance", "ingest")
+    port = s.free_port()
+    trackers.append(s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-rebalance").start())
+    projector = subprocess.Popen([binary, "project"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    added = s.Cluster("citus-worker3").start()
+    clusters.append(added)
+    load = s.RetryingLoad(lambda: port, key, workers=3, batch_sizes=(1, 60), seed=rng.random())
+    load.start()
+    samples, restarted, probes = [], False, set()
+    try:
+        time.sleep(3)
+        added.psql(f"CREATE DATABASE {database}")
+        added.psql("CREATE EXTENSION citus", database)
+        coordinator.psql(f"SELECT citus_add_node('127.0.0.1', {added.port})", database)
+        started = time.time()
+        starts = 0
+        state = None
+        while time.time() < started + 900:
+            if state in (None, "failed", "cancelled"):
+                coordinator.psql("CALL citus_cleanup_orphaned_resources()", database)
+                if starts >= 4:
+                    break
+                coordinator.psql("SELECT citus_rebalance_start(shard_transfer_mode => 'force_logical')", database, check=False)
+                starts += 1
+            status = coordinator.psql("SELECT state FROM citus_rebalance_status()", database, check=False)
+            state = status[0][0] if status else None
+            if state == "finished":
+                break
+            moved = int(coordinator.psql(f"SELECT count(*) FROM citus_shards WHERE nodeport = {added.port}", database)[0][0])
+            if moved > 0 and not restarted:
+                s.log("restarting the new worker in the middle of the moves")
+                added.stop("fast")
+                time.sleep(1)
+                added.start()
+                restarted = True
+            # The lag while the projector is held: a batch just acknowledged waits, so it is not 0.
+            os.kill(projector.pid, signal.SIGSTOP)
+            try:
+                probe = [s.random_event(rng) for _ in range(3)]
+                probes.update(e["id"] for e in probe)
+                send(port, key, probe)
+                samples.append(lag_events(port))
+            finally:
+                os.kill(projector.pid, signal.SIGCONT)
+            time.sleep(1)
+        checks.figure("rebalance_seconds", round(time.time() - started, 1))
+        checks.figure("rebalance_starts", starts)
+        time.sleep(2)
+    finally:
+        load.stop()
+    load.drain(lambda: port)
+    on_new = int(coordinator.psql(f"SELECT count(*) FROM citus_shards WHERE nodeport = {added.port} AND table_name::text = 'events'",
+                                  database)[0][0])
+    checks.check(f"{part}.the-rebalancer-moves-shards-of-the-log-onto-the-new-worker", state == "finished" and on_new > 0 and restarted,
+                 f"state {state} after {starts} start(s); {on_new} shards of the log on the new worker; restarted mid-move: {restarted}")
+    checks.check(f"{part}.lag-is-never-0-while-events-wait", samples and min(samples) >= 3, f"events behind: {samples}")
+    s.verify_log(checks, coordinator, database, load, part=part, also_sent=probes)
+    deadline = time.time() + 300
+    while time.time() < deadline and lag_events(port) > 0:
+        time.sleep(0.3)
+    projector.kill()
+    projector.wait()
+    logged = int(coordinator.psql("SELECT count(*) FROM events", database)[0][0])
+    projected = coordinator.psql("SELECT (SELECT events_projected FROM projection_state), (SELECT count(*) FROM ad_events), "
+                                 "(SELECT count(DISTINCT id) FROM ad_events)", database)[0]
+    checks.check(f"{part}.every-logged-event-is-projected-once", [int(x) for x in projected] == [logged] * 3,
+                 f"{logged} logged; projected {projected[0]}, in ad_state {projected[1]} ({projected[2]} distinct)")
+    mine = snapshot(coordinator, database)
+    s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
+    differences = compare_snapshots(mine, snapshot(coordinator, database))
+    checks.check(f"{part}.projections-equal-a-rebuild", not differences,
+                 "; ".join(differences) or f"{sum(len(v) for v in mine.values())} rows equal")
+
+
+def base(checks, binary, coordinator, worker, ports, rng, trackers):
+    """The guarantees of a deployment that starts on Citus (sections 1-7 of the module's list)."""
+    url = add_database(ports, "tracker")
+    migrated = s.run_tracker_command(binary, ["migrate"], url)
+    distributed = coordinator.psql("SELECT logicalrelid::text FROM pg_dist_partition WHERE logicalrelid::text IN "
+                                   "('events', 'event_ids', 'ad_state') ORDER BY 1", "tracker")
+    shards = int(coordinator.psql("SELECT count(*) FROM log_shards", "tracker")[0][0])
+    checks.check("migrate-distributes-the-log", "distributed the log" in migrated
+                 and [r[0] for r in distributed] == ["ad_state", "event_ids", "events"] and shards > 0,
+                 f"{[r[0] for r in distributed]} distributed, {shards} shard checkpoints")
+    again = s.run_tracker_command(binary, ["migrate"], url)
+    checks.check("migrate-twice-changes-nothing", "schema is current" in again, again.strip())
+    roles = psql_at(ports[1], "tracker", "SELECT count(*) FROM pg_roles WHERE rolname IN ('tracker_ingest', 'tracker_projector', 'tracker_report')")
+    checks.check("roles-exist-on-the-workers", roles[0][0] == "3", f"{roles[0][0]} of 3 roles on a worker")
+    ingest_url, projector_url, report_url = (role_url(ports[0], "tracker", r) for r in
+                                             ("tracker_ingest", "tracker_projector", "tracker_report"))
+    roles_env = {"PROJECTOR_DATABASE_URL": projector_url, "REPORT_DATABASE_URL": report_url}
+    ingest_key = s.create_key(binary, url, "citus-app", "ingest")
+    server_key = s.run_tracker_command(binary, ["keys", "create", "--name", "citus-server", "--scope", "ingest", "--server"],
+                                       url).strip().splitlines()[-1]
+
+    # 1. The HTTP contract against a tracker on the coordinator (its own database);
+    #    CITUS_CONTRACT=off skips it (a quicker rerun of the rest).
+    contract = subprocess.CompletedProcess([], 0, "skipped (CITUS_CONTRACT=off)", "") if os.environ.get("CITUS_CONTRACT") == "off" else subprocess.run(["scripts/test-contract.sh", "-x", "-q"], cwd=s.ROOT, env=dict(
+        os.environ, TRACKER_TEST_DATABASE_URL=coordinator.url("postgres"), TRACKER_BINARY=binary,
+        TRACKER_TEST_DATABASE_SETUP=f"{sys.executable} {os.path.abspath(__file__)} add-database",
+        CITUS_PORTS=" ".join(map(str, ports)), TRACKER_SCHEMATHESIS_EXAMPLES=os.environ.get("TRACKER_SCHEMATHESIS_EXAMPLES", "10")),
+        capture_output=True, text=True, timeout=1800)
+    output = (contract.stdout + contract.stderr).strip().splitlines()
+    # The assertion that failed (pytest's "E " lines), then the summary.
+    tail = [line for line in output if line.startswith("E ")][:3] + output[-3:]
+    checks.check("http-contract-holds", contract.returncode == 0, " / ".join(tail))
+
+    # 2. A retrying load through SIGKILLs of the tracker and a restart of a worker.
+    port = s.free_port()
+    load = s.RetryingLoad(lambda: port, ingest_key, workers=6, batch_sizes=(1, 100), abandon=0.3, seed=rng.random())
+    load.start()
+    for cycle in range(3):
+        tracker = s.Tracker(binary, ingest_url, env=roles_env, port=port, name="citus").start()
+        trackers.append(tracker)
+        time.sleep(rng.uniform(2.0, 4.0))
+        if cycle == 1:
+            s.log("restarting worker 1 under load")
+            worker.stop("fast")
+            time.sleep(2)
+            worker.start()
+            time.sleep(2)
+        tracker.kill(signal.SIGKILL)
+    tracker = s.Tracker(binary, ingest_url, env=roles_env, port=port, name="citus").start()
+    trackers.append(tracker)
+    time.sleep(3)
+    load.stop()
+    load.drain(lambda: port)
+    checks.figure("answers", load.statuses())
+    s.verify_log(checks, coordinator, "tracker", load)
+
+    # 3. Counted exactly once: the projections hold each logged event once.
+    s.run_tracker_command(binary, ["project", "--once"], projector_url, timeout=900)
+    logged = int(coordinator.psql("SELECT count(*) FROM events", "tracker")[0][0])
+    projected = coordinator.psql("SELECT (SELECT events_projected FROM projection_state), (SELECT count(*) FROM ad_events), "
+                                 "(SELECT count(DISTINCT id) FROM ad_events)", "tracker")[0]
+    checks.check("every-logged-event-is-projected-once", [int(x) for x in projected] == [logged] * 3,
+                 f"{logged} logged; projected {projected[0]}, in ad_state {projected[1]} ({projected[2]} distinct)")
+    lag = json.loads(s.request(port, "GET", "/readyz").body).get("projectionLag", {})
+    checks.check("readyz-lag-is-0-when-caught-up", lag.get("events") == 0, json.dumps(lag))
+
+    # 4. The reports: the reference computation, and a single-node tracker over the same log.
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    first = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
+    coordinator.psql("CREATE DATABASE reference")
+    s.run_tracker_command(binary, ["migrate"], coordinator.url("reference"))
+    copy_log(coordinator, "tracker", "reference")
+    s.run_tracker_command(binary, ["rebuild"], coordinator.url("reference"), timeout=900)
+    mine = reports(binary, report_url, first, today)
+    theirs = reports(binary, coordinator.url("reference"), first, today)
+    differing = [r for r in REPORTS if mine[r] != theirs[r]]
+    rows = sum(len(v.splitlines()) - 1 for v in mine.values())
+    checks.check("reports-equal-a-single-node-tracker", not differing and rows > 0,
+                 f"{rows} rows of {', '.join(REPORTS)}; differing: {differing}")
+    mine_tz = reports(binary, report_url, first, today, ["--tz", "America/New_York", "--granularity", "hour"])
+    theirs_tz = reports(binary, coordinator.url("reference"), first, today, ["--tz", "America/New_York", "--granularity", "hour"])
+    checks.check("hourly-reports-in-a-time-zone-equal-a-single-node-tracker",
+                 all(mine_tz[r] == theirs_tz[r] for r in REPORTS), f"{sum(len(v.splitlines()) - 1 for v in mine_tz.values())} rows")
+    exact = []
+    for r in EXACT:
+        problem = same_rows(mine[r], exact_rows(coordinator, "reference", r, first, today))
+        if problem:
+            exact.append(f"{r}: {problem}")
+    checks.check("reports-equal-the-reference-computation", not exact, "; ".join(exact) or f"{', '.join(EXACT)} row for row")
+
+    # 5. The lag is never 0 while events wait: no projector runs for a while.
+    tracker.kill(signal.SIGTERM)
+    tracker = s.Tracker(binary, ingest_url, env=dict(roles_env, TRACKER_PROJECTOR="off"), port=port, name="citus").start()
+    trackers.append(tracker)
+    waiting = [s.random_event(rng) for _ in range(40)]
+    send(port, ingest_key, waiting)
+    samples = []
+    for _ in range(10):
+        samples.append(json.loads(s.request(port, "GET", "/readyz").body).get("projectionLag", {}).get("events", 0))
+        time.sleep(0.1)
+    checks.check("lag-is-never-0-while-events-wait", min(samples) >= 40, f"events behind: {samples}")
+
+    # 6. Invalid traffic: a rule set that labels a declared bot and a busy client, then
+    #    events of both; the projections must equal a rebuild.
+    rules = os.path.join(coordinator.dir, "ivt.json")
+    with open(rules, "w") as f:
+        json.dump({"name": "citus-suite", "userAgents": [{"pattern": "ExampleBot"}], "ipRanges": ["198.51.100.0/24"],
+                   "maxEventsPerClientMinute": 30}, f)
+    s.run_tracker_command(binary, ["ivt", "activate", rules], url)
+    s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
+    for i in range(12):
+        batch = [s.random_event(rng) for _ in range(20)]
+        if i % 3 == 0:
+            send(port, ingest_key, batch, user_agent="Mozilla/5.0 (compatible; ExampleBot/2.1)")
+        elif i % 3 == 1:
+            for e in batch:
+                e["ip"] = f"198.51.100.{rng.randrange(250)}"
+                e["userAgent"] = "ExampleApp/1.0"
+            send(port, server_key, batch)
+        else:
+            send(port, ingest_key, batch, user_agent="ExampleApp/1.0 (busy client)")
+    s.run_tracker_command(binary, ["project", "--once"], projector_url, timeout=900)
+    labelled = coordinator.psql("SELECT label, count(*) FROM ad_events WHERE label IS NOT NULL GROUP BY 1 ORDER BY 1", "tracker")
+    before = snapshot(coordinator, "tracker")
+    s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
+    after = snapshot(coordinator, "tracker")
+    differences = compare_snapshots(before, after)
+    checks.check("projections-equal-a-rebuild", not differences and len({r[0] for r in labelled}) == 3,
+                 "; ".join(differences) or f"{sum(len(v) for v in before.values())} rows equal; labels {labelled}")
+
+    # 7. Retention on the shards: an old day, projected, is dropped with its ids.
+    old = time.strftime("%Y%m%d", time.gmtime(time.time() - 5 * 86400))
+    coordinator.psql("SELECT tracker_ensure_event_partitions(current_date - 5, current_date - 5)", "tracker")
+    coordinator.psql("""
+        WITH ids AS (INSERT INTO event_ids SELECT gen_random_uuid() FROM generate_series(1, 50) RETURNING id)
+        INSERT INTO events (id, type, request_id, ad_unit, format_id, source, eea, reservation, test,
+                            occurred_at, received_at, corrected_at, key_name)
+        SELECT id, 'impression', 'old-' || row_number() OVER (), '/1234/home/native', 'native', 'app', false, false, false,
+               now() - interval '5 days', now() - interval '5 days', now() - interval '5 days', 'citus-suite'
+        FROM ids""", "tracker")
+    ids_before = int(coordinator.psql("SELECT count(*) FROM event_ids", "tracker")[0][0])
+    kept = s.run_tracker_command(binary, ["retention", "--keep-days", "2", "--dry-run"], projector_url)
+    s.run_tracker_command(binary, ["project", "--once"], projector_url, timeout=900)
+    dropped = s.run_tracker_command(binary, ["retention", "--keep-days", "2"], projector_url)
+    ids_after = int(coordinator.psql("SELECT count(*) FROM event_ids", "tracker")[0][0])
+    gone = coordinator.psql(f"SELECT to_regclass('events_{old}') IS NULL", "tracker")[0][0] == "t"
+    old_impressions = coordinator.psql(f"SELECT coalesce(sum(impressions), 0) FROM format_day WHERE day = current_date - 5", "tracker")[0][0]
+    checks.check("retention-drops-a-projected-day-on-every-shard", gone and ids_before - ids_after == 50 and old_impressions == "50",
+                 f"dry run: {kept.strip().splitlines()[-1:]}; run: {dropped.strip().splitlines()[-1:]}; "
+                 f"{ids_before - ids_after} ids forgotten; the day's impressions still {old_impressions}")
+
+
+PARTS = ["base", "worker-restart", "in-doubt-commit", "read-your-writes", "distribute-in-place", "rebalance-under-load"]
+
+
 def main():
     checks = s.Checks("citus")
     binary = s.tracker_binary()
     rng = random.Random(int(os.environ.get("SUITE_SEED", "26")))
+    # CITUS_PARTS=part,part runs only those (a quicker rerun of one part).
+    parts = [p for p in os.environ.get("CITUS_PARTS", ",".join(PARTS)).split(",") if p]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise SystemExit(f"unknown CITUS_PARTS {unknown}; parts: {', '.join(PARTS)}")
     os.environ["PG_EXTRA_CONF"] = CITUS_CONF
     clusters = [s.Cluster(f"citus-{n}").start() for n in ("coordinator", "worker1", "worker2")]
     coordinator, worker = clusters[0], clusters[1]
     ports = [c.port for c in clusters]
     trackers = []
     try:
-        url = add_database(ports, "tracker")
-        migrated = s.run_tracker_command(binary, ["migrate"], url)
-        distributed = coordinator.psql("SELECT logicalrelid::text FROM pg_dist_partition WHERE logicalrelid::text IN "
-                                       "('events', 'event_ids', 'ad_state') ORDER BY 1", "tracker")
-        shards = int(coordinator.psql("SELECT count(*) FROM log_shards", "tracker")[0][0])
-        checks.check("migrate-distributes-the-log", "distributed the log" in migrated
-                     and [r[0] for r in distributed] == ["ad_state", "event_ids", "events"] and shards > 0,
-                     f"{[r[0] for r in distributed]} distributed, {shards} shard checkpoints")
-        again = s.run_tracker_command(binary, ["migrate"], url)
-        checks.check("migrate-twice-changes-nothing", "schema is current" in again, again.strip())
-        roles = psql_at(ports[1], "tracker", "SELECT count(*) FROM pg_roles WHERE rolname IN ('tracker_ingest', 'tracker_projector', 'tracker_report')")
-        checks.check("roles-exist-on-the-workers", roles[0][0] == "3", f"{roles[0][0]} of 3 roles on a worker")
-        ingest_url, projector_url, report_url = (role_url(ports[0], "tracker", r) for r in
-                                                 ("tracker_ingest", "tracker_projector", "tracker_report"))
-        roles_env = {"PROJECTOR_DATABASE_URL": projector_url, "REPORT_DATABASE_URL": report_url}
-        ingest_key = s.create_key(binary, url, "citus-app", "ingest")
-        server_key = s.run_tracker_command(binary, ["keys", "create", "--name", "citus-server", "--scope", "ingest", "--server"],
-                                           url).strip().splitlines()[-1]
-
-        # 1. The HTTP contract against a tracker on the coordinator (its own database);
-        #    CITUS_CONTRACT=off skips it (a quicker rerun of the rest).
-        contract = subprocess.CompletedProcess([], 0, "skipped (CITUS_CONTRACT=off)", "") if os.environ.get("CITUS_CONTRACT") == "off" else subprocess.run(["scripts/test-contract.sh", "-x", "-q"], cwd=s.ROOT, env=dict(
-            os.environ, TRACKER_TEST_DATABASE_URL=coordinator.url("postgres"), TRACKER_BINARY=binary,
-            TRACKER_TEST_DATABASE_SETUP=f"{sys.executable} {os.path.abspath(__file__)} add-database",
-            CITUS_PORTS=" ".join(map(str, ports)), TRACKER_SCHEMATHESIS_EXAMPLES=os.environ.get("TRACKER_SCHEMATHESIS_EXAMPLES", "10")),
-            capture_output=True, text=True, timeout=1800)
-        tail = (contract.stdout + contract.stderr).strip().splitlines()[-3:]
-        checks.check("http-contract-holds", contract.returncode == 0, " / ".join(tail))
-
-        # 2. A retrying load through SIGKILLs of the tracker and a restart of a worker.
-        port = s.free_port()
-        load = s.RetryingLoad(lambda: port, ingest_key, workers=6, batch_sizes=(1, 100), abandon=0.3, seed=rng.random())
-        load.start()
-        for cycle in range(3):
-            tracker = s.Tracker(binary, ingest_url, env=roles_env, port=port, name="citus").start()
-            trackers.append(tracker)
-            time.sleep(rng.uniform(2.0, 4.0))
-            if cycle == 1:
-                s.log("restarting worker 1 under load")
-                worker.stop("fast")
-                time.sleep(2)
-                worker.start()
-                time.sleep(2)
-            tracker.kill(signal.SIGKILL)
-        tracker = s.Tracker(binary, ingest_url, env=roles_env, port=port, name="citus").start()
-        trackers.append(tracker)
-        time.sleep(3)
-        load.stop()
-        load.drain(lambda: port)
-        checks.figure("answers", load.statuses())
-        s.verify_log(checks, coordinator, "tracker", load)
-
-        # 3. Counted exactly once: the projections hold each logged event once.
-        s.run_tracker_command(binary, ["project", "--once"], projector_url, timeout=900)
-        logged = int(coordinator.psql("SELECT count(*) FROM events", "tracker")[0][0])
-        projected = coordinator.psql("SELECT (SELECT events_projected FROM projection_state), (SELECT count(*) FROM ad_events), "
-                                     "(SELECT count(DISTINCT id) FROM ad_events)", "tracker")[0]
-        checks.check("every-logged-event-is-projected-once", [int(x) for x in projected] == [logged] * 3,
-                     f"{logged} logged; projected {projected[0]}, in ad_state {projected[1]} ({projected[2]} distinct)")
-        lag = json.loads(s.request(port, "GET", "/readyz").body).get("projectionLag", {})
-        checks.check("readyz-lag-is-0-when-caught-up", lag.get("events") == 0, json.dumps(lag))
-
-        # 4. The reports: the reference computation, and a single-node tracker over the same log.
-        today = time.strftime("%Y-%m-%d", time.gmtime())
-        first = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
-        coordinator.psql("CREATE DATABASE reference")
-        s.run_tracker_command(binary, ["migrate"], coordinator.url("reference"))
-        copy_log(coordinator, "tracker", "reference")
-        s.run_tracker_command(binary, ["rebuild"], coordinator.url("reference"), timeout=900)
-        mine = reports(binary, report_url, first, today)
-        theirs = reports(binary, coordinator.url("reference"), first, today)
-        differing = [r for r in REPORTS if mine[r] != theirs[r]]
-        rows = sum(len(v.splitlines()) - 1 for v in mine.values())
-        checks.check("reports-equal-a-single-node-tracker", not differing and rows > 0,
-                     f"{rows} rows of {', '.join(REPORTS)}; differing: {differing}")
-        mine_tz = reports(binary, report_url, first, today, ["--tz", "America/New_York", "--granularity", "hour"])
-        theirs_tz = reports(binary, coordinator.url("reference"), first, today, ["--tz", "America/New_York", "--granularity", "hour"])
-        checks.check("hourly-reports-in-a-time-zone-equal-a-single-node-tracker",
-                     all(mine_tz[r] == theirs_tz[r] for r in REPORTS), f"{sum(len(v.splitlines()) - 1 for v in mine_tz.values())} rows")
-        exact = []
-        for r in EXACT:
-            problem = same_rows(mine[r], exact_rows(coordinator, "reference", r, first, today))
-            if problem:
-                exact.append(f"{r}: {problem}")
-        checks.check("reports-equal-the-reference-computation", not exact, "; ".join(exact) or f"{', '.join(EXACT)} row for row")
-
-        # 5. The lag is never 0 while events wait: no projector runs for a while.
-        tracker.kill(signal.SIGTERM)
-        tracker = s.Tracker(binary, ingest_url, env=dict(roles_env, TRACKER_PROJECTOR="off"), port=port, name="citus").start()
-        trackers.append(tracker)
-        waiting = [s.random_event(rng) for _ in range(40)]
-        send(port, ingest_key, waiting)
-        samples = []
-        for _ in range(10):
-            samples.append(json.loads(s.request(port, "GET", "/readyz").body).get("projectionLag", {}).get("events", 0))
-            time.sleep(0.1)
-        checks.check("lag-is-never-0-while-events-wait", min(samples) >= 40, f"events behind: {samples}")
-
-        # 6. Invalid traffic: a rule set that labels a declared bot and a busy client, then
-        #    events of both; the projections must equal a rebuild.
-        rules = os.path.join(coordinator.dir, "ivt.json")
-        with open(rules, "w") as f:
-            json.dump({"name": "citus-suite", "userAgents": [{"pattern": "ExampleBot"}], "ipRanges": ["198.51.100.0/24"],
-                       "maxEventsPerClientMinute": 30}, f)
-        s.run_tracker_command(binary, ["ivt", "activate", rules], url)
-        s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
-        for i in range(12):
-            batch = [s.random_event(rng) for _ in range(20)]
-            if i % 3 == 0:
-                send(port, ingest_key, batch, user_agent="Mozilla/5.0 (compatible; ExampleBot/2.1)")
-            elif i % 3 == 1:
-                for e in batch:
-                    e["ip"] = f"198.51.100.{rng.randrange(250)}"
-                    e["userAgent"] = "ExampleApp/1.0"
-                send(port, server_key, batch)
-            else:
-                send(port, ingest_key, batch, user_agent="ExampleApp/1.0 (busy client)")
-        s.run_tracker_command(binary, ["project", "--once"], projector_url, timeout=900)
-        labelled = coordinator.psql("SELECT label, count(*) FROM ad_events WHERE label IS NOT NULL GROUP BY 1 ORDER BY 1", "tracker")
-        before = snapshot(coordinator, "tracker")
-        s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
-        after = snapshot(coordinator, "tracker")
-        differences = compare_snapshots(before, after)
-        checks.check("projections-equal-a-rebuild", not differences and len({r[0] for r in labelled}) == 3,
-                     "; ".join(differences) or f"{sum(len(v) for v in before.values())} rows equal; labels {labelled}")
-
-        # 7. Retention on the shards: an old day, projected, is dropped with its ids.
-        old = time.strftime("%Y%m%d", time.gmtime(time.time() - 5 * 86400))
-        coordinator.psql("SELECT tracker_ensure_event_partitions(current_date - 5, current_date - 5)", "tracker")
-        coordinator.psql("""
-            WITH ids AS (INSERT INTO event_ids SELECT gen_random_uuid() FROM generate_series(1, 50) RETURNING id)
-            INSERT INTO events (id, type, request_id, ad_unit, format_id, source, eea, reservation, test,
-                                occurred_at, received_at, corrected_at, key_name)
-            SELECT id, 'impression', 'old-' || row_number() OVER (), '/1234/home/native', 'native', 'app', false, false, false,
-                   now() - interval '5 days', now() - interval '5 days', now() - interval '5 days', 'citus-suite'
-            FROM ids""", "tracker")
-        ids_before = int(coordinator.psql("SELECT count(*) FROM event_ids", "tracker")[0][0])
-        kept = s.run_tracker_command(binary, ["retention", "--keep-days", "2", "--dry-run"], projector_url)
-        s.run_tracker_command(binary, ["project", "--once"], projector_url, timeout=900)
-        dropped = s.run_tracker_command(binary, ["retention", "--keep-days", "2"], projector_url)
-        ids_after = int(coordinator.psql("SELECT count(*) FROM event_ids", "tracker")[0][0])
-        gone = coordinator.psql(f"SELECT to_regclass('events_{old}') IS NULL", "tracker")[0][0] == "t"
-        old_impressions = coordinator.psql(f"SELECT coalesce(sum(impressions), 0) FROM format_day WHERE day = current_date - 5", "tracker")[0][0]
-        checks.check("retention-drops-a-projected-day-on-every-shard", gone and ids_before - ids_after == 50 and old_impressions == "50",
-                     f"dry run: {kept.strip().splitlines()[-1:]}; run: {dropped.strip().splitlines()[-1:]}; "
-                     f"{ids_before - ids_after} ids forgotten; the day's impressions still {old_impressions}")
-
-        # 8. A worker restarted in the middle of appends: 200 or 503, never a 500.
-        worker_restarts_under_appends(checks, binary, coordinator, ports, worker, rng, trackers)
-    except Exception as error:  # a step that could not run is a failed check, with its reason
-        checks.check("suite-ran-to-the-end", False, f"{type(error).__name__}: {error}")
-        for t in trackers[-1:]:
-            s.log(t.log_tail(20))
+        for part in parts:
+            s.log(f"part {part}")
+            try:
+                if part == "base":
+                    base(checks, binary, coordinator, worker, ports, rng, trackers)
+                elif part == "worker-restart":
+                    worker_restarts_under_appends(checks, binary, coordinator, ports, worker, rng, trackers)
+                elif part == "in-doubt-commit":
+                    in_doubt_commit(checks, binary, coordinator, ports, rng, trackers)
+                elif part == "read-your-writes":
+                    read_your_writes(checks, binary, coordinator, ports, rng, trackers)
+                elif part == "distribute-in-place":
+                    distribute_in_place(checks, binary, clusters, rng, trackers)
+                elif part == "rebalance-under-load":
+                    rebalance_under_load(checks, binary, clusters, rng, trackers)
+            except Exception as error:  # a part that could not run is a failed check, with its reason
+                checks.check(f"{part}.ran-to-the-end", False, f"{type(error).__name__}: {error}")
+                for t in trackers[-1:]:
+                    s.log(t.log_tail(20))
     finally:
         for t in trackers:
             t.kill(signal.SIGKILL)

@@ -67,7 +67,7 @@ public struct LogCursor: Sendable {
     /// The log's newest committed event (of each shard), or `nil` for an empty log.
     static func head(on connection: Connection, layout: LogLayout) throws -> LogHead? {
         switch layout {
-        case .singleNode:
+        case .singleNode, .coordinator:
             let r = try connection.query(SQL.head, [])
             guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
             return .single(LogPosition(tx: tx, seq: seq))
@@ -82,17 +82,17 @@ public struct LogCursor: Sendable {
         switch (layout, head) {
         case (.citus(let log), .shards(let heads)):
             let shards = try log.shards(on: connection)
-            let behind = shards.filter { shard in heads[shard.id].map { !shard.checkpoint.reaches($0) } ?? false }
+            let behind = shards.all.filter { shard in heads[shard.cursor].map { !shard.checkpoint.reaches($0) } ?? false }
             if behind.isEmpty { return LogProgress(reached: true, checkpoint: nil, readable: false) }
             // Every shard is asked (one statement text per worker, prepared once), the answer
             // read for the shards behind.
             let backlog = try log.backlog(shards, cap: 1)
-            return LogProgress(reached: false, checkpoint: behind.map { "\($0.id):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
-                               readable: behind.contains { backlog[$0.id]?.readable ?? false })
+            return LogProgress(reached: false, checkpoint: behind.map { "\($0.cursor):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
+                               readable: behind.contains { backlog[$0.cursor]?.readable ?? false })
         case (_, .single(let position)):
             let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq)])
             return LogProgress(reached: r.bool(0, 0) ?? true, checkpoint: r.string(0, 1), readable: r.bool(0, 2) ?? false)
-        case (.singleNode, .shards):
+        case (.singleNode, .shards), (.coordinator, .shards):
             return LogProgress(reached: true, checkpoint: nil, readable: false)
         }
     }
@@ -111,7 +111,7 @@ public struct LogCursor: Sendable {
     /// learns nothing of other networks' traffic, not even from the estimate past the cap.
     static func lag(on connection: Connection, conninfo: String, networks: NetworkScope? = nil) throws -> ProjectionLag {
         switch try LogLayout.of(connection, conninfo: conninfo) {
-        case .singleNode:
+        case .singleNode, .coordinator:
             if let networks {
                 let r = try connection.query(SQL.lagOfNetworks, [networks.arrayParameter])
                 return ProjectionLag(events: Int(r.int64(0, 0) ?? 0), seconds: Double(r.string(0, 1) ?? "0") ?? 0)

@@ -171,11 +171,11 @@ public final class Projector: Service, Sendable {
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
         try connection.lockForTransaction(ProjectorSQL.lock)
+        let layout = try layout.refreshed(on: connection)
         let (tx, seq, ivtRules) = try lockState(on: connection, window: window)
         switch layout {
-        case .singleNode:
-            let rows = try connection.query(ProjectorSQL.nextEvents, [.text(tx), .text(String(seq)), .text(String(limit))],
-                                            binaryResults: true)
+        case .singleNode, .coordinator:
+            let rows = try layout.nextEvents(after: tx, seq, limit: limit, on: connection)
             guard rows.rowCount > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch([rows], shardColumn: false, strings: &strings)
@@ -194,13 +194,7 @@ public final class Projector: Service, Sendable {
             let batch = try LogBatch(results, shardColumn: true, strings: &strings)
             let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId, strings: &strings,
                                           on: connection)
-            var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8)
-            for (shard, last) in batch.shardEnds {
-                ids.append(shard)
-                txs.append(String(last.tx))
-                seqs.append(last.seq)
-            }
-            try connection.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter])
+            try log.advance(shards, to: batch.shardEnds, on: connection)
             try connection.query(ProjectorSQL.countProjected, [String(consumed)])
             return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard }, impressions: impressions)
         }
@@ -275,10 +269,10 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
     case logTruncated(days: Int, first: String, last: String)
     /// A stored rule set this binary cannot read (written by a newer version?).
     case unreadableRuleSet(version: Int, reason: String)
-    /// A shard of a distributed log is no longer on the worker whose order its checkpoint
-    /// follows (moved by the rebalancer): its rows carry another node's transaction ids.
+    /// A shard of a log distributed by an older tracker moved while rows stamped in its former
+    /// worker's order wait: those transaction ids mean nothing on the new node.
     case shardMoved(shard: Int64, node: String)
-    /// A shard of a distributed log has more than one placement, each stamped by its own worker.
+    /// A shard of a distributed log has more than one placement (it is read on one worker).
     case shardReplicated(shard: Int64)
 
     public var description: String {
@@ -294,7 +288,7 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
         case .unreadableRuleSet(let version, let reason):
             "invalid-traffic rule set \(version) cannot be read by this tracker (\(reason)); the projector stopped: upgrade the tracker"
         case .shardMoved(let shard, let node):
-            "shard \(shard) of the log moved to \(node), away from the worker whose order its checkpoint follows; the projector stopped: shard moves are not supported (docs/SCALING.md, \"Citus\")"
+            "shard \(shard) of the log moved to \(node) while rows stamped in its former worker's order wait to be projected; the projector stopped: move it back, and move shards once those rows are projected (docs/SCALING.md, \"What is not supported\")"
         case .shardReplicated(let shard):
             "shard \(shard) of the log has more than one placement; the projector stopped: the Citus layout needs citus.shard_replication_factor = 1 (docs/SCALING.md, \"Citus\")"
         case .windowMismatch(let projected, let configured):

@@ -159,7 +159,7 @@ private struct RebuildPhases {
         if let log = layout.citus {
             for shard in horizons.shards {
                 try log.withWorker(shard.node) { worker in
-                    try copy(RebuildSQL.copyLog(from: shard.table, below: horizons.byNode[shard.node] ?? 0), on: worker)
+                    try copy(CitusSQL.copy(shard, below: horizons.below(shard)), on: worker)
                 }
             }
         }

@@ -1545,88 +1545,126 @@ ALTER TABLE reconciliation_imports ADD COLUMN networks text[];
 """#),
     ]
 
-    /// The Citus layout (sql/citus/distribute.sql), applied once after the migrations
-    /// where the citus extension is installed and the log is empty.
-    public static let citusLayout = Migration(version: 0, name: "citus_layout", sql: #"""
--- The log spread over a Citus cluster (docs/SCALING.md, "Citus"). tracker migrate runs this
--- once, after the numbered migrations, in a database that has the citus extension and an
--- empty log; everything else keeps the single-node layout.
+
+    /// The Citus layout, the last step of distributing the log (sql/citus/distribute.sql).
+    public static let citusLayout = Migration(version: 0, name: "distribute", sql: #"""
+-- The log spread over a Citus cluster (docs/SCALING.md, "Citus"): the last step of tracker
+-- migrate's distribution (Sources/Tracker/Schema/CitusDistribution.swift), in one transaction
+-- under the projector's lock, after the log (events), event_ids and the per-entity state
+-- tables are on the workers' shards. A projector sees the layout before it or all of it.
 --
--- Shards: an ad's rows share one shard by request_id (the log, its per-ad state), so one ad's
--- events are always read and folded on one node. event_ids is spread by the id itself: an id
--- is stored at most once across all ads, which a unique index per ad could not promise.
--- The projections (day and quarter-hour tables, client minutes, checkpoints) stay on the
--- coordinator: they are small, and a report reads them without touching a worker.
+-- Shards: an ad's rows share one shard by request_id (the log, its per-ad state; a load's
+-- events carry the load's id there), so one entity's events are always read and folded on one
+-- node. event_ids is spread by the id itself: an id is stored at most once across all ads,
+-- which a unique index per ad could not promise. The projections (day and quarter-hour tables,
+-- client minutes, checkpoints) stay on the coordinator: they are small, and a report reads
+-- them without touching a worker.
 --
--- The log's order: each row's (tx, seq) is stamped by a trigger on the worker that stores it,
--- from that worker's transaction id and sequence; the coordinator's own values (which it
--- sends explicitly) are overwritten. A reader follows each shard in its own order up to the
--- xmin of its worker, so the single-node rule (a row below xmin can no longer appear behind
--- a reader) holds shard by shard; log_shards keeps one checkpoint per shard.
+-- The log's order: each row's (tx, seq) is the coordinator's transaction id and sequence, as on
+-- one node (the columns' defaults are evaluated where the statement runs, the coordinator). A
+-- stamp is a value that moves with its row, so a shard copied to another worker keeps its
+-- order, and a log distributed in place keeps the checkpoint it had. Readers stay below the
+-- coordinator's snapshot xmin once the workers' prepared transactions of that moment have
+-- finished (CoordinatorHorizon.swift); log_shards keeps one checkpoint per shard.
 
--- Triggers on distributed tables run on the shards (Citus calls them unsafe because a trigger
--- that reached other shards would not be; these touch only their own row).
-SET LOCAL citus.enable_unsafe_triggers = on;
-
--- Colocated tables must agree on the distribution column's collation: ad_state's "C". The
--- ad_events view depends on the column, so it is made again around the change.
-DO $$
-DECLARE
-    definition text := pg_get_viewdef('ad_events'::regclass);
-BEGIN
-    DROP VIEW ad_events;
-    ALTER TABLE events ALTER COLUMN request_id TYPE text COLLATE "C";
-    EXECUTE 'CREATE VIEW ad_events AS ' || definition;
-END
-$$;
-GRANT SELECT ON ad_events TO tracker_projector, tracker_report;
-
-CREATE FUNCTION tracker_stamp_log_order() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.tx := pg_current_xact_id();
-    NEW.seq := nextval('event_seq');
-    RETURN NEW;
-END
-$$;
-
-SELECT create_distributed_table('events', 'request_id');
-SELECT create_distributed_table('ad_state', 'request_id', colocate_with => 'events');
-SELECT create_distributed_table('event_ids', 'id');
--- Joined with the log's user_agent_id on every node.
-SELECT create_reference_table('user_agents');
-CREATE TRIGGER events_log_order BEFORE INSERT ON events
-    FOR EACH ROW EXECUTE FUNCTION tracker_stamp_log_order();
-
--- The coordinator names every column in what it sends to a shard, tx and seq too; the
--- worker's trigger replaces both, so granting them forges nothing.
-GRANT INSERT (tx, seq) ON events TO tracker_ingest;
-
--- A new day's partition is distributed as it is made, with the log's triggers.
-DO $$
-BEGIN
-    EXECUTE 'ALTER FUNCTION tracker_ensure_event_partitions(date, date) SET citus.enable_unsafe_triggers = on';
-END
-$$;
-
--- One checkpoint per shard of the log: the last (tx, seq) of that shard projected, in the
--- order of the worker holding it (node_group). A shard moved to another worker would bring
--- rows stamped by its old worker, so the projector stops when the placement changed.
+-- One checkpoint per shard of the log, starting where the projections are (an empty log's is
+-- 0). node_group and the worker_checkpoint columns serve only a log whose older rows were
+-- stamped by their workers (coordinator-order.sql).
 CREATE TABLE log_shards (
-    shard_id       bigint  PRIMARY KEY,
-    node_group     integer NOT NULL,
-    checkpoint_tx  xid8    NOT NULL DEFAULT '0',
-    checkpoint_seq bigint  NOT NULL DEFAULT 0
+    shard_id              bigint  PRIMARY KEY,
+    node_group            integer NOT NULL,
+    checkpoint_tx         xid8    NOT NULL DEFAULT '0',
+    checkpoint_seq        bigint  NOT NULL DEFAULT 0,
+    worker_checkpoint_tx  xid8,
+    worker_checkpoint_seq bigint
 );
-INSERT INTO log_shards (shard_id, node_group)
-SELECT s.shardid, p.groupid
-FROM pg_dist_shard s JOIN pg_dist_placement p ON p.shardid = s.shardid
+INSERT INTO log_shards (shard_id, node_group, checkpoint_tx, checkpoint_seq)
+SELECT s.shardid, p.groupid, st.checkpoint_tx, st.checkpoint_seq
+FROM pg_dist_shard s
+JOIN pg_dist_placement p ON p.shardid = s.shardid
+CROSS JOIN projection_state st
 WHERE s.logicalrelid = 'events'::regclass;
 REVOKE ALL ON log_shards FROM PUBLIC;
 GRANT SELECT, UPDATE ON log_shards TO tracker_projector;
 GRANT SELECT ON log_shards TO tracker_report;
 
--- Retention on shards: the partition's rows are projected when, shard by shard, none is past
+-- The first UTC day whose rows the coordinator stamped ('-infinity': every row).
+CREATE TABLE log_order (
+    coordinator_from date NOT NULL
+);
+INSERT INTO log_order VALUES ('-infinity');
+REVOKE ALL ON log_order FROM PUBLIC;
+GRANT SELECT, UPDATE ON log_order TO tracker_projector;
+GRANT SELECT ON log_order TO tracker_report;
+
+-- The coordinator names every column in what it sends to a shard, tx and seq too (their
+-- values are the coordinator's defaults: the tracker never sets them).
+GRANT INSERT (tx, seq) ON events TO tracker_ingest;
+
+-- A new day's partition is distributed as it is made, with the log's triggers (Citus calls
+-- triggers on distributed tables unsafe because one that reached other shards would be; the
+-- log's touch only their own row).
+DO $$
+BEGIN
+    EXECUTE 'ALTER FUNCTION tracker_ensure_event_partitions(date, date) SET citus.enable_unsafe_triggers = on';
+END
+$$;
+"""#)
+
+    /// A log distributed with worker-stamped rows, taken over to the coordinator's order (sql/citus/coordinator-order.sql).
+    public static let citusCoordinatorOrder = Migration(version: 0, name: "coordinator-order", sql: #"""
+-- A log distributed by an older tracker, whose rows carry the transaction id and sequence of the
+-- worker that stored them (a trigger stamped them there), goes over to the coordinator's order
+-- (distribute.sql says why: a stamp that moves with its row). tracker migrate applies it once,
+-- in one transaction under the projector's lock, then retention.sql.
+--
+-- Nothing is stamped again. The partitions that exist before the next UTC day keep the
+-- worker's trigger, so each partition holds rows of one order; the partitions from that day on
+-- get none. log_shards keeps each shard's worker-order checkpoint beside a new one in the
+-- coordinator's order; the projector reads both until every worker-stamped row is projected
+-- (an hour after that day began at the earliest), then forgets the older.
+
+SET LOCAL citus.enable_unsafe_triggers = on;
+-- One connection per worker for the whole transaction: the trigger changes on the shards and the
+-- function changes after them (retention.sql) must share it.
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+
+CREATE TABLE log_order (
+    coordinator_from date NOT NULL
+);
+INSERT INTO log_order VALUES ((now() AT TIME ZONE 'UTC')::date + 1);
+REVOKE ALL ON log_order FROM PUBLIC;
+GRANT SELECT, UPDATE ON log_order TO tracker_projector;
+GRANT SELECT ON log_order TO tracker_report;
+
+ALTER TABLE log_shards ADD COLUMN worker_checkpoint_tx xid8, ADD COLUMN worker_checkpoint_seq bigint;
+UPDATE log_shards SET worker_checkpoint_tx = checkpoint_tx, worker_checkpoint_seq = checkpoint_seq,
+                      checkpoint_tx = '0', checkpoint_seq = 0;
+
+DROP TRIGGER events_log_order ON events;
+DO $$
+DECLARE
+    part record;
+BEGIN
+    FOR part IN
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'events'::regclass AND c.relname ~ '^events_[0-9]{8}$'
+          AND to_date(substr(c.relname, 8), 'YYYYMMDD') < (SELECT coordinator_from FROM log_order)
+    LOOP
+        EXECUTE format('CREATE TRIGGER events_log_order BEFORE INSERT ON %I FOR EACH ROW EXECUTE FUNCTION tracker_stamp_log_order()',
+                       part.relname);
+    END LOOP;
+END
+$$;
+"""#)
+
+    /// Retention on a distributed log (sql/citus/retention.sql).
+    public static let citusRetention = Migration(version: 0, name: "retention", sql: #"""
+-- Retention on a distributed log (docs/SCALING.md, "Citus"); tracker migrate applies it with
+-- the Citus layout (distribute.sql) and again when it converts an older one
+-- (coordinator-order.sql).
+--
+-- On shards: the partition's rows are projected when, shard by shard, none is past
 -- that shard's checkpoint (counted on the workers); the ids leave event_ids under the guard,
 -- whose setting must reach the workers. SET LOCAL statements do, with propagate_set_commands,
 -- but only inside a transaction block: call it between BEGIN and COMMIT (tracker retention
@@ -1665,12 +1703,18 @@ BEGIN
         EXECUTE format('SET LOCAL tracker.retention = %L', part_name);
         EXECUTE format('LOCK TABLE %I.%I IN SHARE MODE', sch, part_name);
     END IF;
-    -- Each shard of the partition with the checkpoint of its shard of the log (same hash range).
-    SELECT string_agg(format('(%s, %L::xid8, %s)', p.shardid, l.checkpoint_tx, l.checkpoint_seq), ', ')
+    -- Each shard of the partition with the checkpoint of its shard of the log (same hash range)
+    -- in the order its rows carry: their worker's, for a day before log_order's (all of them
+    -- projected once that cursor retired), else the coordinator's.
+    SELECT string_agg(CASE WHEN part_day < o.coordinator_from
+                           THEN format('(%s, %L::xid8, %s)', p.shardid, coalesce(l.worker_checkpoint_tx, '18446744073709551615'),
+                                       coalesce(l.worker_checkpoint_seq, 9223372036854775807))
+                           ELSE format('(%s, %L::xid8, %s)', p.shardid, l.checkpoint_tx, l.checkpoint_seq) END, ', ')
     INTO checkpoints
     FROM pg_dist_shard p
     JOIN pg_dist_shard e ON e.logicalrelid = 'events'::regclass AND e.shardminvalue = p.shardminvalue
     JOIN log_shards l ON l.shard_id = e.shardid
+    CROSS JOIN log_order o
     WHERE p.logicalrelid = format('%I.%I', sch, part_name)::regclass;
     logged := 0;
     unprojected := 0;

@@ -38,16 +38,18 @@ extension Migration {
 public struct Migrator: Sendable {
     public let migrations: [Migration]
     private let logger: Logger
+    private let report: @Sendable (String) -> Void
 
-    public init(migrations: [Migration] = Migration.all, logger: Logger) {
+    /// `report` is told each step of a distribution over Citus as it is done.
+    public init(migrations: [Migration] = Migration.all, logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
         self.migrations = migrations.sorted { $0.version < $1.version }
         self.logger = logger
+        self.report = report
     }
 
     /// A session-level advisory lock serialises migrators; each migration commits with its record.
     public func migrate(_ pool: ConnectionPool) async throws -> [Migration] {
-        let migrations = self.migrations
-        let logger = self.logger
+        let (migrations, logger, report) = (self.migrations, self.logger, self.report)
         return try await pool.withConnection { connection in
             try connection.lock("tracker.migrations")
             defer { try? connection.unlock("tracker.migrations") }
@@ -77,34 +79,11 @@ public struct Migrator: Sendable {
                 ])
                 done.append(migration)
             }
-            if try Self.distributeOnCitus(connection, logger: logger) { done.append(Migration.citusLayout) }
+            // The log onto the Citus workers, when the database has the extension and workers
+            // (docs/SCALING.md, "Citus"): empty or not, in steps a rerun continues.
+            if try CitusDistribution(connection: connection, logger: logger, report: report).run() { done.append(Migration.citusLayout) }
             return done
         }
-    }
-
-    /// Applies the Citus layout (`sql/citus/distribute.sql`) when the database has the citus
-    /// extension, workers to put shards on, and an empty log not yet distributed. A log that
-    /// already holds events stays where it is (on the coordinator, which works as a single node):
-    /// distributing it would need every row stamped again in its worker's order.
-    static func distributeOnCitus(_ connection: Connection, logger: Logger) throws -> Bool {
-        let state = try connection.query(MigratorSQL.citusState)
-        guard state.bool(0, 0) == true, state.bool(0, 1) == false else { return false }
-        guard state.bool(0, 2) == true else {
-            logger.warning("the citus extension is installed but the log already holds events: it stays on the coordinator (docs/SCALING.md, \"Citus\")")
-            return false
-        }
-        let workers = try connection.query(MigratorSQL.citusWorkers).int64(0, 0) ?? 0
-        guard workers > 0 else {
-            logger.warning("the citus extension is installed but no worker takes shards: the log stays on the coordinator; add workers (citus_add_node) and run tracker migrate again")
-            return false
-        }
-        // One statement at a time: Citus parses the query string again when it passes some
-        // commands on to the workers, and refuses a string that holds several.
-        try connection.transaction {
-            for statement in Migration.citusLayout.statements { try connection.execute(statement) }
-        }
-        logger.info("distributed the log over the Citus cluster", metadata: ["tracker.citus.workers": "\(workers)"])
-        return true
     }
 
     /// Versions not yet applied; empty means the schema is current.
@@ -135,15 +114,4 @@ public struct Migrator: Sendable {
         }
         return out
     }
-}
-
-enum MigratorSQL {
-    /// Columns: 0 the citus extension is installed, 1 the Citus layout is applied, 2 the log is empty.
-    static let citusState = """
-        SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus'), to_regclass('log_shards') IS NOT NULL,
-               NOT EXISTS (SELECT 1 FROM events)
-        """
-
-    /// Active nodes that take shards (the workers; a coordinator can be one too).
-    static let citusWorkers = "SELECT count(*) FROM pg_dist_node WHERE isactive AND shouldhaveshards AND noderole = 'primary'"
 }
