@@ -242,9 +242,11 @@ public final class Connection {
         _ = try check(end, sql: sql)
     }
 
-    /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws.
-    public func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN")
+    /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws. `begin` may name an
+    /// isolation level (`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`: every statement of
+    /// `body` reads one snapshot).
+    public func transaction<T>(begin: String = "BEGIN", _ body: () throws -> T) throws -> T {
+        try execute(begin)
         do {
             let value = try body()
             try execute("COMMIT")

@@ -1324,6 +1324,31 @@ def test_dashboard_without_chart_js_says_so_and_still_shows_the_numbers(browser,
     requests.get(tracker.base + "/healthz", timeout=5).raise_for_status()
 
 
+def test_the_deployments_default_zone_is_where_the_page_starts_unless_its_url_names_one(browser, site, start_tracker):
+    """TRACKER_DEFAULT_TZ (read from /dashboard/settings.json) wins over the browser's zone; a URL's zone wins over both."""
+    db, zone = site.db, "Asia/Kolkata"
+    tracker = start_tracker(db.url, "dashboard-default-zone", {"TRACKER_DEFAULT_TZ": zone})
+    assert requests.get(tracker.base + "/dashboard/settings.json", timeout=5).json() == {"defaultTimeZone": zone}
+    context = browser.new_context(viewport=DESKTOP, timezone_id=NEW_YORK)
+    page = context.new_page()
+    problems = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    asked = []
+    page.on("request", lambda request: asked.append(request.url) if "/v1/reports/" in request.url else None)
+    page.goto(tracker.base + "/")
+    enter_key(page, db.report_key)
+    today = datetime.datetime.now(ZoneInfo(zone)).date()
+    assert page.input_value("#tz") == zone and fragment(page)["tz"] == zone, "the deployment's zone, not the browser's New York"
+    assert fragment(page)["to"] == today.isoformat() and f"local days in {zone}" in page.inner_text("#status")
+    assert asked and {urllib.parse.parse_qs(urllib.parse.urlsplit(u).query)["tz"][0] for u in asked} == {zone}
+    first, last = site.d1, site.d3
+    page.goto(tracker.base + f"/#from={first}&to={last}&tz=UTC")
+    page.wait_for_function("() => new URLSearchParams(location.hash.slice(1)).get('tz') === 'UTC' && document.body.dataset.state === 'ready'")
+    assert page.input_value("#tz") == "UTC" and "local days in UTC" in page.inner_text("#status")
+    assert not problems, problems
+    context.close()
+
+
 def ratio_change(was, now):
     """The comparison's change of a ratio, as the page writes it (percentage points)."""
     delta = js_round((now - was) * 1000) / 10

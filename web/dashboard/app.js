@@ -141,6 +141,32 @@
     }
   }
 
+  // The deployment's default zone (TRACKER_DEFAULT_TZ, from /dashboard/settings.json); '' when
+  // it has none.
+  let deploymentZone = '';
+
+  /**
+   * The zone the page starts in when the URL names none: the deployment's, so that everyone
+   * reading one tracker sees the same days as its API and command line, else the browser's.
+   */
+  function startingZone() {
+    return deploymentZone || browserZone();
+  }
+
+  /** Reads the deployment's default zone; without an answer the page starts in the browser's zone. */
+  async function loadSettings() {
+    try {
+      const response = await fetch('/dashboard/settings.json', { cache: 'no-cache' });
+      if (!response.ok) return;
+      const settings = await response.json();
+      if (typeof settings.defaultTimeZone === 'string' && settings.defaultTimeZone) {
+        deploymentZone = currentZone(settings.defaultTimeZone);
+      }
+    } catch (_) {
+      deploymentZone = '';
+    }
+  }
+
   const clocks = new Map();
   /** A formatter of the zone's wall clock, or null when this browser does not know the zone. */
   function clock(zone) {
@@ -231,7 +257,7 @@
   }
 
   function defaults() {
-    const tz = browserZone();
+    const tz = startingZone();
     const to = today(tz);
     return {
       from: addDays(to, -6), to, tz, adUnit: '', formatId: '', includeTest: false, compare: false, ad: '',
@@ -1293,7 +1319,7 @@
 
   /** The page has no import to show: how to make one, with this server's address and zone. */
   function showNoImport(state) {
-    const zone = state.tz || browserZone();
+    const zone = state.tz || startingZone();
     $('rec-curl').textContent = 'curl -X POST "' + location.origin + '/v1/reconciliations?tz=' + encodeURIComponent(zone).replace(/%2F/g, '/') + '" \\\n' +
       '  -H "Authorization: Bearer $TRACKER_REPORT_KEY" -H \'Content-Type: text/csv\' \\\n' +
       '  --data-binary @admanager.csv';
@@ -1778,7 +1804,7 @@
     for (const id of ['from', 'to', 'tz']) $(id).addEventListener('input', () => $(id).setCustomValidity(''));
     for (const button of document.querySelectorAll('[data-preset]')) {
       button.addEventListener('click', () => {
-        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || browserZone());
+        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || startingZone());
         $('from').value = range.from;
         $('to').value = range.to;
         applyFields();
@@ -1866,9 +1892,13 @@
       reportsShown = null;
       route();
     });
-    // Back, Forward, or a fragment edited by hand.
-    window.addEventListener('popstate', route);
-    window.addEventListener('hashchange', route);
-    route();
+    // The first view waits for the deployment's zone: drawn in the browser's first, it would
+    // show days nobody asked for, then change under the reader's eyes.
+    loadSettings().then(() => {
+      // Back, Forward, or a fragment edited by hand.
+      window.addEventListener('popstate', route);
+      window.addEventListener('hashchange', route);
+      route();
+    });
   });
 })();

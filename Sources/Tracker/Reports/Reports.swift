@@ -89,7 +89,8 @@ public struct Reports: Sendable {
             }
             return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
         }
-        return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows, lag: lag, ivtRules: ivtRules)
+        return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows,
+                            totals: dimensions.map { _ in .label } + spec.measureTotals, lag: lag, ivtRules: ivtRules)
     }
 }
 
@@ -159,6 +160,8 @@ enum ReportSQL {
         /// Whether each dimension is text (else an integer: the waterfall's `position`).
         var textDimensions: [Bool]
         var measureNames: [String]
+        /// How each measure column adds up in a totals row.
+        var measureTotals: [ReportTotal]
         /// UTC days, from the day table.
         var sql: String
         /// Local days or hours: the half-day rows of the segments' blocks ($8 first, $9 last),
@@ -176,10 +179,12 @@ enum ReportSQL {
     }
 
     /// One of a report's measure columns: a measure of the table, summed over the report's
-    /// rows, or a value computed from the row's summed measures (which the report must show).
+    /// rows; a ratio of two of them (which the report must show); or another value computed
+    /// from the row's summed measures, with how it adds up in a totals row.
     enum Column<M: ProjectionMeasure> {
         case sum(M)
-        case computed(String, @Sendable (Sums<M>) -> ReportValue)
+        case ratio(String, M, over: M)
+        case computed(String, total: ReportTotal, @Sendable (Sums<M>) -> ReportValue)
     }
 
     /// A report row's summed measures, by measure.
@@ -187,10 +192,6 @@ enum ReportSQL {
         fileprivate let values: ArraySlice<Int64>
         fileprivate let position: [M: Int]
         subscript(_ measure: M) -> Int64 { values[values.startIndex + position[measure]!] }
-    }
-
-    static func ratio(_ a: Int64, _ b: Int64) -> ReportValue {
-        .ratio(b == 0 ? 0 : Double(a) / Double(b))
     }
 
     /// The rows every report keeps, whatever its time: the classes ($3), the `adUnit` filter
@@ -238,8 +239,8 @@ enum ReportSQL {
             spec(["adUnit", "formatId"], [
                 .sum(FormatMeasure.impressions), .sum(.duplicateImpressions), .sum(.staleImpressions), .sum(.clicks),
                 .sum(.duplicateClicks), .sum(.attributedClicks),
-                .computed("unattributedClicks") { .count($0[.clicks] - $0[.attributedClicks]) },
-                .computed("ctr") { ratio($0[.attributedClicks], $0[.impressions]) },
+                .computed("unattributedClicks", total: .sum) { .count($0[.clicks] - $0[.attributedClicks]) },
+                .ratio("ctr", .attributedClicks, over: .impressions),
                 .sum(.adchoicesImpressions), .sum(.adchoicesClicks), .sum(.videoPlays), .sum(.videoEnds),
                 .sum(.givtImpressions), .sum(.givtClicks),
             ])
@@ -250,7 +251,7 @@ enum ReportSQL {
         case .adchoices:
             spec(["adUnit", "formatId"], [
                 .sum(FormatMeasure.eeaReservationImpressions), .sum(.withAdChoices),
-                .computed("share") { ratio($0[.withAdChoices], $0[.eeaReservationImpressions]) },
+                .ratio("share", .withAdChoices, over: .eeaReservationImpressions),
                 .sum(.adchoicesClicks),
             ])
         case .ivt:
@@ -258,19 +259,19 @@ enum ReportSQL {
         case .funnel:
             spec(["adUnit"], [
                 .sum(FunnelMeasure.requests), .sum(.adsRequested), .sum(.filledRequests), .sum(.failedRequests),
-                .sum(.unansweredRequests), .computed("fillRate") { ratio($0[.filledRequests], $0[.requests]) },
-                .sum(.loadedAds), .sum(.shownAds), .computed("showRate") { ratio($0[.shownAds], $0[.loadedAds]) },
-                .computed("loadLatencyP50Ms") { percentile(50, FunnelMeasure.latencies, $0) },
-                .computed("loadLatencyP95Ms") { percentile(95, FunnelMeasure.latencies, $0) },
+                .sum(.unansweredRequests), .ratio("fillRate", .filledRequests, over: .requests),
+                .sum(.loadedAds), .sum(.shownAds), .ratio("showRate", .shownAds, over: .loadedAds),
+                .computed("loadLatencyP50Ms", total: .empty) { percentile(50, FunnelMeasure.latencies, $0) },
+                .computed("loadLatencyP95Ms", total: .empty) { percentile(95, FunnelMeasure.latencies, $0) },
             ], alsoSummed: FunnelMeasure.latencies)
         case .failures:
             spec(["adUnit", "errorCode"], FailureMeasure.allCases.map(Column.sum))
         case .waterfall:
             spec(["adUnit", "adapter", "position"], [
                 .sum(WaterfallMeasure.attempts), .sum(.loaded), .sum(.failed), .sum(.timeouts),
-                .computed("fillRate") { ratio($0[.loaded], $0[.attempts]) },
-                .computed("latencyP50Ms") { percentile(50, WaterfallMeasure.latencies, $0) },
-                .computed("latencyP95Ms") { percentile(95, WaterfallMeasure.latencies, $0) },
+                .ratio("fillRate", .loaded, over: .attempts),
+                .computed("latencyP50Ms", total: .empty) { percentile(50, WaterfallMeasure.latencies, $0) },
+                .computed("latencyP95Ms", total: .empty) { percentile(95, WaterfallMeasure.latencies, $0) },
             ], alsoSummed: WaterfallMeasure.latencies)
         }
     }
@@ -333,7 +334,14 @@ enum ReportSQL {
         let names = columns.map { column in
             switch column {
             case .sum(let m): m.name
-            case .computed(let name, _): name
+            case .ratio(let name, _, _), .computed(let name, _, _): name
+            }
+        }
+        let totals = columns.map { column -> ReportTotal in
+            switch column {
+            case .sum: .sum
+            case .ratio(_, let numerator, let denominator): .ratio(of: numerator.name, over: denominator.name)
+            case .computed(_, let total, _): total
             }
         }
         // Each summed column's place in the counts, found once, not looked up per column and row
@@ -346,12 +354,14 @@ enum ReportSQL {
             for (column, place) in zip(columns, places) {
                 if let place {
                     out.append(.count(counts[counts.startIndex + place]))
-                } else if case .computed(_, let compute) = column {
+                } else if case .ratio(_, let numerator, let denominator) = column {
+                    out.append(.ratio(of: row[numerator], over: row[denominator]))
+                } else if case .computed(_, _, let compute) = column {
                     out.append(compute(row))
                 }
             }
         }
-        return Spec(dimensions: ["day"] + dimensions, textDimensions: [true] + dimensionKinds.map(\.isText), measureNames: names, sql: sql,
+        return Spec(dimensions: ["day"] + dimensions, textDimensions: [true] + dimensionKinds.map(\.isText), measureNames: names, measureTotals: totals, sql: sql,
                     localRows: localRows, localCuts: localCuts, lanes: summed.map(\.lane), width: M.allCases.count,
                     appendMeasures: appendMeasures)
     }

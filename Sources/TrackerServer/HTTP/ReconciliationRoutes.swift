@@ -91,6 +91,9 @@ struct ReconciliationRoutes: Sendable {
         }
         var headers = ReportRoutes.privateFigures
         headers[.contentType] = csv ? "text/csv; charset=utf-8" : "application/json"
+        if csv {
+            headers[.contentDisposition] = ReportRoutes.attachment(report: "reconciliation", from: result.from, to: result.to, zone: result.imported.tz)
+        }
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
         headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)

@@ -62,11 +62,16 @@ tags:
   - name: reports
     description: |
       The report semantics of docs/PROTOCOL.md. `from`/`to` are inclusive local days in `tz`
-      (UTC by default) of the events' corrected time; `granularity=hour` adds an `hour`
-      dimension after `day`. A report in a zone other than UTC, or by hour, also carries `tz`
-      and `granularity` in its JSON.
+      (by default the deployment's `TRACKER_DEFAULT_TZ`, else UTC) of the events' corrected
+      time; `granularity=hour` adds an `hour` dimension after `day`. A report in a zone other
+      than UTC, or by hour, also carries `tz` and `granularity` in its JSON, whether the zone
+      was asked or is the deployment's default.
       JSON by default; `Accept: text/csv` (or `format=csv`, which wins over `Accept`) gives
-      CSV with the same columns; a text cell that starts with `=`, `+`, `-`, `@`, a tab or a
+      CSV with the same columns, one line per row, and a last `Total` line with
+      `totals=true`; a CSV answer is named by `Content-Disposition`
+      (`tracker-<report>-<from>-<to>-<zone>.csv`). A ratio without a denominator (`ctr`
+      without impressions, `share`, `fillRate`, `showRate`) is `0` in JSON and an empty CSV
+      field. A text cell that starts with `=`, `+`, `-`, `@`, a tab or a
       carriage return is written after a `'` (a spreadsheet then shows it as text, never runs
       it as a formula); numbers are written as they are, and JSON keeps text as sent. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
       projections to hold every event committed before it was asked, and says in the
@@ -421,6 +426,7 @@ paths:
         - $ref: "#/components/parameters/Granularity"
         - $ref: "#/components/parameters/AdUnitLevel"
         - $ref: "#/components/parameters/Format"
+        - $ref: "#/components/parameters/Totals"
       responses:
         "200":
           description: One row per day (and hour), ad unit and format with any non-zero count, sorted by those.
@@ -428,6 +434,7 @@ paths:
             X-Projection-Lag-Events: {$ref: "#/components/headers/ProjectionLagEvents"}
             X-Projection-Lag-Seconds: {$ref: "#/components/headers/ProjectionLagSeconds"}
             X-IVT-Rules: {$ref: "#/components/headers/IVTRules"}
+            Content-Disposition: {$ref: "#/components/headers/ReportFileName"}
           content:
             application/json:
               schema:
@@ -1172,6 +1179,32 @@ paths:
                 type: string
         "304": {$ref: "#/components/responses/NotModified"}
 
+  /dashboard/settings.json:
+    get:
+      tags: [dashboard]
+      operationId: dashboardSettings
+      summary: The deployment's settings the page starts from
+      description: |
+        The deployment's default zone (`TRACKER_DEFAULT_TZ`), `null` when it has none: the
+        dashboard starts in the URL's zone, else this one, else the browser's. A file the page
+        fetches, because the page runs no inline script.
+      security: []
+      responses:
+        "200":
+          description: The settings, built when the server started.
+          headers: *assetHeaders
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [defaultTimeZone]
+                additionalProperties: false
+                properties:
+                  defaultTimeZone:
+                    type: [string, "null"]
+                    examples: [America/New_York]
+        "304": {$ref: "#/components/responses/NotModified"}
+
   /dashboard/chart.js:
     get:
       tags: [dashboard]
@@ -1275,11 +1308,12 @@ components:
       required: false
       description: |
         The IANA time zone whose local days (and hours) the rows are: `America/New_York`,
-        `Asia/Kolkata`, `Australia/Adelaide`, `UTC`. Default `UTC`. An event belongs to the
+        `Asia/Kolkata`, `Australia/Adelaide`, `UTC`. Default: the deployment's
+        `TRACKER_DEFAULT_TZ` when it is set, else `UTC`. An event belongs to the
         local day of its corrected time; days around a daylight-saving change have 23 or 25
         hours. Matched case-insensitively and echoed in the tz database's spelling. An unknown
         zone is a `400 invalid_parameter` naming `tz`.
-      schema: {type: string, default: UTC, maxLength: 64, examples: [America/New_York]}
+      schema: {type: string, maxLength: 64, examples: [America/New_York]}
     Granularity:
       name: granularity
       in: query
@@ -1292,6 +1326,17 @@ components:
       required: false
       description: "`csv` or `json`; wins over the `Accept` header (`Accept: text/csv` gives CSV when `format` is absent)."
       schema: {type: string, enum: [json, csv]}
+    Totals:
+      name: totals
+      in: query
+      required: false
+      description: |
+        CSV only: `true` (or `1`) ends the CSV with one more line, `Total` in the first column,
+        the other dimensions empty, every count summed over the rows, `ctr`, `share`,
+        `fillRate` and `showRate` recomputed from the summed counts (empty when the summed
+        denominator is 0), latency percentiles empty. Default false: one line per row. With
+        JSON it is a `400 invalid_parameter`; JSON has no total.
+      schema: {type: boolean, default: false}
 
     BeaconToken:
       name: t
@@ -1326,6 +1371,14 @@ components:
         rule set, which labels nothing); the same number as `ivtRules` in the JSON.
       required: true
       schema: {type: integer, minimum: 0}
+    ReportFileName:
+      description: |
+        On CSV answers only: `attachment; filename="tracker-<report>-<from>-<to>-<zone>.csv"`
+        (`-hourly` before `.csv` by hour), the zone with each run of characters other than
+        letters, digits, `_`, `+` and `-` written `_`: the name the dashboard saves the same
+        CSV under, e.g. `tracker-summary-2026-11-01-2026-11-07-America_New_York.csv`.
+      required: false
+      schema: {type: string, pattern: '^attachment; filename="tracker-[a-z]+-\d{4}-\d{2}-\d{2}-\d{4}-\d{2}-\d{2}-[A-Za-z0-9_+-]+(-hourly)?\.csv"$'}
     NoCache:
       description: "`no-cache`: a browser revalidates (with `If-None-Match` where an `ETag` is sent) before reuse."
       required: true
@@ -2941,6 +2994,32 @@ components:
     }
   }
 
+  // The deployment's default zone (TRACKER_DEFAULT_TZ, from /dashboard/settings.json); '' when
+  // it has none.
+  let deploymentZone = '';
+
+  /**
+   * The zone the page starts in when the URL names none: the deployment's, so that everyone
+   * reading one tracker sees the same days as its API and command line, else the browser's.
+   */
+  function startingZone() {
+    return deploymentZone || browserZone();
+  }
+
+  /** Reads the deployment's default zone; without an answer the page starts in the browser's zone. */
+  async function loadSettings() {
+    try {
+      const response = await fetch('/dashboard/settings.json', { cache: 'no-cache' });
+      if (!response.ok) return;
+      const settings = await response.json();
+      if (typeof settings.defaultTimeZone === 'string' && settings.defaultTimeZone) {
+        deploymentZone = currentZone(settings.defaultTimeZone);
+      }
+    } catch (_) {
+      deploymentZone = '';
+    }
+  }
+
   const clocks = new Map();
   /** A formatter of the zone's wall clock, or null when this browser does not know the zone. */
   function clock(zone) {
@@ -3031,7 +3110,7 @@ components:
   }
 
   function defaults() {
-    const tz = browserZone();
+    const tz = startingZone();
     const to = today(tz);
     return {
       from: addDays(to, -6), to, tz, adUnit: '', formatId: '', includeTest: false, compare: false, ad: '',
@@ -4093,7 +4172,7 @@ components:
 
   /** The page has no import to show: how to make one, with this server's address and zone. */
   function showNoImport(state) {
-    const zone = state.tz || browserZone();
+    const zone = state.tz || startingZone();
     $('rec-curl').textContent = 'curl -X POST "' + location.origin + '/v1/reconciliations?tz=' + encodeURIComponent(zone).replace(/%2F/g, '/') + '" \\\n' +
       '  -H "Authorization: Bearer $TRACKER_REPORT_KEY" -H \'Content-Type: text/csv\' \\\n' +
       '  --data-binary @admanager.csv';
@@ -4578,7 +4657,7 @@ components:
     for (const id of ['from', 'to', 'tz']) $(id).addEventListener('input', () => $(id).setCustomValidity(''));
     for (const button of document.querySelectorAll('[data-preset]')) {
       button.addEventListener('click', () => {
-        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || browserZone());
+        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || startingZone());
         $('from').value = range.from;
         $('to').value = range.to;
         applyFields();
@@ -4666,10 +4745,14 @@ components:
       reportsShown = null;
       route();
     });
-    // Back, Forward, or a fragment edited by hand.
-    window.addEventListener('popstate', route);
-    window.addEventListener('hashchange', route);
-    route();
+    // The first view waits for the deployment's zone: drawn in the browser's first, it would
+    // show days nobody asked for, then change under the reader's eyes.
+    loadSettings().then(() => {
+      // Back, Forward, or a fragment edited by hand.
+      window.addEventListener('popstate', route);
+      window.addEventListener('hashchange', route);
+      route();
+    });
   });
 })();
 
