@@ -4,7 +4,8 @@
 #  (a) psql \copy of the same mix of events into a table shaped like the log (a1) and into a
 #      plain table with only a primary key (a2): the baselines;
 #  (b) the tracker's accepted events/s, batches of 100 events from 16 connections;
-#  (c) single-event requests/s from 32 connections, with p50/p99 latency;
+#  (c) single-event requests/s from 32 connections, with p50/p99 latency and the group commits'
+#      time, which bounds them (32 connections over the time of one commit);
 #  (d) the server's peak RSS;
 #  (e) nginx answering the same single-event requests with 200 and an access-log line, and
 #  (f) a bare SwiftNIO HTTP/1.1 server (Sources/TrackerHTTPFloor) answering them with 200, both
@@ -135,12 +136,19 @@ errors_of() { grep -E "non-2xx" "$out/wrk-$1.txt" | sed 's/^/    /' | tee -a "$o
 per_request() { echo "($2 - $1) * 1000000 / $(wrk_requests "$out/wrk-$3.txt")" | bc -l; }
 before=$(count)
 start_lag single
-cpu0=$(proc_cpu "$server_pid"); pg0=$(pg_cpu)
+cpu0=$(proc_cpu "$server_pid"); pg0=$(pg_cpu); read -r n0 r0 t0 < <(commit_stats "http://127.0.0.1:$http")
 single_load "$http" single
-cpu1=$(proc_cpu "$server_pid"); pg1=$(pg_cpu)
+cpu1=$(proc_cpu "$server_pid"); pg1=$(pg_cpu); read -r n1 r1 t1 < <(commit_stats "http://127.0.0.1:$http")
 rps=$(rate_of single)
 printf '(c) single events, 32 connections: %s requests/s, %s; CPU per request: tracker %.0f µs, PostgreSQL %.0f µs\n' "$rps" "$(latency_of single)" \
   "$(per_request "$cpu0" "$cpu1" single)" "$(per_request "$pg0" "$pg1" single)" | tee -a "$out/ingest.txt"
+# Each connection waits for its answer, which waits for a commit: 32 connections over the time
+# of one commit (its write and WAL flush) bound the rate, however little CPU a request takes.
+if [ "$n1" -gt "$n0" ]; then
+  commit_ms=$(echo "($t1 - $t0) * 1000 / ($n1 - $n0)" | bc -l)
+  printf '    %d commits, %.1f requests each, %.2f ms each: at most 32 / %.2f ms = %.0f requests/s while a commit takes that long\n' \
+    "$((n1 - n0))" "$(echo "($r1 - $r0) / ($n1 - $n0)" | bc -l)" "$commit_ms" "$commit_ms" "$(echo "32000 / $commit_ms" | bc -l)" | tee -a "$out/ingest.txt"
+fi
 errors_of single
 finish_lag single
 statements "(c) and its catch-up" "$(($(count) - before))"
@@ -152,25 +160,26 @@ kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 echo "$(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events") events logged, $(psql "$DATABASE_URL" -qAtc "SELECT events_projected FROM projection_state") projected; load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"
 
 # (e) nginx and (f) the bare SwiftNIO server under (c)'s load, the tracker stopped (PostgreSQL idle).
-nginx_port=$(free_port)
-start_nginx "$nginx_port"; wait_listening "$nginx_port"
-cpu0=$(tree_cpu "$nginx_pid")
-single_load "$nginx_port" nginx
-cpu1=$(tree_cpu "$nginx_pid")
-nginx_rps=$(rate_of nginx)
-printf '(e) nginx, the same requests answered 200 with an access-log line: %s requests/s, %s; CPU per request %.0f µs; %d lines logged\n' \
-  "$nginx_rps" "$(latency_of nginx)" "$(per_request "$cpu0" "$cpu1" nginx)" "$(wc -l <"$dir/nginx/access.log")" | tee -a "$out/ingest.txt"
-errors_of nginx
-floor_cleanup
-bare_port=$(free_port)
-start_bare "$bare_port"; wait_listening "$bare_port"
-cpu0=$(proc_cpu "$bare_pid")
-single_load "$bare_port" bare
-cpu1=$(proc_cpu "$bare_pid")
-bare_rps=$(rate_of bare)
-printf '(f) bare SwiftNIO HTTP/1.1 server (NIOHTTP1, release), the same requests answered 200: %s requests/s, %s; CPU per request %.0f µs\n' \
-  "$bare_rps" "$(latency_of bare)" "$(per_request "$cpu0" "$cpu1" bare)" | tee -a "$out/ingest.txt"
-errors_of bare
-floor_cleanup
+# floor_run SERVER LABEL: starts SERVER (nginx or bare) on a free port, puts (c)'s load on it,
+# prints LABEL with its rate, latency and CPU per request, and stops it; sets floor_rps.
+floor_run() {
+  local port pid cpu0 cpu1
+  port=$(free_port)
+  "start_$1" "$port"; wait_listening "$port"
+  if [ "$1" = nginx ]; then pid=$nginx_pid; else pid=$bare_pid; fi
+  cpu0=$(tree_cpu "$pid")
+  single_load "$port" "$1"
+  cpu1=$(tree_cpu "$pid")
+  floor_rps=$(rate_of "$1")
+  printf '%s: %s requests/s, %s; CPU per request %.0f µs\n' "$2" "$floor_rps" "$(latency_of "$1")" \
+    "$(per_request "$cpu0" "$cpu1" "$1")" | tee -a "$out/ingest.txt"
+  errors_of "$1"
+  floor_cleanup
+}
+floor_run nginx '(e) nginx, the same requests answered 200 with an access-log line'
+nginx_rps=$floor_rps
+echo "    $(wc -l <"$dir/nginx/access.log") lines in nginx's access log" | tee -a "$out/ingest.txt"
+floor_run bare '(f) bare SwiftNIO HTTP/1.1 server (NIOHTTP1, release), the same requests answered 200'
+bare_rps=$floor_rps
 printf 'single events / nginx: %.2f; single events / bare SwiftNIO: %.2f; load %s\n' "$(echo "$rps / $nginx_rps" | bc -l)" \
   "$(echo "$rps / $bare_rps" | bc -l)" "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"

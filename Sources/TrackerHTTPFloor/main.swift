@@ -4,6 +4,11 @@
 // event, keeping the connection open. What the tracker does beyond this is what it adds.
 //
 // Usage: TrackerHTTPFloor PORT (on 127.0.0.1; one event loop per core, as `tracker serve`)
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -34,8 +39,9 @@ final class ReceiptHandler: ChannelInboundHandler, RemovableChannelHandler {
 @available(*, unavailable)
 extension ReceiptHandler: Sendable {}
 
-guard CommandLine.arguments.count == 2, let port = Int(CommandLine.arguments[1]) else {
-    fatalError("usage: TrackerHTTPFloor PORT")
+guard CommandLine.arguments.count == 2, let port = Int(CommandLine.arguments[1]), (1...65535).contains(port) else {
+    print("usage: TrackerHTTPFloor PORT (1 to 65535)")
+    exit(2)
 }
 let server = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
     .serverChannelOption(.backlog, value: 256)

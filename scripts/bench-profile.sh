@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Usage: scripts/bench/profile-ingest.sh [SECONDS]
+# Usage: scripts/bench-profile.sh [SECONDS]
 # Where a request's CPU time goes in `tracker serve`, against the bare SwiftNIO server
-# (docs/PERFORMANCE.md, "The HTTP floor"). The tracker runs as users run it (release build,
-# metrics on, logs at info, the projector inside); every load is `make bench-ingest`'s
+# (docs/PERFORMANCE.md, "Single events against the HTTP floor"). The tracker runs as users run
+# it (release build, metrics on, logs at info, the projector inside); every load is `make bench-ingest`'s
 # single-event wrk command (-t2 -c32) for SECONDS (10 by default), each on one path:
 #   bare      the bare SwiftNIO server (Sources/TrackerHTTPFloor), the single-event POST
 #   healthz   GET /healthz, answered on the event loop by QuickAnswers: no task, no route
-#   head      HEAD /healthz: Hummingbird's connection task, the router, the middleware and a
-#             route that only answers
+#   routed    GET /healthz/ (QuickAnswers leaves it to the router): Hummingbird's connection
+#             task, the router, the middleware and a route that only answers
 #   rejected  POST /v1/events of one invalid event: the key, the body, decoding, validation
 #             and the receipt, nothing appended
 #   single    POST /v1/events of one valid event (scripts/bench/events.lua): the append and
@@ -22,9 +22,9 @@
 # to bench-results/profile/; the summary also to bench-results/profile/summary.txt.
 # PROFILE_LOADS="healthz single" runs only those loads. Installs linux-perf, nginx and wrk.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 duration=${1:-10}
-loads=${PROFILE_LOADS:-bare healthz head rejected single single-c128}
+loads=${PROFILE_LOADS:-bare healthz routed rejected single single-c128}
 . scripts/bench/common.sh
 bench_setup profile
 . scripts/bench/measure.sh
@@ -55,7 +55,7 @@ run_load() {
   case "$load" in
     bare) url="http://127.0.0.1:$bare_port"; set -- -s scripts/bench/events.lua "$url" -- "$key" 1 2 ;;
     healthz) set -- -s scripts/bench/fixed.lua "$url" -- GET /healthz ;;
-    head) set -- -s scripts/bench/fixed.lua "$url" -- HEAD /healthz ;;
+    routed) set -- -s scripts/bench/fixed.lua "$url" -- GET /healthz/ ;;
     rejected) set -- -s scripts/bench/fixed.lua "$url" -- POST /v1/events "$key" "$invalid" ;;
     single) set -- -s scripts/bench/events.lua "$url" -- "$key" 1 2 ;;
     single-c128) connections=128; set -- -s scripts/bench/events.lua "$url" -- "$key" 1 2 ;;
@@ -79,12 +79,6 @@ threads() {
     END { printf "%d %d %d %d %d\n", t["loops"], t["pool"], t["db"], t["other"], s["loops"] + s["pool"] + s["db"] + s["other"] }'
 }
 
-# Commits so far: their number, the requests they answered, and their seconds (write and WAL flush).
-commits() {
-  curl -s "http://127.0.0.1:$http/metrics" | awk '
-    /^tracker_commit_requests_count/ {n = $2} /^tracker_commit_requests_sum/ {r = $2}
-    /^tracker_commit_duration_seconds_sum/ {t = $2} END {printf "%d %d %f\n", n, r, t}'
-}
 
 echo "pass 1: requests/s; CPU µs per request (server: event loops + Swift pool + database threads + other; PostgreSQL); context switches and syscalls per request" | tee -a "$summary"
 declare -A us_per_request
@@ -95,13 +89,14 @@ for load in $loads; do
   pid=$(pid_of "$load")
   # A short warm-up: the pools' threads exist and the key table is loaded before counting.
   duration=2 run_load "$load" warmup
-  read -r l0 p0 d0 o0 s0 < <(threads "$pid"); cpu0=$(proc_cpu "$pid"); pg0=$(pg_cpu); read -r n0 r0 t0 < <(commits)
+  read -r l0 p0 d0 o0 s0 < <(threads "$pid"); cpu0=$(proc_cpu "$pid"); pg0=$(pg_cpu); read -r n0 r0 t0 < <(commit_stats "http://127.0.0.1:$http")
   perf stat -e raw_syscalls:sys_enter,context-switches -x, -p "$pid" -o "$out/stat-$load.txt" &
   perf_pid=$!
   run_load "$load" measure
   kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; perf_pid=""
-  read -r l1 p1 d1 o1 s1 < <(threads "$pid"); cpu1=$(proc_cpu "$pid"); pg1=$(pg_cpu); read -r n1 r1 t1 < <(commits)
+  read -r l1 p1 d1 o1 s1 < <(threads "$pid"); cpu1=$(proc_cpu "$pid"); pg1=$(pg_cpu); read -r n1 r1 t1 < <(commit_stats "http://127.0.0.1:$http")
   requests=$(wrk_requests "$out/wrk-$load-measure.txt")
+  [ "$requests" -gt 0 ] || { echo "$load: no request was answered in ${duration} s" >&2; exit 1; }
   syscalls=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$out/stat-$load.txt")
   us_per_request[$load]=$(echo "($cpu1 - $cpu0) * 1000000 / $requests" | bc -l)
   printf '%-12s %8.0f requests/s  server %5.1f µs (%.1f + %.1f + %.1f + %.1f)  PostgreSQL %5.1f µs  %.2f context switches  %.1f syscalls  (%s)\n' \
