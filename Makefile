@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run stop test test-citus test-contract test-dashboard bench-ingest bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-citus bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
+.PHONY: run stop test test-citus test-contract test-dashboard bench-ingest bench-profile bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-citus bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -21,6 +21,9 @@ test-dashboard: ## the dashboard in a headless Chromium against a tracker with k
 
 bench-ingest:   ## ingest benchmark: psql \copy baseline vs the tracker
 	scripts/bench-ingest.sh
+
+bench-profile:  ## where a request's CPU time goes in tracker serve, against a bare SwiftNIO server
+	scripts/bench-profile.sh
 
 bench-report:   ## report benchmark: 10 M events, report p50 vs exact full scans in PostgreSQL and DuckDB, rebuild rate, projector lag
 	scripts/bench-report.sh

@@ -111,6 +111,17 @@ let package = Package(
             dependencies: ["TrackerServer", "Tracker", "TrackerInput"],
             swiftSettings: swiftSettings
         ),
+        // `make bench-ingest`, (f): a bare NIOHTTP1 server answering every request 200, the floor
+        // the tracker's single events are measured against (docs/PERFORMANCE.md).
+        .executableTarget(
+            name: "TrackerHTTPFloor",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "TrackerTests",
             dependencies: ["Tracker", "TrackerInput", "TrackerPostgres"],

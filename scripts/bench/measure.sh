@@ -5,6 +5,8 @@
 #   proc_cpu PID                   CPU seconds (user + system) of one process
 #   pg_cpu                         CPU seconds of the whole cluster (postmaster, live and reaped children)
 #   wal_lsn                        the current WAL position
+#   commit_stats URL               the tracker at URL's group commits so far: their number, the
+#                                  requests they answered and their seconds (write and WAL flush)
 #   statement_report LABEL EVENTS  the statements since the last reset: calls, time, rows, buffers
 #                                  and WAL, each also per 1 000 events; then resets the counters
 
@@ -27,6 +29,12 @@ pg_cpu() {
 }
 
 wal_lsn() { psql "$DATABASE_URL" -qAtc "SELECT pg_current_wal_lsn()"; }
+
+commit_stats() {
+  curl -s "$1/metrics" | awk '
+    /^tracker_commit_requests_count/ {n = $2} /^tracker_commit_requests_sum/ {r = $2}
+    /^tracker_commit_duration_seconds_sum/ {t = $2} END {printf "%d %d %f\n", n, r, t}'
+}
 
 statement_report() {
   local label=$1 events=$2

@@ -181,11 +181,10 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var retryAfter: Int?
     }
 
-    /// A request id for a request that brought no sane one (32 hex digits).
+    /// A request id for a request that brought no sane one: Hummingbird's, as the routes' requests
+    /// get (a process-wide random prefix and a counter), so no request waits on a `getrandom` call.
     static func newRequestID() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let hex = String(generator.next() as UInt64, radix: 16) + String(generator.next() as UInt64, radix: 16)
-        return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
+        RequestID().description
     }
 
     /// Writes a whole JSON answer; with `close`, the connection closes once the request has arrived whole.
