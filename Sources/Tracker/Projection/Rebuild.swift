@@ -31,14 +31,25 @@ public struct Rebuild: Sendable {
     /// at a time per core, a few files ahead of the `COPY`.
     private let eventsPerFile: Int
     public static let defaultEventsPerFile = 500_000
+    /// Projection rows a projecting thread holds before it adds them to the sum, and rows
+    /// written at a time.
+    private let rowsPerWrite: Int
+    /// Distinct projection rows the sum holds in memory (`RebuildSum`).
+    private let rowsInMemory: Int
+    /// About 48 MiB: a row is 0.37 KiB (a key and its measures), and under three quarters of
+    /// 2^17 rows the dictionary holding them keeps 2^17 buckets.
+    public static let defaultRowsInMemory = 96_000
     static let projectionTables = ["ad_state", "client_minutes"]
         + ProjectionTable.allCases.flatMap { table in ProjectionGrain.allCases.map { table.tableName($0) } }
         + ["projection_state"]
 
     public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow,
-                eventsPerFile: Int = Rebuild.defaultEventsPerFile, logger: Logger) {
+                eventsPerFile: Int = Rebuild.defaultEventsPerFile, rowsPerWrite: Int = Projector.defaultRowsPerWrite,
+                rowsInMemory: Int = Rebuild.defaultRowsInMemory, logger: Logger) {
         self.pool = pool
         self.eventsPerFile = max(1, eventsPerFile)
+        self.rowsPerWrite = max(1, rowsPerWrite)
+        self.rowsInMemory = max(1, rowsInMemory)
         self.attributionWindow = attributionWindow
         self.logger = logger
     }
@@ -51,6 +62,7 @@ public struct Rebuild: Sendable {
     public func run(discardingDroppedDays: Bool = false,
                     progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
         let window = attributionWindow
+        let (rowsPerWrite, rowsInMemory) = (self.rowsPerWrite, self.rowsInMemory)
         let started = ContinuousClock.now
         let conninfo = pool.conninfo
         return try await pool.withConnection { c in
@@ -181,9 +193,10 @@ public struct Rebuild: Sendable {
 
             // 3. Every ad's contribution and packed state, the spill files projected on every
             // core (RebuildPipeline) and sent in order.
+            let sum = try RebuildSum(directory: buckets.directory, rowsInMemory: rowsInMemory)
             let pipeline = RebuildPipeline(buckets: buckets,
-                                           rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd))
-            var sum = Contribution()
+                                           rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
+                                           sum: sum, rowsPerWrite: rowsPerWrite)
             var done = 0
             var bucket = 0
             var failure: (any Error)?
@@ -203,7 +216,6 @@ public struct Rebuild: Sendable {
                 }
                 switch pipeline.take(bucket) {
                 case .success(let file):
-                    sum.add(file.contribution)
                     done += file.events
                     bucket += 1
                     report("projecting", done, projected)
@@ -222,12 +234,11 @@ public struct Rebuild: Sendable {
                              chunks: IteratorSequence(chunks))
             }
             if let failure { throw failure }
-            sum.removeZeros()
             try c.transaction {
                 // The copy ran without waiting for WAL flushes; the swap, which makes it live, does.
                 try c.execute("SET LOCAL synchronous_commit = on")
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                try ProjectionWriter.apply(sum, on: c)
+                try sum.write(rowsPerWrite: rowsPerWrite) { part in try ProjectionWriter.apply(part, on: c) }
                 try c.query(RebuildSQL.initialState, [horizon, String(total), String(window.microseconds), String(labeller.version)])
                 if layout.citus != nil { try horizons.storeShardCheckpoints(on: c) }
                 // The high_rate groups that may still take events, so the projector goes on counting them.
@@ -257,13 +268,14 @@ public struct Rebuild: Sendable {
             // Every event committed before the rebuild started is in before the swap, even one
             // that an open transaction elsewhere kept below the horizon's reach until now.
             let labellers = LabellerCache()
-            let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: Projector.defaultBatchSize,
+            let limits = Projector.StepLimits(events: Projector.defaultBatchSize, rowsPerWrite: rowsPerWrite)
+            let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: limits,
                                                  pause: .milliseconds(50), labellers: labellers, searchPath: "tracker_rebuild, public")
 
             // 5. The last events and the swap, atomically, while live projectors wait on the lock.
             try c.transaction {
                 try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-                while try Projector.step(on: c, layout: layout, window: window, limit: Projector.defaultBatchSize, labellers: labellers).consumed > 0 {}
+                while try Projector.step(on: c, layout: layout, window: window, limit: limits, labellers: labellers).consumed > 0 {}
                 try c.execute("SET LOCAL search_path = public")
                 try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
                 try c.execute("CREATE SCHEMA tracker_retired")

@@ -12,6 +12,8 @@ package struct IngestRoute: Sendable {
     let log: EventLog
     let decoder: BatchDecoder
     let rateLimiter: RateLimiter?
+    /// Distinct ad units, formats, asset keys and adapters per key and day; `nil`: no limit.
+    let dimensionBudget: DimensionBudget?
     /// Batches being decoded or written at once; more get `503` at once. A place is taken only
     /// once the body is in, so clients that send slowly or stall cannot hold the places.
     let admission: Admission
@@ -121,7 +123,8 @@ package struct IngestRoute: Sendable {
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
             (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server) }
         }
-        let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
+        var batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
+        dimensionBudget?.admit(&batch, key: key, receivedAt: receivedAt)
         let carried = batch.accepted.count + batch.rejected.count
         metrics.parsed(events: carried, rejected: batch.rejected)
         if let rateLimiter, let reserved = charge {
