@@ -19,7 +19,11 @@ let package = Package(
         // TrackerClient is a package of its own (apps depend on it alone and resolve none of
         // the packages below); the server takes the wire vocabulary and zlib from it.
         .package(path: "tracker-client"),
-        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        // Neither of Hummingbird's default traits (swift-configuration's ConfigReader, full
+        // Foundation for URL-encoded forms) is used. With two traits on, SwiftPM writes their
+        // -D flags in a hash order drawn anew whenever it plans a build, and a flipped order
+        // recompiles Hummingbird and HummingbirdCore from scratch though nothing changed.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),

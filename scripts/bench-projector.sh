@@ -9,6 +9,9 @@
 # BASELINE_BIN=/path/to/an/older/tracker also runs that binary's projector over a copy of the
 # same log (CREATE DATABASE … TEMPLATE) first, and prints the ratios: a baseline in the same run.
 # BENCH_IVT=compare projects the log twice, without and with a real-sized GIVT rule set.
+# BENCH_FUNNEL=on (the default) adds the ad funnel's events to the stream (a bit over a third
+# of it, scripts/bench/events.lua); off gives the ads' events alone, which a tracker older than
+# the funnel takes (for a BASELINE_BIN of such a commit).
 # Starts its own PostgreSQL cluster (with pg_stat_statements) and a release build of the tracker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +45,8 @@ server_pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 sql "SELECT pg_stat_statements_reset()" >/dev/null
 t0=$(proc_cpu "$server_pid"); p0=$(pg_cpu); w0=$(wal_lsn); s0=$(date +%s.%N)
-wrk -t2 -c16 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 100 5 >"$out/projector-wrk.txt"
+wrk -t2 -c16 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$key" 100 5 \
+  "$([ "${BENCH_FUNNEL:-on}" = on ] && echo 1 || echo 0)" >"$out/projector-wrk.txt"
 t1=$(proc_cpu "$server_pid"); p1=$(pg_cpu); s1=$(date +%s.%N)
 n=$(sql "SELECT count(*) FROM events")
 wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")

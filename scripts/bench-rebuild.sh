@@ -6,7 +6,9 @@
 #  (2) the floor: reading the log's projected columns once with a binary COPY to /dev/null;
 #  (3) `tracker rebuild`: events/s, seconds per phase, CPU of the tracker and of its backend.
 # BASELINE_BIN=/path/to/an/older/tracker first runs that binary's rebuild over a copy of the same
-# log (CREATE DATABASE … TEMPLATE) and prints the ratios. Starts its own PostgreSQL cluster.
+# log (CREATE DATABASE … TEMPLATE) and prints the ratios. BENCH_FUNNEL_SHARE (default 0.333) is
+# the share of the ad funnel's events in the log; 0 for a baseline older than the funnel.
+# Starts its own PostgreSQL cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-10000000}
@@ -29,7 +31,7 @@ fi
 start=$(now)
 psql "$DATABASE_URL" -qAtc "SELECT tracker_ensure_event_partitions((now() AT TIME ZONE 'UTC')::date - 31, (now() AT TIME ZONE 'UTC')::date + 7)" >/dev/null
 for chunk in $(seq 0 $(( (events - 1) / 1000000 ))); do
-  psql "$DATABASE_URL" -q -v n="$events" -v chunk="$chunk" -f scripts/bench/load-events.sql
+  psql "$DATABASE_URL" -q -v n="$events" -v chunk="$chunk" -v funnel="${BENCH_FUNNEL_SHARE:-0.333}" -f scripts/bench/load-events.sql
 done
 psql "$DATABASE_URL" -qc "INSERT INTO event_ids SELECT id FROM events" -c "VACUUM ANALYZE events" -c "VACUUM ANALYZE event_ids" -c "CHECKPOINT"
 say "(1) loaded $(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM events") events ($(psql "$DATABASE_URL" -qAtc "SELECT count(DISTINCT request_id) FROM events") ads) in $(printf '%.0f' "$(echo "$(now) - $start" | bc -l)") s"

@@ -19,6 +19,9 @@ ingest_rate=${2:-20000}
 calls=${REPORT_CALLS:-21}
 fullscan_runs=${FULLSCAN_RUNS:-1}
 ingest_seconds=${INGEST_SECONDS:-60}
+# The share of the ad funnel's events in the log (scripts/bench/load-events.sql); 0 gives the ads'
+# mix alone, which a tracker older than the funnel can read (for a BENCH_BIN of another commit).
+funnel=${BENCH_FUNNEL_SHARE:-0.333}
 . scripts/bench/common.sh
 bench_setup bench
 pgbin=$(pg_config --bindir 2>/dev/null || true); [ -x "$pgbin/pgbench" ] || pgbin=/usr/lib/postgresql/15/bin
@@ -27,13 +30,13 @@ http=$((40000 + RANDOM % 20000))
 say() { echo "$*" | tee -a "$report"; }
 now() { date +%s.%N; }
 seconds() { printf '%.1f' "$(echo "$2 - $1" | bc -l)"; }
-say "report benchmark: $events events, $(nproc) cores, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD)"
+say "report benchmark: $events events (a share $funnel of them the funnel's), $(nproc) cores, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD)"
 
 # (1) The log: one transaction per million events, ids claimed in event_ids as the writer does.
 start=$(now)
 psql "$DATABASE_URL" -qAtc "SELECT tracker_ensure_event_partitions((now() AT TIME ZONE 'UTC')::date - 31, (now() AT TIME ZONE 'UTC')::date + 7)" >/dev/null
 for chunk in $(seq 0 $(( (events - 1) / 1000000 ))); do
-  psql "$DATABASE_URL" -q -v n="$events" -v chunk="$chunk" -f scripts/bench/load-events.sql
+  psql "$DATABASE_URL" -q -v n="$events" -v chunk="$chunk" -v funnel="$funnel" -f scripts/bench/load-events.sql
 done
 psql "$DATABASE_URL" -qc "INSERT INTO event_ids SELECT id FROM events" -c "VACUUM ANALYZE events" -c "VACUUM ANALYZE event_ids"
 # The load wrote gigabytes of WAL; flush them now, so the rebuild below is not charged for
@@ -59,13 +62,17 @@ say "    projections: $(psql "$DATABASE_URL" -qAtc "SELECT (SELECT count(*) FROM
 
 # (3) Reports over HTTP, served from the projections.
 key=$("$bin" keys create --name bench-analyst --scope report | tail -n 1)
+# A key of one network (two of the three ad units): its reports read the same rows with one more condition.
+scoped=$("$bin" keys create --name bench-network --scope report --networks 1234 | tail -n 1)
+reports="summary assets sources adchoices"
+[ "$funnel" != 0 ] && reports="$reports funnel failures waterfall"
 TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$out/report-server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 today=$(date -u +%F)
 from7=$(date -u -d "$today - 7 days" +%F); from30=$(date -u -d "$today - 30 days" +%F); to=$(date -u -d "$today - 1 day" +%F)
 declare -A p50 fullscan
-for r in summary assets sources adchoices; do
+for r in $reports; do
   for range in 7 30; do
     from=$from7; [ "$range" = 30 ] && from=$from30
     url="http://127.0.0.1:$http/v1/reports/$r?from=$from&to=$to"
@@ -82,7 +89,7 @@ done
 # The same reports in a time zone (local days and hours are sums of the quarter-hour tables):
 # a 30-day range by day and a 7-day range by hour in America/New_York, next to the UTC ones.
 tz=America/New_York
-for r in summary assets sources adchoices; do
+for r in $reports; do
   for shape in "30 day" "7 hour"; do
     read -r range granularity <<<"$shape"
     from=$from7; [ "$range" = 30 ] && from=$from30
@@ -93,9 +100,16 @@ for r in summary assets sources adchoices; do
          done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}')
     rows=$(grep -o '"day"' "$out/report-$r-$range-$granularity-tz.json" | wc -l)
     say "(3) $r ${range} days in $tz by $granularity ($from..$to): p50 ${ms} ms over $calls calls, $rows rows (UTC by day: ${p50[$r-$range]} ms)"
+    if [ "$shape" = "30 day" ]; then
+      ms=$(for _ in $(seq "$calls"); do
+             curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $scoped" "$url"
+           done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}')
+      say "(3)   the same with a key of network 1234 (two of the three ad units): p50 ${ms} ms"
+    fi
   done
 done
-for t in format_day asset_day source_day format_quarters asset_quarters source_quarters; do
+for t in format_day asset_day source_day format_quarters asset_quarters source_quarters funnel_day funnel_quarters failure_day \
+         failure_quarters waterfall_day waterfall_quarters; do
   column=day; case $t in *quarters) column=quarters_from ;; esac
   say "    $t: $(psql "$DATABASE_URL" -qAtc "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_total_relation_size('$t')) || ', ' || pg_size_pretty(pg_total_relation_size('$t') / GREATEST(count(DISTINCT $column::date), 1)) || ' per day with data' FROM $t")"
 done

@@ -12,6 +12,14 @@
 # 0600); with your DATABASE_URL it connects as that role, and says so if it is too strong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+host=${TRACKER_HOST:-127.0.0.1}
+port=${TRACKER_PORT:-8080}
+# Something already answers there (most often the tracker of an earlier `make run`): say so
+# in one line now, not after the build, the migrations and the banner, when the server fails to bind.
+if (: <>"/dev/tcp/$host/$port") 2>/dev/null; then
+  echo "error: $host:$port is in use, most likely by the tracker of an earlier 'make run' (Ctrl-C it, or 'make stop'); or serve on another port: TRACKER_PORT=8081 make run" >&2
+  exit 1
+fi
 scripts/setup.sh
 # A dependency (swift-distributed-tracing) has a file its own manifest does not declare;
 # SwiftPM warns about it three times on every build. It is not ours to fix: keep it out of
@@ -54,8 +62,6 @@ fi
 chmod 600 "$keys"
 # shellcheck disable=SC1090
 . "$keys"
-host=${TRACKER_HOST:-127.0.0.1}
-port=${TRACKER_PORT:-8080}
 # Everything a shell needs to use the command line against this tracker: `. .local/env`.
 (umask 077; cat >.local/env <<ENV
 export DATABASE_URL='$DATABASE_URL'

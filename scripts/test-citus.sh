@@ -3,7 +3,8 @@
 # The tracker on Citus: starts a coordinator and two workers on loopback and runs
 # scripts/suites/citus.py against them (the ingest contract, reports against the reference
 # computation and a single-node tracker, a rebuild, retries through kill -9 of the tracker and a
-# restart of a worker, exactly-once counting, retention, least-privilege roles). Results go to
+# restart of a worker, only 200 or 503 answered while a worker restarts in the middle of appends,
+# exactly-once counting, retention, least-privilege roles). Results go to
 # suite-results/citus.json. Not part of make test: Debian's archive has no Citus, and this needs
 # the citus extension for PostgreSQL 15 installed as a user would install it.
 set -euo pipefail

@@ -51,6 +51,7 @@ struct ReportJSON: Encodable {
                 case .text(let s): try c.encode(s, forKey: Key(stringValue: name))
                 case .count(let n): try c.encode(n, forKey: Key(stringValue: name))
                 case .ratio(let r): try c.encode(r.isFinite ? r : 0, forKey: Key(stringValue: name))
+                case .noDenominator: try c.encode(0.0, forKey: Key(stringValue: name))
                 case .missing: try c.encodeNil(forKey: Key(stringValue: name))
                 }
             }
@@ -107,7 +108,8 @@ func reportRow(_ i: Int) -> [ReportValue] {
             .ratio(ctr), .count(3), .count(1), .count(0)]
 }
 let rows: [[ReportValue]] = (0..<120).map(reportRow)
-let report = ReportResult(query: query, columns: columns, rows: rows, lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 0)
+let report = ReportResult(query: query, columns: columns, rows: rows, totals: columns.map { _ in .empty },
+                          lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 0)
 try compare("report, 120 rows x 9 columns", iterations: 2_000,
             handBuilt: { report.json },
             encoder: { try encoder.encode(ReportJSON(from: "\(query.from)", to: "\(query.to)", rows: rows.map { .init(columns: columns, values: $0) })) })

@@ -242,9 +242,11 @@ public final class Connection {
         _ = try check(end, sql: sql)
     }
 
-    /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws.
-    public func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN")
+    /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws. `begin` may name an
+    /// isolation level (`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`: every statement of
+    /// `body` reads one snapshot).
+    public func transaction<T>(begin: String = "BEGIN", _ body: () throws -> T) throws -> T {
+        try execute(begin)
         do {
             let value = try body()
             try execute("COMMIT")
@@ -265,12 +267,13 @@ public final class Connection {
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let constraint = PQresultErrorField(result, Int32(UInt8(ascii: "n"))).map { String(cString: $0) }
+            let sourceFile = PQresultErrorField(result, Int32(UInt8(ascii: "F"))).map { String(cString: $0) }
             var message = String(cString: PQresultErrorMessage(result))
             if message.isEmpty { message = String(cString: PQerrorMessage(handle)) }
             PQclear(result)
             let broken = PQstatus(handle) != CONNECTION_OK
             throw DatabaseError(broken && state == nil ? .unavailable : .queryFailed, sqlState: state, serverMessage: message,
-                                constraint: constraint)
+                                constraint: constraint, sourceFile: sourceFile)
         }
     }
 }

@@ -37,8 +37,24 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let lockNotAvailable = SQLState(rawValue: "55P03")
     // Class 57, operator intervention.
     public static let queryCanceled = SQLState(rawValue: "57014")
-    /// Class XX. Citus reports a worker's unique violation during a multi-shard insert as this.
+    public static let adminShutdown = SQLState(rawValue: "57P01")
+    public static let crashShutdown = SQLState(rawValue: "57P02")
+    public static let cannotConnectNow = SQLState(rawValue: "57P03")
+    public static let idleSessionTimeout = SQLState(rawValue: "57P05")
+    // Class 58, system error (errors external to PostgreSQL itself).
+    /// A read or write failed: the server's disk, or, from Citus, the COPY stream to a worker
+    /// (`failed to COPY to shard …`).
+    public static let ioError = SQLState(rawValue: "58030")
+    /// Class XX: what the server did not classify. Citus gives its own errors and a worker's
+    /// errors it relays without their SQLSTATE this code: a worker's unique violation during a
+    /// multi-shard COPY, and a connection to a worker that failed (`DatabaseError.transience`).
     public static let internalError = SQLState(rawValue: "XX000")
+
+    // Whole classes, by the first two characters (`errorClass`).
+    /// Class 08: the connection to the server failed (on Citus, also the coordinator's to a worker).
+    public static let connectionException: Substring = "08"
+    /// Class 53: the server is short of connections, memory or disk.
+    public static let insufficientResources: Substring = "53"
 }
 
 extension DatabaseError {

@@ -28,6 +28,8 @@ struct ServerDependencies: Sendable {
     var ingestLimits = IngestLimits()
     var bodyBudgetBytes: Int
     var chartLibraryPath: String
+    /// `TRACKER_DEFAULT_TZ`, for the reports and the dashboard.
+    var defaultTimeZone: String? = nil
     /// The Prometheus registry `/metrics` serves; `nil` when metrics are off.
     var metricsRegistry: PrometheusCollectorRegistry?
     /// The pools whose connections `/metrics` reports, by name (`primary`, `reports`).
@@ -59,7 +61,8 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     let reconciliation = ReconciliationRoutes(keys: deps.keys,
                                               reconciliations: Reconciliations(pool: deps.pool, readPool: deps.reportPool),
                                               reports: deps.reports)
-    ReportRoutes(keys: deps.keys, reports: deps.reports, reconciliation: reconciliation).register(on: router)
+    ReportRoutes(keys: deps.keys, reports: deps.reports, reconciliation: reconciliation, defaultTimeZone: deps.defaultTimeZone)
+        .register(on: router)
     reconciliation.register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(limits: deps.ingestLimits), rateLimiter: deps.rateLimiter,
@@ -70,7 +73,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
                  clickCommitWait: .seconds(2), clients: deps.clients)
         .register(on: router)
     DocumentRoutes().register(on: router)
-    DashboardRoutes(chartLibraryPath: deps.chartLibraryPath).register(on: router)
+    DashboardRoutes(chartLibraryPath: deps.chartLibraryPath, defaultTimeZone: deps.defaultTimeZone).register(on: router)
     if let registry = deps.metricsRegistry {
         MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log, lagPool: deps.lagPool)
             .register(on: router)
@@ -114,6 +117,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         admission: Admission(limit: configuration.maxConcurrentBatches),
         bodyBudgetBytes: configuration.bodyBudgetBytes,
         chartLibraryPath: configuration.chartLibraryPath,
+        defaultTimeZone: configuration.defaultTimeZone,
         metricsRegistry: metricsRegistry,
         metricsPools: [NamedPool(name: "primary", pool: pool)]
             + (projectorPool.map { [NamedPool(name: "projector", pool: $0)] } ?? [])

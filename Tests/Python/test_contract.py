@@ -25,7 +25,7 @@ from openapi_contract import DOCUMENT_PATH, Contract
 # checks them like every other endpoint.
 NOT_SERVED_YET = set()
 
-REPORTS = ("summary", "assets", "sources", "adchoices", "ivt")
+REPORTS = ("summary", "assets", "sources", "adchoices", "ivt", "funnel", "failures", "waterfall")
 
 STATUSES_TO_PROVOKE = {200, 304, 400, 401, 403, 404, 413, 415, 429, 503}
 
@@ -60,7 +60,7 @@ def test_document_is_valid_openapi_3_1():
 def test_every_operation_has_security_and_error_bodies(contract):
     """Keys where the protocol needs them, none on the open endpoints; every error status has the JSON error body."""
     open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js",
-                  "/v1/pixel.gif", "/v1/click"}
+                  "/dashboard/settings.json", "/v1/pixel.gif", "/v1/click"}
     for path, method in contract.operations():
         operation = contract.document["paths"][path][method]
         schemes = [name for requirement in operation.get("security", contract.document.get("security", [])) for name in requirement]
@@ -93,11 +93,12 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     page = walk.check("/", "get", ingest.get("/", key=""), 200)
     assert '<script src="/dashboard/chart.js" defer></script>' in page.text
     assert "<script>" not in page.text and "chart-notice" not in page.text
-    for path in ("/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js"):
+    for path in ("/dashboard/app.js", "/dashboard/app.css", "/dashboard/chart.js", "/dashboard/settings.json"):
         asset = walk.check(path, "get", ingest.get(path, key=""), 200)
         assert "default-src 'none'" in asset.headers["Content-Security-Policy"]
         walk.check(path, "get", ingest.get(path, key="", headers={"If-None-Match": asset.headers["ETag"]}), 304)
     assert ingest.get("/dashboard/chart.js", key="").text.startswith("/*!\n * Chart.js")
+    assert ingest.get("/dashboard/settings.json", key="").json() == {"defaultTimeZone": None}, "no TRACKER_DEFAULT_TZ here"
 
     # Ingestion: 200 with accepted, duplicates and rejections; every refusal of a whole batch.
     ad_unit = "/4242/contract/native"
@@ -106,6 +107,17 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
              click("c-1", ad_unit, at=day + datetime.timedelta(seconds=5)),
              event("impression", "c-1", ad_unit, at=day + datetime.timedelta(seconds=1), source="mediation", adapter="Acme"),
              event("adchoices_impression", "c-1", ad_unit, at=day, eea=True, reservation=True)]
+    # A load that filled c-1 after its first mediation network failed, and one that failed.
+    def load_event(type, load_id, at, **fields):
+        e = event(type, None, ad_unit, at=at, loadId=load_id, **fields)
+        del e["requestId"]
+        return e
+    batch[0]["loadId"] = "load-1"
+    batch[0]["latencyMs"] = 420
+    batch += [load_event("ad_request", "load-1", day - datetime.timedelta(seconds=1), adsRequested=1),
+              load_event("mediation_result", "load-1", day, adapter="Acme", position=1, result="failed", errorCode="mediation_no_fill", latencyMs=90),
+              load_event("mediation_result", "load-1", day, adapter="Other", position=2, result="loaded", latencyMs=300),
+              load_event("ad_request", "load-2", day), load_event("ad_failed", "load-2", day, errorCode="no_fill", latencyMs=800)]
     invalid = {"id": "not-a-uuid", "type": "click", "requestId": "c-1", "adUnit": "6499", "formatId": "x", "occurredAt": "yesterday"}
     receipt = walk.check("/v1/events", "post", ingest.post_events(batch + [invalid]), 200).json()
     assert receipt["accepted"] == len(batch) and receipt["duplicates"] == 0
@@ -150,6 +162,10 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
         if rows:
             assert header.split(",") == list(rows[0].keys()), f"{name}: CSV has the JSON columns in order"
         assert len(lines) == len(rows)
+        assert as_csv.headers["Content-Disposition"] == f'attachment; filename="tracker-{name}-{days["from"]}-{days["to"]}-UTC.csv"'
+        with_total = walk.check(path, "get", reporter.report(name, format="csv", totals="true", adUnit=ad_unit, **days), 200)
+        assert with_total.text.splitlines()[:-1] == as_csv.text.splitlines() and with_total.text.splitlines()[-1].startswith("Total,")
+        walk.check(path, "get", reporter.report(name, totals="true", adUnit=ad_unit, **days), 400)
         hourly = walk.check(path, "get", reporter.report(name, adUnit=ad_unit, tz="America/New_York", granularity="hour", **days), 200)
         assert all(row["hour"].endswith(("-04:00", "-05:00")) for row in hourly.json()["rows"])
         walk.check(path, "get", reporter.report(name, tz="Mars/Olympus_Mons", **days), 400)
@@ -204,12 +220,22 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     # An ad's audit trail: every event of c-1 with its outcome; its errors.
     trail = walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1"), 200).json()
     assert [e["outcome"]["kind"] for e in trail["events"]].count("counted_impression") == 1
-    assert len(trail["events"]) == len(batch)
+    assert len(trail["events"]) == len([e for e in batch if e.get("requestId") == "c-1"])
     walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1?includeTest=true"), 200)
     walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1?includeTest=maybe"), 400)
     walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1", key=""), 401)
     walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/c-1", key=database.ingest_key), 403)
     walk.check("/v1/ads/{requestId}", "get", reporter.get("/v1/ads/no-such-ad"), 404)
+    assert [load["loadId"] for load in trail["loads"]] == ["load-1"], "an ad's trail names its load"
+    load = walk.check("/v1/loads/{loadId}", "get", reporter.get("/v1/loads/load-1"), 200).json()
+    assert load["requested"] is True and load["outcome"] == "filled"
+    walk.check("/v1/loads/{loadId}", "get", reporter.get("/v1/loads/load-1?includeTest=maybe"), 400)
+    walk.check("/v1/loads/{loadId}", "get", reporter.get("/v1/loads/load-1", key=""), 401)
+    walk.check("/v1/loads/{loadId}", "get", reporter.get("/v1/loads/load-1", key=database.ingest_key), 403)
+    walk.check("/v1/loads/{loadId}", "get", reporter.get("/v1/loads/no-such-load"), 404)
+    funnel = reporter.report("funnel", adUnit=ad_unit, **days).json()["rows"]
+    assert sum(r["requests"] for r in funnel) == 2 and sum(r["filledRequests"] for r in funnel) == 1
+    assert sum(r["failedRequests"] for r in funnel) == 1 and sum(r["shownAds"] for r in funnel) == 1
 
     # Metrics, without a key.
     walk.check("/metrics", "get", ingest.get("/metrics", key=""), 200)
@@ -289,6 +315,7 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
     walk.check("/v1/reconciliations", "post", requests.post(degraded.base + "/v1/reconciliations", params={"tz": "UTC"}, data=export,
                                                              headers=degraded_api.headers({"Content-Type": "text/csv"}), timeout=30), 503)
     walk.check("/v1/ads/{requestId}", "get", degraded_api.get("/v1/ads/c-1"), 503)
+    walk.check("/v1/loads/{loadId}", "get", degraded_api.get("/v1/loads/load-1"), 503)
     down = walk.check("/v1/pixel.gif", "get", requests.get(degraded.base + pixel_path, allow_redirects=False, timeout=30), 503)
     assert down.json()["error"] == "database_unavailable" and int(down.headers["Retry-After"]) >= 1
     unrecorded = walk.check("/v1/click", "get", requests.get(degraded.base + click_path, allow_redirects=False, timeout=30), 302)

@@ -2,7 +2,8 @@
 known events go in through the API, the page is loaded and given the key, and every number
 it shows must equal what the JSON reports API answers for the same filters (time zone and
 granularity included). Invalid traffic is labelled by a small rule set activated before any
-event arrives, and Ad Manager exports are imported through the API for the reconciliation view.
+event arrives, the ad funnel has two days of loads, failures and waterfalls of its own, and Ad
+Manager exports are imported through the API for the reconciliation view.
 """
 
 import contextlib
@@ -26,13 +27,17 @@ HOME = "/5555/home/native"
 NEWS = "/5555/news/native"
 WORLD = "/5555/world/native"
 STORAGE_KEY = "tracker.reportKey"
-REPORTS = ("summary", "assets", "sources", "adchoices", "ivt")
+REPORTS = ("summary", "assets", "sources", "adchoices", "ivt", "funnel", "failures", "waterfall")
 # The invalid-traffic labels in the order the rules decide them (docs/REPORTS.md).
 LABELS = ("declared_bot", "datacenter", "high_rate", "excessive_clicks")
 # Two ad units of their own for invalid traffic and the reconciliation, so the other tests'
 # numbers stay what they were; their last segments are unique (Ad Manager names them so).
 SPORT = "/5555/rec/sport_top"
 WEATHER = "/5555/rec/weather_box"
+# Two ad units of the ad funnel (PROTOCOL.md section 10), on days of their own.
+FEED = "/5555/feed/native"
+SEARCH = "/5555/search/native"
+FUNNEL_COUNTS = ["requests", "adsRequested", "filledRequests", "failedRequests", "unansweredRequests", "loadedAds", "shownAds"]
 CRAWLER = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 PHONE_UA = "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) NewsApp/4.2"
 # The rule set of this file: the crawler by its user agent, a cloud range, at most 2 counted
@@ -219,6 +224,81 @@ def invalid_traffic(a, b):
     return [("server", None, people), ("ingest", CRAWLER, crawler), ("server", None, cloud), ("server", None, burst)]
 
 
+def load_event(type, load_id, ad_unit, at, **fields):
+    """An event of a load (`ad_request`, `ad_failed`, `mediation_result`): a `loadId`, no `requestId`."""
+    out = event(type, None, ad_unit, at=at, loadId=load_id, **fields)
+    del out["requestId"]
+    return out
+
+
+def funnel_events(f1, f2):
+    """Two UTC days of the ad funnel, sent through a server key: each ad unit's day from a phone
+    of its own, so that no client sends more than the rule set's events a minute (no label).
+
+    Expected: FEED f1: 5 requests (7 ads requested): L1 filled with 2 ads, L3 failed and then
+    filled by a late ad, L2 and L5 failed (mediation_no_fill, no_fill), L4 unanswered; 3 loaded
+    ads (420, 480, 2500 ms: p50 500, p95 3000), 2 shown, 1 click; its waterfall: AcmeAdapter at
+    1 (a failure, a repeated result and a timeout: 2 attempts, 120 and 5000 ms: p50 150, p95
+    5000) and BetaAdapter at 2 (loaded and failed: 380 and 700 ms, p50 400, p95 750). FEED f2:
+    2 requests, 1 filled (300 ms), 1 failed (no_fill), 1 shown and clicked, and a test load.
+    SEARCH f1: a click and nothing of the funnel. SEARCH f2: 2 requests (3 ads requested), one
+    filled by an ad without a latency, one failed (invalid_request); an ad loaded outside any
+    load and shown: 2 loaded ads, 1 shown, no latency (p50 and p95 null); AcmeAdapter at 1
+    loaded without a latency."""
+    def t(day, hour, second=0.0):
+        return at(day, hour, 0, second)
+
+    def phone(events):
+        client = {}
+        for e in events:
+            n = client.setdefault((e["adUnit"], e["occurredAt"][:10]), len(client) + 1)
+            e.update({"userAgent": PHONE_UA, "ip": f"203.0.113.{n}"})
+        return events
+
+    return phone([
+        load_event("ad_request", "L1", FEED, t(f1, 9), adsRequested=3),
+        load_event("mediation_result", "L1", FEED, t(f1, 9, 0.2), adapter="AcmeAdapter", position=1, result="failed",
+                   errorCode="mediation_no_fill", latencyMs=120),
+        load_event("mediation_result", "L1", FEED, t(f1, 9, 0.3), adapter="AcmeAdapter", position=1, result="failed",
+                   errorCode="mediation_no_fill", latencyMs=130),
+        load_event("mediation_result", "L1", FEED, t(f1, 9, 0.6), adapter="BetaAdapter", position=2, result="loaded", latencyMs=380),
+        event("ad_loaded", "fa1", FEED, at=t(f1, 9, 0.7), loadId="L1", latencyMs=420),
+        event("ad_loaded", "fa2", FEED, at=t(f1, 9, 0.8), loadId="L1", latencyMs=480),
+        event("impression", "fa1", FEED, at=t(f1, 9, 60)),
+        event("impression", "fa2", FEED, at=t(f1, 9, 65)),
+        click("fa1", FEED, at=t(f1, 9, 90)),
+        load_event("ad_request", "L2", FEED, t(f1, 10)),
+        load_event("mediation_result", "L2", FEED, t(f1, 10, 5), adapter="AcmeAdapter", position=1, result="timeout", latencyMs=5000),
+        load_event("mediation_result", "L2", FEED, t(f1, 10, 5.7), adapter="BetaAdapter", position=2, result="failed",
+                   errorCode="mediation_no_fill", latencyMs=700),
+        load_event("ad_failed", "L2", FEED, t(f1, 10, 5.8), errorCode="mediation_no_fill", latencyMs=5800),
+        load_event("ad_request", "L3", FEED, t(f1, 11)),
+        load_event("ad_request", "L3", FEED, t(f1, 11, 1)),
+        load_event("ad_failed", "L3", FEED, t(f1, 11, 2), errorCode="network_error", latencyMs=900),
+        event("ad_loaded", "fa3", FEED, at=t(f1, 11, 3), loadId="L3", latencyMs=2500),
+        load_event("ad_request", "L4", FEED, t(f1, 12)),
+        load_event("ad_request", "L5", FEED, t(f1, 13)),
+        load_event("ad_failed", "L5", FEED, t(f1, 13, 0.25), errorCode="no_fill", latencyMs=250),
+        click("sx0", SEARCH, at=t(f1, 14)),
+        load_event("ad_request", "L6", FEED, t(f2, 9)),
+        load_event("mediation_result", "L6", FEED, t(f2, 9, 0.25), adapter="AcmeAdapter", position=1, result="loaded", latencyMs=250),
+        event("ad_loaded", "fb1", FEED, at=t(f2, 9, 0.3), loadId="L6", latencyMs=300),
+        event("impression", "fb1", FEED, at=t(f2, 9, 30)),
+        click("fb1", FEED, at=t(f2, 9, 45)),
+        load_event("ad_request", "L7", FEED, t(f2, 10)),
+        load_event("ad_failed", "L7", FEED, t(f2, 10, 0.6), errorCode="no_fill", latencyMs=600),
+        load_event("ad_request", "LT", FEED, t(f2, 11), test=True),
+        load_event("ad_failed", "LT", FEED, t(f2, 11, 0.4), errorCode="no_fill", latencyMs=400, test=True),
+        load_event("ad_request", "S1", SEARCH, t(f2, 14), adsRequested=2),
+        load_event("mediation_result", "S1", SEARCH, t(f2, 14, 0.5), adapter="AcmeAdapter", position=1, result="loaded"),
+        event("ad_loaded", "sa1", SEARCH, at=t(f2, 14, 0.6), loadId="S1"),
+        load_event("ad_request", "S2", SEARCH, t(f2, 15)),
+        load_event("ad_failed", "S2", SEARCH, t(f2, 15, 0.04), errorCode="invalid_request", latencyMs=40),
+        event("ad_loaded", "sx1", SEARCH, at=t(f2, 16)),
+        event("impression", "sx1", SEARCH, at=t(f2, 16, 20)),
+    ])
+
+
 class Site:
     """One tracker with the known events and the invalid traffic, shared by the tests of this file."""
 
@@ -232,6 +312,9 @@ class Site:
         self.d1, self.d2, self.d3 = (self.today - datetime.timedelta(days=n) for n in (3, 2, 1))
         # The invalid traffic's two days: before every range the older tests look at by number.
         self.givt_a, self.givt_b = (self.today - datetime.timedelta(days=n) for n in (12, 11))
+        # The funnel's two days: between those and the known events, so that they count in
+        # the two weeks of the docs' picture and in no range compared with fixed numbers.
+        self.f1, self.f2 = (self.today - datetime.timedelta(days=n) for n in (9, 8))
 
 
 def activate(binary, db, rule_set, directory):
@@ -253,6 +336,8 @@ def site(dashboard_database, start_tracker, binary, tmp_path_factory):
     assert receipt.status_code == 200 and receipt.json()["rejected"] == [], receipt.text
     server_key = run([binary, "keys", "create", "--database-url", db.url, "--name", "py-server", "--scope", "ingest",
                       "--server"]).strip().splitlines()[-1]
+    receipt = API(tracker.base, server_key).post_events(funnel_events(s.f1, s.f2))
+    assert receipt.status_code == 200 and receipt.json()["rejected"] == [], receipt.text
     keys = {"ingest": db.ingest_key, "server": server_key}
     for key, user_agent, events in invalid_traffic(s.givt_a, s.givt_b):
         receipt = API(tracker.base, keys[key]).post_events(events, extra_headers={"User-Agent": user_agent} if user_agent else None)
@@ -563,6 +648,82 @@ def assert_page_shows(page, reports):
         assert ("below" in shown["cls"]) == below, f"{row['day']} {row['adUnit']}: rows below 100 % are highlighted"
     assert_totals(page, "adchoices-table", reports.rows["adchoices"], ["eeaReservationImpressions", "withAdChoices", "adchoicesClicks"],
                   {"share": ("withAdChoices", "eeaReservationImpressions")}, first="day")
+    assert_funnel_shows(page, reports)
+
+
+def latency_text(ms):
+    return "–" if ms is None else f"{ms:,} ms"
+
+
+def funnel_rows(reports):
+    """The funnel table the page should show: the funnel report's rows, each with the summary's
+    clicks of the same day and ad unit."""
+    clicks = reports.grouped("summary", ["day", "adUnit"], ["clicks"])
+    rows = [dict(r, clicks=clicks.get((r["day"], r["adUnit"]), {"clicks": 0})["clicks"]) for r in reports.rows["funnel"]]
+    return sorted(rows, key=lambda r: (r["day"], r["adUnit"]))
+
+
+def assert_latency_totals(page, table_id, rows, fields):
+    """A percentile of several rows is no sum of theirs: the totals row has "–"."""
+    if rows:
+        shown = totals_row(page, table_id)
+        assert [shown[f] for f in fields] == ["–"] * len(fields), f"{table_id}: the totals row has percentiles {shown}"
+
+
+def assert_funnel_shows(page, reports):
+    """The funnel, failures and waterfall tables and the funnel chart equal the API's rows."""
+    expected = funnel_rows(reports)
+    shown = table(page, "funnel-table")
+    assert [(r["cells"]["day"], r["cells"]["adUnit"]) for r in shown] == [(r["day"], r["adUnit"]) for r in expected]
+    for row, want in zip(shown, expected):
+        cells, key = row["cells"], (want["day"], want["adUnit"])
+        for field in FUNNEL_COUNTS + ["clicks"]:
+            assert number(cells[field]) == want[field], f"funnel {key} {field}: {cells[field]}, the API says {want[field]}"
+        assert cells["fillRate"] == ctr_text(want["filledRequests"], want["requests"]), key
+        assert cells["showRate"] == ctr_text(want["shownAds"], want["loadedAds"]), key
+        # Where there is a denominator, the page's rate is the API's own.
+        if want["requests"]:
+            assert cells["fillRate"] == percent(want["fillRate"]), key
+        if want["loadedAds"]:
+            assert cells["showRate"] == percent(want["showRate"]), key
+        for field in ("loadLatencyP50Ms", "loadLatencyP95Ms"):
+            assert cells[field] == latency_text(want[field]), f"funnel {key} {field}"
+    assert_totals(page, "funnel-table", expected, FUNNEL_COUNTS + ["clicks"],
+                  {"fillRate": ("filledRequests", "requests"), "showRate": ("shownAds", "loadedAds")}, first="day")
+    assert_latency_totals(page, "funnel-table", expected, ["loadLatencyP50Ms", "loadLatencyP95Ms"])
+    if page.evaluate("typeof window.Chart") == "function":
+        drawn = chart(page, "funnel-chart")
+        fields = ["requests", "filledRequests", "loadedAds", "shownAds", "clicks"]
+        assert drawn["labels"] == ["Requests", "Filled", "Loaded ads", "Shown", "Clicks"]
+        assert drawn["data"] == [[sum(r[f] for r in expected) for f in fields]]
+
+    per_code = reports.grouped("failures", ["errorCode", "adUnit"], ["failedRequests"])
+    failed = reports.total("failures", "failedRequests")
+    shown = table(page, "failures-table")
+    assert [(r["cells"]["errorCode"], r["cells"]["adUnit"]) for r in shown] == \
+        sorted(per_code, key=lambda key: (-per_code[key]["failedRequests"], key)), "the most frequent failure first"
+    for row in shown:
+        key = (row["cells"]["errorCode"], row["cells"]["adUnit"])
+        assert number(row["cells"]["failedRequests"]) == per_code[key]["failedRequests"], key
+        assert row["cells"]["share"] == ctr_text(per_code[key]["failedRequests"], failed), key
+        assert row["cells"]["meaning"], f"{key}: no meaning"
+    assert_totals(page, "failures-table", reports.rows["failures"], ["failedRequests"],
+                  {"share": lambda t: (t["failedRequests"], failed)}, first="errorCode")
+
+    expected = sorted(reports.rows["waterfall"], key=lambda r: (r["day"], r["adUnit"], r["position"], r["adapter"]))
+    shown = table(page, "waterfall-table")
+    assert [tuple(r["cells"][k] for k in ("day", "adUnit", "position", "adapter")) for r in shown] == \
+        [(r["day"], r["adUnit"], str(r["position"]), r["adapter"]) for r in expected], "a waterfall reads from its first position down"
+    for row, want in zip(shown, expected):
+        cells, key = row["cells"], (want["day"], want["adUnit"], want["adapter"], want["position"])
+        for field in ("attempts", "loaded", "failed", "timeouts"):
+            assert number(cells[field]) == want[field], f"waterfall {key} {field}"
+        assert cells["fillRate"] == ctr_text(want["loaded"], want["attempts"]) == percent(want["fillRate"]), key
+        for field in ("latencyP50Ms", "latencyP95Ms"):
+            assert cells[field] == latency_text(want[field]), f"waterfall {key} {field}"
+    assert_totals(page, "waterfall-table", expected, ["attempts", "loaded", "failed", "timeouts"],
+                  {"fillRate": ("loaded", "attempts")}, first="day")
+    assert_latency_totals(page, "waterfall-table", expected, ["latencyP50Ms", "latencyP95Ms"])
 
 
 def test_dashboard_shows_the_reports_numbers_and_follows_the_filters(browser, site):
@@ -954,6 +1115,94 @@ def test_csv_downloads_are_the_apis_csv_for_the_filters_shown(browser, site):
         assert "hour" in site.api.report("summary", format="csv", granularity="hour", **params).text.splitlines()[0]
 
 
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_the_funnel_failures_and_waterfall_are_the_apis_at_desktop_and_phone_width(browser, site, viewport):
+    first, last = site.f1, site.f2
+    params = {"from": first.isoformat(), "to": last.isoformat(), "tz": "UTC"}
+    reports = Reports(site.api, **params)
+    # The known funnel events as the API counts them, so that the page cannot pass on zeros or nulls.
+    f1, f2 = first.isoformat(), last.isoformat()
+    funnel = {(r["day"], r["adUnit"]): r for r in reports.rows["funnel"]}
+    assert set(funnel) == {(f1, FEED), (f2, FEED), (f2, SEARCH)}
+    assert [funnel[(f1, FEED)][f] for f in FUNNEL_COUNTS] == [5, 7, 2, 2, 1, 3, 2]
+    assert [funnel[(f2, SEARCH)][f] for f in FUNNEL_COUNTS] == [2, 3, 1, 1, 0, 2, 1]
+    assert (funnel[(f1, FEED)]["loadLatencyP50Ms"], funnel[(f1, FEED)]["loadLatencyP95Ms"]) == (500, 3000)
+    assert (funnel[(f2, SEARCH)]["loadLatencyP50Ms"], funnel[(f2, SEARCH)]["loadLatencyP95Ms"]) == (None, None)
+    waterfall = {(r["day"], r["adUnit"], r["adapter"], r["position"]): r for r in reports.rows["waterfall"]}
+    acme = waterfall[(f1, FEED, "AcmeAdapter", 1)]
+    assert [acme[f] for f in ("attempts", "loaded", "failed", "timeouts", "latencyP50Ms", "latencyP95Ms")] == [2, 0, 1, 1, 150, 5000]
+    assert waterfall[(f2, SEARCH, "AcmeAdapter", 1)]["latencyP50Ms"] is None
+    assert reports.grouped("failures", ["errorCode", "adUnit"], ["failedRequests"]) == {
+        ("mediation_no_fill", FEED): {"failedRequests": 1}, ("no_fill", FEED): {"failedRequests": 2},
+        ("invalid_request", SEARCH): {"failedRequests": 1}}
+    assert reports.total("failures", "failedRequests") == reports.total("funnel", "failedRequests")
+
+    phone = viewport == PHONE
+    options = {"is_mobile": True, "has_touch": True, "device_scale_factor": 2} if phone else {}
+    with dashboard(browser, site, viewport=viewport, **options) as page:
+        apply(page, first, last)
+        assert_page_shows(page, reports)
+        # What a user reads, in the page's words: rates from the counts, a latency's bucket in ms,
+        # "–" for a row without latencies and in every totals row.
+        rows = {(r["cells"]["day"], r["cells"]["adUnit"]): r["cells"] for r in table(page, "funnel-table")}
+        assert list(rows) == [(f1, FEED), (f2, FEED), (f2, SEARCH)]
+        assert [rows[(f1, FEED)][f] for f in ("fillRate", "showRate", "clicks", "loadLatencyP50Ms", "loadLatencyP95Ms")] == \
+            ["40.0 %", "66.7 %", "1", "500 ms", "3,000 ms"]
+        assert (rows[(f2, SEARCH)]["loadLatencyP50Ms"], rows[(f2, SEARCH)]["loadLatencyP95Ms"]) == ("–", "–")
+        totals = totals_row(page, "funnel-table")
+        assert [totals[f] for f in ("requests", "filledRequests", "fillRate", "loadedAds", "shownAds", "showRate", "clicks")] == \
+            ["9", "4", "44.4 %", "6", "4", "66.7 %", "2"]
+        # SEARCH's click of f1, a day without its funnel events, is in the Clicks tile and not in the funnel.
+        assert page.inner_text("#total-clicks") == "3"
+        steps = [r["cells"] for r in table(page, "waterfall-table")]
+        assert [(c["day"], c["adUnit"], c["position"], c["adapter"], c["fillRate"], c["latencyP50Ms"], c["latencyP95Ms"]) for c in steps] == [
+            (f1, FEED, "1", "AcmeAdapter", "0.0 %", "150 ms", "5,000 ms"), (f1, FEED, "2", "BetaAdapter", "50.0 %", "400 ms", "750 ms"),
+            (f2, FEED, "1", "AcmeAdapter", "100.0 %", "300 ms", "300 ms"), (f2, SEARCH, "1", "AcmeAdapter", "100.0 %", "–", "–")]
+        codes = [(r["cells"]["errorCode"], r["cells"]["share"]) for r in table(page, "failures-table")]
+        assert codes == [("no_fill", "50.0 %"), ("invalid_request", "25.0 %"), ("mediation_no_fill", "25.0 %")]
+
+        if phone:
+            sizes = page.evaluate("({scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth})")
+            assert sizes["scroll"] <= sizes["client"], f"the page scrolls sideways at 390 px ({sizes})"
+            for table_id in ("funnel-table", "failures-table", "waterfall-table"):
+                assert_columns_in_view(page, table_id)
+        else:
+            # At 1280 px each table is whole in its box.
+            for table_id in ("funnel-table", "failures-table", "waterfall-table"):
+                box = page.eval_on_selector(f"#{table_id}", "t => ({scroll: t.parentElement.scrollWidth, client: t.parentElement.clientWidth})")
+                assert box["scroll"] <= box["client"], f"{table_id} is wider than its box at 1280 px ({box})"
+        assert_labels_inside(page, "funnel-chart")
+        RESULTS.mkdir(exist_ok=True)
+        top = page.eval_on_selector("#funnel-panel", "e => e.getBoundingClientRect().top + window.scrollY")
+        bottom = page.eval_on_selector("#waterfall-table", "e => e.closest('section').getBoundingClientRect().bottom + window.scrollY")
+        page.screenshot(path=str(RESULTS / f"dashboard-funnel{'-phone' if phone else ''}.png"), full_page=True,
+                        clip={"x": 0, "y": top - 8, "width": viewport["width"], "height": bottom - top + 16})
+
+        # Test traffic only when asked for: the test load is one more request and failure.
+        with_test = Reports(site.api, includeTest="true", **params)
+        assert with_test.total("funnel", "requests") == reports.total("funnel", "requests") + 1
+        apply(page, first, last, include_test=True)
+        assert_page_shows(page, with_test)
+
+        # An ad unit of the funnel table filters the page by it, the waterfall and the failures too.
+        click_and_wait(page, f"#funnel-table button[data-filter=adUnit][data-value='{SEARCH}']")
+        assert page.input_value("#ad-unit") == SEARCH
+        search = Reports(site.api, adUnit=SEARCH, includeTest="true", **params)
+        assert search.total("funnel", "requests") == 2
+        assert_page_shows(page, search)
+
+        if not phone:
+            # Each "Download CSV" is the API's CSV for the filters shown, a null percentile an empty cell.
+            for report in ("funnel", "failures", "waterfall"):
+                expected = site.api.report(report, format="csv", adUnit=SEARCH, includeTest="true", **params)
+                assert expected.status_code == 200 and expected.text.count("\n") > 1, report
+                with page.expect_download() as download:
+                    page.click(f"[data-csv={report}]")
+                with open(download.value.path(), encoding="utf-8") as f:
+                    assert f.read() == expected.text, f"{report}: the file is not the API's CSV"
+                assert download.value.suggested_filename == f"tracker-{report}-{f1}-{f2}-UTC.csv"
+
+
 def without_trailing_zeros(time):
     """An RFC 3339 time with its fraction of a second cut after the last digit that is not 0."""
     m = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", time)
@@ -1073,6 +1322,31 @@ def test_dashboard_without_chart_js_says_so_and_still_shows_the_numbers(browser,
     assert not problems, problems
     context.close()
     requests.get(tracker.base + "/healthz", timeout=5).raise_for_status()
+
+
+def test_the_deployments_default_zone_is_where_the_page_starts_unless_its_url_names_one(browser, site, start_tracker):
+    """TRACKER_DEFAULT_TZ (read from /dashboard/settings.json) wins over the browser's zone; a URL's zone wins over both."""
+    db, zone = site.db, "Asia/Kolkata"
+    tracker = start_tracker(db.url, "dashboard-default-zone", {"TRACKER_DEFAULT_TZ": zone})
+    assert requests.get(tracker.base + "/dashboard/settings.json", timeout=5).json() == {"defaultTimeZone": zone}
+    context = browser.new_context(viewport=DESKTOP, timezone_id=NEW_YORK)
+    page = context.new_page()
+    problems = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    asked = []
+    page.on("request", lambda request: asked.append(request.url) if "/v1/reports/" in request.url else None)
+    page.goto(tracker.base + "/")
+    enter_key(page, db.report_key)
+    today = datetime.datetime.now(ZoneInfo(zone)).date()
+    assert page.input_value("#tz") == zone and fragment(page)["tz"] == zone, "the deployment's zone, not the browser's New York"
+    assert fragment(page)["to"] == today.isoformat() and f"local days in {zone}" in page.inner_text("#status")
+    assert asked and {urllib.parse.parse_qs(urllib.parse.urlsplit(u).query)["tz"][0] for u in asked} == {zone}
+    first, last = site.d1, site.d3
+    page.goto(tracker.base + f"/#from={first}&to={last}&tz=UTC")
+    page.wait_for_function("() => new URLSearchParams(location.hash.slice(1)).get('tz') === 'UTC' && document.body.dataset.state === 'ready'")
+    assert page.input_value("#tz") == "UTC" and "local days in UTC" in page.inner_text("#status")
+    assert not problems, problems
+    context.close()
 
 
 def ratio_change(was, now):
@@ -1264,7 +1538,7 @@ def test_a_failed_request_blanks_every_number_it_would_have_replaced(browser, si
             page.fill("#tz", "Europe/Atlantis")
             page.click("#filters button[type=submit]")
             page.wait_for_function("() => document.body.dataset.state === 'loading'")
-            while len(held) < 7:  # five reports and the previous period's two
+            while len(held) < 10:  # eight reports and the previous period's two
                 page.wait_for_timeout(20)
             held.sort(key=lambda route: urllib.parse.urlsplit(route.request.url).path.rsplit("/", 1)[1] != first_answer)
             for i, route in enumerate(held):
@@ -1281,7 +1555,7 @@ def test_a_failed_request_blanks_every_number_it_would_have_replaced(browser, si
         apply(page, first, last, tz=NEW_YORK)
         assert_not_blank(page, NEW_YORK)
 
-        # One report of five fails (the server could not read it): nothing is shown, not the four others.
+        # One report of eight fails (the server could not read it): nothing is shown, not the seven others.
         assets = re.compile(r"/v1/reports/assets\?")
         page.route(assets, lambda route: route.fulfill(
             status=503, content_type="application/json",

@@ -71,6 +71,28 @@ struct AdAuditTests {
             #expect(stdout.contains("duplicate click of \(click.id.text)"), "\(stdout)")
         }
     }
+
+    /// Committed but not projected (no projector runs): the trail is read from the log's events
+    /// after the checkpoint, with the lag saying how far the projections are behind; a key of no
+    /// event stays 404.
+    @Test func anAdTheProjectorHasNotReachedIsExplainedFromTheLog() async throws {
+        try await withTestDatabase { db in
+            let impression = Events.make(.impression, ad: "fresh", at: Events.at(10))
+            let click = Events.make(.click, ad: "fresh", at: Events.at(10, 0, 2), asset: "Headline")
+            try await db.append([impression, click, Events.make(.impression, ad: "other", at: Events.at(10))])
+            let key = try await db.createKey("ops", scope: .report)
+            try await withInProcessTracker(db, environment: ["TRACKER_PROJECTOR": "off", "TRACKER_REPORT_WAIT": "0"]) { tracker in
+                let auth = ["Authorization": "Bearer \(key)"]
+                let r = try await tracker.request("GET", "/v1/ads/fresh", headers: auth)
+                try #require(r.status == 200, "\(r.text)")
+                #expect(r.json["countedImpression"] as? String == impression.id.text)
+                let outcomes = (r.json["events"] as? [[String: Any]] ?? []).map { ($0["outcome"] as? [String: Any])?["kind"] as? String }
+                #expect(outcomes == ["counted_impression", "counted_click"])
+                #expect(r.headers["x-projection-lag-events"] == "3")
+                #expect(try await tracker.request("GET", "/v1/ads/never-seen", headers: auth).status == 404)
+            }
+        }
+    }
 }
 
 /// Report rows as the test reads them: dimensions joined by `|` to the integer measures.

@@ -301,6 +301,7 @@ func trackerEnvironment(_ extra: [String: String]) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
     env["DATABASE_URL"] = nil
     env["REPORT_DATABASE_URL"] = nil
+    env["TRACKER_DEFAULT_TZ"] = nil
     env["TRACKER_LOG_LEVEL"] = "warning"
     for (k, v) in extra { env[k] = v }
     return env
@@ -335,9 +336,9 @@ func runTrackerCommand(_ arguments: [String], environment: [String: String] = [:
 
 /// Polls /readyz until the projections have caught up with the log.
 func waitUntilCaughtUp(_ tracker: some TrackerHTTP) async throws {
-    let caughtUp = try await eventually(within: .seconds(15)) { () -> Bool? in
+    let caughtUp = try await eventually(within: .seconds(60)) { () -> Bool? in
         let lag = try await tracker.request("GET", "/readyz").json["projectionLag"] as? [String: Any]
         return lag?["events"] as? Int == 0 ? true : nil
     }
-    #expect(caughtUp == true, "the projector did not catch up within 15 s")
+    #expect(caughtUp == true, "the projector did not catch up within 60 s")
 }

@@ -14,8 +14,10 @@ import Tracker
 /// (slow clients, kill -9, SIGTERM, stored events) stays in TrackerIntegrationTests.
 struct InProcessRouteTests {
     /// The tracker as `tracker serve` assembles it, over a database at a port nothing listens on.
-    private func withRoutes(_ test: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+    private func withRoutes(defaultTimeZone: String? = nil,
+                            _ test: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
         var configuration = ServeConfiguration(databaseURL: "host=127.0.0.1 port=9 dbname=none connect_timeout=2")
+        configuration.defaultTimeZone = defaultTimeZone
         configuration.poolSize = 2
         configuration.maxConcurrentBatches = 4
         configuration.bodyBudgetBytes = 1 << 20
@@ -96,6 +98,23 @@ struct InProcessRouteTests {
             try await client.execute(uri: "/dashboard/chart.js", method: .get) { response in
                 #expect(response.status == .notFound)
                 #expect(self.json(response.body)["error"] as? String == "chart_library_missing")
+            }
+        }
+    }
+
+    /// The page reads the deployment's zone from a file, as it runs no inline script.
+    @Test func theDashboardsSettingsNameTheDeploymentsDefaultZoneOrNone() async throws {
+        try await withRoutes(defaultTimeZone: "America/New_York") { client in
+            try await client.execute(uri: "/dashboard/settings.json", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.contentType] == "application/json")
+                #expect(response.headers[.contentSecurityPolicy]?.contains("default-src") == true)
+                #expect(String(buffer: response.body) == #"{"defaultTimeZone":"America/New_York"}"#)
+            }
+        }
+        try await withRoutes { client in
+            try await client.execute(uri: "/dashboard/settings.json", method: .get) { response in
+                #expect(String(buffer: response.body) == #"{"defaultTimeZone":null}"#)
             }
         }
     }

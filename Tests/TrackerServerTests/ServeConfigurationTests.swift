@@ -19,6 +19,13 @@ struct ServeConfigurationTests {
         #expect(c.connections.maxConnections == ServeDefaults.maxConnections)
         #expect(c.rateLimit == ServeDefaults.rateLimit && c.retentionDays == nil && c.beaconSecrets == nil)
         #expect(c.runProjector && c.metrics)
+        #expect(c.defaultTimeZone == nil, "reports in UTC, the dashboard in the browser's zone")
+    }
+
+    @Test func theDefaultZoneIsAZoneOfTheTzDatabaseAsItIsSpelt() throws {
+        for zone in ["America/New_York", "Asia/Kolkata", "Asia/Calcutta", "Etc/GMT+5", "UTC", "Etc/UTC", "Zulu"] {
+            #expect(try Self.resolve(["TRACKER_DEFAULT_TZ": zone]).defaultTimeZone == zone)
+        }
     }
 
     @Test func settingsAreReadAndAFlagWins() throws {
@@ -36,9 +43,17 @@ struct ServeConfigurationTests {
         ("TRACKER_PORT", "70000", "TRACKER_PORT must be a port number, got '70000'"),
         ("TRACKER_METRICS", "yes", "TRACKER_METRICS must be on or off, got 'yes'"),
         ("TRACKER_IP_STORAGE", "hashed", "TRACKER_IP_STORAGE must be full or truncated, got 'hashed'"),
+        ("TRACKER_DEFAULT_TZ", "Europe/Atlantis", ServeConfigurationTests.badZone("Europe/Atlantis")),
+        ("TRACKER_DEFAULT_TZ", "america/new_york", ServeConfigurationTests.badZone("america/new_york")),
+        ("TRACKER_DEFAULT_TZ", "EST5EDT,M3.2.0,M11.1.0", ServeConfigurationTests.badZone("EST5EDT,M3.2.0,M11.1.0")),
+        ("TRACKER_DEFAULT_TZ", "../../etc/passwd", ServeConfigurationTests.badZone("../../etc/passwd")),
     ])
     func aBadValueStopsServeNamingTheSettingAndTheRule(name: String, value: String, message: String) {
         #expect { try Self.resolve([name: value]) } throws: { ($0 as? ValidationError)?.message == message }
+    }
+
+    static func badZone(_ value: String) -> String {
+        "TRACKER_DEFAULT_TZ must be an IANA time zone name as the tz database spells it, such as UTC, America/New_York or Asia/Kolkata, got '\(value)'"
     }
 
     @Test func withoutADatabaseServeSaysHowToGiveOne() {

@@ -12,11 +12,13 @@ struct ReportBodyTests {
         var query = try ReportQuery(kind: .summary, from: Day(year: 2026, month: 11, day: 1)!, to: Day(year: 2026, month: 11, day: 2)!)
         query.timeZone = "America/New_York"
         query.granularity = .hour
-        let texts = ["\u{1}\u{2}\u{1f}", "a,b", "say \"hi\"", "line\nend\r", "back\\slash", "é 😀", "", "q\"\u{301}", "crlf\r\n"]
+        let texts = ["\u{1}\u{2}\u{1f}", "a,b", "say \"hi\"", "line\nend\r", "back\\slash", "é 😀", "", "q\"\u{301}", "crlf\r\n",
+                     "=1+1", "-2,\"x\"", "@SUM(A1)", "\tplus"]
         let rows: [[ReportValue]] = texts.enumerated().map { i, text in
             [.text(text), .count(i.isMultiple(of: 2) ? .max : .min), .ratio(1 / 3), .ratio(i == 0 ? -2.2250738585072014e-308 : .infinity)]
         }
         return ReportResult(query: query, columns: ["adUnit", "impressions", "ctr", "share"], rows: rows,
+                            totals: [.label, .sum, .ratio(of: "impressions", over: "impressions"), .empty],
                             lag: ProjectionLag(events: 0, seconds: 0), ivtRules: 7)
     }
 
@@ -43,18 +45,25 @@ struct ReportBodyTests {
         // Written the plain way, field by field, as a reader of RFC 4180 expects.
         var expected = result.columns.joined(separator: ",") + "\n"
         for row in result.rows {
-            expected += row.map { csvReference($0.plain) }.joined(separator: ",") + "\n"
+            expected += row.map(csvReference).joined(separator: ",") + "\n"
         }
         #expect(result.csv == expected)
-        // The reconciliation report's CSV quotes its fields the same way.
+        // The totals line fits the same bound, whatever the counts add up to.
+        #expect(result.csv(totals: true).hasPrefix(expected))
+        #expect(result.csvBytes(totals: true).count <= result.csvByteBound)
+        // The reconciliation report's CSV quotes its text the same way.
         for row in result.rows {
-            for value in row { #expect(ReportResult.csvField(value.plain) == csvReference(value.plain)) }
+            for value in row where value.isText { #expect(ReportResult.csvField(value.plain) == csvReference(value)) }
         }
     }
 
     /// RFC 4180's rule, on the field's bytes (a quote followed by a combining accent is still a
-    /// quote to a CSV reader, though Swift sees one character).
-    func csvReference(_ s: String) -> String {
+    /// quote to a CSV reader, though Swift sees one character), after the formula guard: text
+    /// a spreadsheet would run (starting with =, +, -, @, a tab or a carriage return) gets a
+    /// leading `'`; numbers are left as they are.
+    func csvReference(_ value: ReportValue) -> String {
+        var s = value.plain
+        if value.isText, let first = s.unicodeScalars.first, "=+-@\t\r".unicodeScalars.contains(first) { s = "'" + s }
         guard s.utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else { return s }
         let parts = s.utf8.split(separator: 0x22, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
         return "\"" + parts.joined(separator: "\"\"") + "\""
@@ -65,5 +74,12 @@ struct ReportBodyTests {
         result.rows = []
         #expect(result.json == #"{"from":"2026-11-01","to":"2026-11-02","tz":"America/New_York","granularity":"hour","ivtRules":7,"rows":[]}"#)
         #expect(result.csv == "adUnit,impressions,ctr,share\n")
+    }
+}
+
+private extension ReportValue {
+    var isText: Bool {
+        if case .text = self { return true }
+        return false
     }
 }

@@ -11,6 +11,9 @@ What it checks, against the real binary and real clusters:
 - the HTTP contract (Tests/Python/test_contract.py) against a tracker on the coordinator;
 - under a retrying load through three SIGKILLs of the tracker and a restart of one worker, every
   acknowledged event is in the log exactly once and counted exactly once by the projections;
+- a worker restarted four times in the middle of appends (fast and immediate shutdowns): every
+  answer is 200 or 503 with Retry-After, none waits past the client's timeout, appends succeed
+  again soon after the worker is back, and every acknowledged event is stored once;
 - the reports equal the reference computation (scripts/bench/exact/, the report rules as SQL
   over the raw log) and a single-node tracker's reports over a copy of the same log, in UTC
   and in a time zone by hour;
@@ -148,6 +151,81 @@ def send(port, key, events, user_agent=None):
     if r.status != 200:
         raise RuntimeError(f"batch refused: {r.status} {r.body[:200]!r}")
     return r.json()
+
+
+# How long after a restarted worker accepts connections again the appends must succeed: the
+# client's Retry-After (2 s) and a reconnection from the coordinator, with room for a slow machine.
+RECOVERY_BOUND_SECONDS = 15
+
+
+def worker_restarts_under_appends(checks, binary, coordinator, ports, worker, rng, trackers):
+    """A worker restarted four times while a retrying load appends (its own database, so the log
+    holds only this load's events). A worker that is gone is the database unavailable for the
+    appends that need it: 503 with Retry-After, whatever form Citus gives the failure (a broken
+    COPY to a shard, a failed essential connection, a connection closed while a command ran)."""
+    part, database = "worker-restart", "restarts"
+    url = add_database(ports, database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    key = s.create_key(binary, url, "citus-restarts", "ingest")
+    port = s.free_port()
+    tracker = s.Tracker(binary, url, port=port, name="citus-restarts").start()
+    trackers.append(tracker)
+    # Two clients with large batches: most groups hold one submission and a COPY to the worker
+    # is often under way when it goes (a failed group of several is written again one
+    # submission at a time, which can hide the failure's answer).
+    load = s.RetryingLoad(lambda: port, key, workers=2, batch_sizes=(200, 500), seed=rng.random())
+    load.start()
+    restarts = []
+    try:
+        time.sleep(2)
+        for how in ("fast", "immediate") * 2:
+            s.log(f"stopping worker 1 ({how}) in the middle of appends")
+            down = time.time()
+            worker.stop(how)
+            time.sleep(2)
+            worker.start()
+            up = time.time()
+            restarts.append((how, down, up))
+            while time.time() < up + RECOVERY_BOUND_SECONDS and not any(e[1] == 200 and e[0] >= up for e in list(load.timeline)):
+                time.sleep(0.2)
+            time.sleep(1)
+    finally:
+        load.stop()
+    # A worker stopped at once can leave two-phase commits in doubt: acknowledged (the
+    # coordinator committed), their rows on it invisible, and their ids holding back retries,
+    # until Citus commits them (its maintenance daemon does every citus.recover_2pc_interval).
+    recovered, in_doubt = 0, None
+    for _ in range(30):
+        recovered += int(coordinator.psql("SELECT recover_prepared_transactions()", database)[0][0])
+        in_doubt = sum(int(psql_at(p, database, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()")[0][0])
+                       for p in ports[1:])
+        if in_doubt == 0:
+            break
+        time.sleep(1)
+    checks.figure("worker_restart_commits_recovered", recovered)
+    checks.figure("worker_restart_commits_still_in_doubt", in_doubt)
+    load.drain(lambda: port)
+    timeline = list(load.timeline)
+    checks.figure("worker_restart_answers", load.statuses())
+    unexpected = [e for e in timeline if e[1] not in (200, 503)]
+    # An answer slower than the client's timeout shows as 'conn'.
+    checks.check(f"{part}.only-200-or-503-while-a-worker-restarts", not unexpected and timeline,
+                 f"{len(timeline)} answers within {load.timeout} s {load.statuses()}"
+                 + "".join(f"; {e[1]} {e[4]!r}" for e in unexpected[:3]))
+    silent = [e for e in timeline if e[1] == 503 and not (e[2] or "").isdigit()]
+    checks.check(f"{part}.every-503-says-when-to-retry", not silent,
+                 f"{sum(1 for e in timeline if e[1] == 503)} answers 503, {len(silent)} without Retry-After")
+    while_down = [sum(1 for e in timeline if down <= e[0] <= up) for _, down, up in restarts]
+    checks.check(f"{part}.appends-are-answered-while-the-worker-is-down", all(n > 0 for n in while_down),
+                 "answers while down: " + ", ".join(f"{how} {n}" for (how, _, _), n in zip(restarts, while_down)))
+    back = []
+    for how, _, up in restarts:
+        first = min((e[0] for e in timeline if e[1] == 200 and e[0] >= up), default=None)
+        back.append((how, None if first is None else round(first - up, 1)))
+    checks.check(f"{part}.appends-succeed-again-within-{RECOVERY_BOUND_SECONDS}-s-of-the-workers-return",
+                 all(b is not None and b <= RECOVERY_BOUND_SECONDS for _, b in back),
+                 "; ".join(f"{how}: first 200 after {b} s" for how, b in back))
+    s.verify_log(checks, coordinator, database, load, part=part)
 
 
 def main():
@@ -306,6 +384,9 @@ def main():
         checks.check("retention-drops-a-projected-day-on-every-shard", gone and ids_before - ids_after == 50 and old_impressions == "50",
                      f"dry run: {kept.strip().splitlines()[-1:]}; run: {dropped.strip().splitlines()[-1:]}; "
                      f"{ids_before - ids_after} ids forgotten; the day's impressions still {old_impressions}")
+
+        # 8. A worker restarted in the middle of appends: 200 or 503, never a 500.
+        worker_restarts_under_appends(checks, binary, coordinator, ports, worker, rng, trackers)
     except Exception as error:  # a step that could not run is a failed check, with its reason
         checks.check("suite-ran-to-the-end", False, f"{type(error).__name__}: {error}")
         for t in trackers[-1:]:

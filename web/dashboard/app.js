@@ -15,12 +15,32 @@
     ['high_rate', 'more events from one address and user agent in a minute than the limit'],
     ['excessive_clicks', "an ad's counted clicks beyond maxClicksPerAd"],
   ];
+  // What each errorCode of a failed load means: the GADErrorCode case it stands for
+  // (docs/PROTOCOL.md section 10), in the SDK documentation's words.
+  const errorMeanings = {
+    no_fill: 'the request succeeded, but no ad was returned',
+    network_error: 'the ads could not be loaded from the network',
+    timeout: 'the request timed out before it was answered',
+    server_error: 'the ad server failed to process the request',
+    invalid_request: 'the request was invalid, typically a missing ad unit ID or root view controller',
+    invalid_argument: 'an argument of the request was invalid',
+    received_invalid_response: 'the response from the ad server was invalid',
+    mediation_no_fill: 'the mediation request succeeded, but no network of the waterfall returned an ad',
+    mediation_adapter_error: 'a mediation network adapter could not be found or created',
+    mediation_data_error: 'the mediation response was invalid',
+    mediation_invalid_ad_size: 'an ad size the mediation network adapter cannot take',
+    internal_error: 'an internal error of the SDK',
+    ad_already_used: 'the ad object had already been used',
+    os_version_too_low: "the device's OS is below the SDK's minimum version",
+    application_identifier_missing: "the app's application identifier is missing (GADApplicationIdentifier in Info.plist)",
+    other: 'another error',
+  };
   // The IAB's convention between a third-party count and the publisher's ad server, in %.
   const defaultThreshold = '10';
   // A tolerance in % as typed: 0 to 10 000 (the API takes 0 to 100 as a fraction).
   const thresholdPattern = /^\d{1,5}(\.\d{1,4})?$/;
   const colors = {
-    impressions: '#2f6fb0', clicks: '#e07b00', ctr: '#2a9d5c',
+    impressions: '#2f6fb0', clicks: '#e07b00', ctr: '#2a9d5c', requests: '#5b6773', filled: '#7fa8d6', shown: '#2a9d5c',
     attributed: '#2a9d5c', noImpression: '#c0392b', beforeImpression: '#8e44ad', outsideWindow: '#7f8c8d',
   };
   // A range of up to this many days is charted by hour; longer ones by day.
@@ -66,6 +86,8 @@
 
   const integer = (n) => n.toLocaleString('en-US');
   const percent = (ratio) => (ratio * 100).toFixed(1) + ' %';
+  /** A latency percentile of the API (a bucket bound in ms), – without latencies (null). */
+  const milliseconds = (ms) => (ms === null || ms === undefined ? '–' : integer(ms) + ' ms');
   const ctrText = (ratio) => (ratio === null ? '–' : percent(ratio));
   /** A discrepancy with its sign ("-25.0 %", "+4.2 %"); none without Ad Manager's count. */
   const signedPercent = (d) => (d === null ? '–' : (d > 0 ? '+' : d < 0 ? '-' : '') + Math.abs(d * 100).toFixed(1) + ' %');
@@ -116,6 +138,32 @@
       return currentZone(Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC');
     } catch (_) {
       return 'UTC';
+    }
+  }
+
+  // The deployment's default zone (TRACKER_DEFAULT_TZ, from /dashboard/settings.json); '' when
+  // it has none.
+  let deploymentZone = '';
+
+  /**
+   * The zone the page starts in when the URL names none: the deployment's, so that everyone
+   * reading one tracker sees the same days as its API and command line, else the browser's.
+   */
+  function startingZone() {
+    return deploymentZone || browserZone();
+  }
+
+  /** Reads the deployment's default zone; without an answer the page starts in the browser's zone. */
+  async function loadSettings() {
+    try {
+      const response = await fetch('/dashboard/settings.json', { cache: 'no-cache' });
+      if (!response.ok) return;
+      const settings = await response.json();
+      if (typeof settings.defaultTimeZone === 'string' && settings.defaultTimeZone) {
+        deploymentZone = currentZone(settings.defaultTimeZone);
+      }
+    } catch (_) {
+      deploymentZone = '';
     }
   }
 
@@ -209,7 +257,7 @@
   }
 
   function defaults() {
-    const tz = browserZone();
+    const tz = startingZone();
     const to = today(tz);
     return {
       from: addDays(to, -6), to, tz, adUnit: '', formatId: '', includeTest: false, compare: false, ad: '',
@@ -504,6 +552,9 @@
     { key: 'sources', report: 'sources' },
     { key: 'adchoices', report: 'adchoices' },
     { key: 'ivt', report: 'ivt' },
+    { key: 'funnel', report: 'funnel' },
+    { key: 'failures', report: 'failures' },
+    { key: 'waterfall', report: 'waterfall' },
     { key: 'previousSummary', report: 'summary', previous: true },
     { key: 'previousAdchoices', report: 'adchoices', previous: true },
   ];
@@ -619,6 +670,15 @@
       .map((g) => Object.assign({}, ...dimensions.map((d) => ({ [d]: g.first[d] })), ...fields.map((f) => ({ [f]: g[f] }))));
   }
 
+  /** Compares rows by their fields in turn: a number by its value, text by its UTF-16 code units. */
+  const byFields = (...fields) => (a, b) => {
+    for (const field of fields) {
+      if (a[field] < b[field]) return -1;
+      if (a[field] > b[field]) return 1;
+    }
+    return 0;
+  };
+
   function total(rows, field) {
     return rows.reduce((sum, row) => sum + row[field], 0);
   }
@@ -641,9 +701,12 @@
   // summed in the totals row; a ratio is `of(row)`, [numerator, denominator] of the row's
   // counts, and in the totals row of the summed counts: never an average of the rows' ratios,
   // and – where there is no denominator. `value(row)` shows a row's ratio as the API gave it.
+  // A measure (a latency percentile) is shown as the API gave it and cannot be summed: its
+  // totals cell is –, as is a row's null.
   const textColumn = (key, label, options) => Object.assign({ key, label, kind: 'text' }, options);
   const countColumn = (key, label, options) => Object.assign({ key, label, kind: 'count' }, options);
   const ratioColumn = (key, label, of, options) => Object.assign({ key, label, kind: 'ratio', of, format: ctrText }, options);
+  const latencyColumn = (key, label) => ({ key, label, kind: 'measure', format: milliseconds });
   const filterTitle = { day: 'Show this day by hour', adUnit: 'Show only this ad unit', formatId: 'Show only this format' };
 
   /** A button that reads as a link in a table: its content, what it does, and its data attributes. */
@@ -669,12 +732,14 @@
       return td;
     }
     if (column.kind === 'count') return cell(tr, integer(row[column.key]), column.key, true);
+    if (column.kind === 'measure') return cell(tr, column.format(row[column.key]), column.key, true);
     return cell(tr, column.format(column.value ? column.value(row) : fraction(column.of(row))), column.key, true);
   }
 
   /**
    * The totals row: every count summed, every ratio worked out from the sums, "Total" in the
-   * first column and nothing in the other text columns.
+   * first column, nothing in the other text columns, and – for a measure: a percentile of
+   * the whole is not a sum of the rows' percentiles, nor their average.
    */
   function totalsRow(rows, columns) {
     const sums = {};
@@ -686,6 +751,7 @@
     columns.forEach((column, i) => {
       if (column.kind === 'text') cell(tr, i === 0 ? 'Total' : '', column.key, false);
       else if (column.kind === 'count') cell(tr, integer(sums[column.key]), column.key, true);
+      else if (column.kind === 'measure') cell(tr, '–', column.key, true).title = 'Percentiles of several rows cannot be added up';
       else cell(tr, column.format(fraction(column.of(sums))), column.key, true);
       labelCell(tr.lastChild, column);
     });
@@ -914,7 +980,75 @@
         }
       },
     },
+    {
+      id: 'funnel-table',
+      rows: ({ data }) => funnelRows(data),
+      columns: () => [
+        textColumn('day', 'Day', { filter: 'day' }), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }),
+        countColumn('requests', 'Requests'), countColumn('adsRequested', 'Ads requested'), countColumn('filledRequests', 'Filled'),
+        countColumn('failedRequests', 'Failed'), countColumn('unansweredRequests', 'Unanswered'),
+        ratioColumn('fillRate', 'Fill rate', (r) => [r.filledRequests, r.requests]),
+        countColumn('loadedAds', 'Loaded ads'), countColumn('shownAds', 'Shown'),
+        ratioColumn('showRate', 'Show rate', (r) => [r.shownAds, r.loadedAds]), countColumn('clicks', 'Clicks'),
+        latencyColumn('loadLatencyP50Ms', 'Load p50'), latencyColumn('loadLatencyP95Ms', 'Load p95'),
+      ],
+      decorate(tr, row) {
+        tr.dataset.day = row.day;
+        tr.dataset.adUnit = row.adUnit;
+      },
+      chart: drawFunnelChart,
+    },
+    {
+      id: 'failures-table',
+      // Per error code and ad unit, the most frequent first.
+      rows: ({ data }) => grouped(data.failures.rows, ['errorCode', 'adUnit'], ['failedRequests'])
+        .map((r) => Object.assign(r, { meaning: Object.hasOwn(errorMeanings, r.errorCode) ? errorMeanings[r.errorCode] : '' }))
+        .sort((a, b) => b.failedRequests - a.failedRequests || byFields('errorCode', 'adUnit')(a, b)),
+      columns: ({ data }) => {
+        const failed = total(data.failures.rows, 'failedRequests');
+        return [
+          textColumn('errorCode', 'Error code'), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }),
+          countColumn('failedRequests', 'Failed loads'), ratioColumn('share', 'Share of failed loads', (r) => [r.failedRequests, failed]),
+          textColumn('meaning', 'Meaning', { wrap: true }),
+        ];
+      },
+      decorate(tr, row) { tr.dataset.errorCode = row.errorCode; },
+    },
+    {
+      id: 'waterfall-table',
+      // A waterfall reads from its first network down: by day, ad unit, position, then network.
+      rows: ({ data }) => data.waterfall.rows.map((r) => ({
+        day: r.day, adUnit: r.adUnit, adapter: r.adapter, position: r.position, attempts: r.attempts, loaded: r.loaded,
+        failed: r.failed, timeouts: r.timeouts, latencyP50Ms: r.latencyP50Ms, latencyP95Ms: r.latencyP95Ms,
+      })).sort(byFields('day', 'adUnit', 'position', 'adapter')),
+      columns: () => [
+        textColumn('day', 'Day', { filter: 'day' }), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }),
+        textColumn('position', 'Position'), textColumn('adapter', 'Network', { wide: true }),
+        countColumn('attempts', 'Attempts'), countColumn('loaded', 'Loaded'), countColumn('failed', 'Failed'),
+        countColumn('timeouts', 'Timeouts'), ratioColumn('fillRate', 'Fill rate', (r) => [r.loaded, r.attempts]),
+        latencyColumn('latencyP50Ms', 'Latency p50'), latencyColumn('latencyP95Ms', 'Latency p95'),
+      ],
+      decorate(tr, row) {
+        tr.dataset.adapter = row.adapter;
+        tr.dataset.position = String(row.position);
+      },
+    },
   ];
+
+  /**
+   * The funnel table's rows: the funnel report's (day, ad unit) rows, each with the summary's
+   * clicks of the same day and ad unit. Clicks of a day and ad unit without funnel events (an
+   * app that sends none) stay out, as their requests and loads are not known.
+   */
+  function funnelRows(data) {
+    const key = (r) => r.day + '\u0000' + r.adUnit;
+    const clicks = sumBy(data.summary.rows, key, ['clicks']);
+    return data.funnel.rows.map((r) => ({
+      day: r.day, adUnit: r.adUnit, requests: r.requests, adsRequested: r.adsRequested, filledRequests: r.filledRequests,
+      failedRequests: r.failedRequests, unansweredRequests: r.unansweredRequests, loadedAds: r.loadedAds, shownAds: r.shownAds,
+      clicks: clicks.has(key(r)) ? clicks.get(key(r)).clicks : 0, loadLatencyP50Ms: r.loadLatencyP50Ms, loadLatencyP95Ms: r.loadLatencyP95Ms,
+    })).sort(byFields('day', 'adUnit'));
+  }
 
   /** An hour as the API labels it, free to break after its day on a narrow screen. */
   function hourCell(td, row) {
@@ -926,6 +1060,7 @@
 
   function renderReports(state, data, ready) {
     for (const row of data.summary.rows) { seen.adUnits.add(row.adUnit); seen.formatIds.add(row.formatId); }
+    for (const row of data.funnel.rows) seen.adUnits.add(row.adUnit);
     for (const [id, values] of [['ad-units', seen.adUnits], ['format-ids', seen.formatIds]]) {
       $(id).replaceChildren(...[...values].sort().map((value) => {
         const option = document.createElement('option');
@@ -1086,6 +1221,31 @@
     });
   }
 
+  // The funnel's stages, in the order an ad goes through them: loads, then ads, then clicks.
+  const funnelStages = [
+    ['Requests', 'requests', colors.requests], ['Filled', 'filledRequests', colors.filled],
+    ['Loaded ads', 'loadedAds', colors.impressions], ['Shown', 'shownAds', colors.shown], ['Clicks', 'clicks', colors.clicks],
+  ];
+
+  /** The funnel's totals over the rows of its table, a bar per stage. */
+  function drawFunnelChart(rows) {
+    draw('funnel-chart', {
+      type: 'bar',
+      data: {
+        labels: funnelStages.map(([label]) => label),
+        datasets: [{
+          label: 'Total', data: funnelStages.map(([, field]) => total(rows, field)),
+          backgroundColor: funnelStages.map(([, , color]) => color),
+        }],
+      },
+      options: {
+        indexAxis: 'y',
+        plugins: { legend: { display: false } },
+        scales: { x: { beginAtZero: true, ticks: { precision: 0, maxRotation: 0 } } },
+      },
+    });
+  }
+
   function draw(id, config) {
     if (typeof window.Chart !== 'function') return; // the page says why (see the notice)
     if (charts[id]) charts[id].destroy();
@@ -1159,7 +1319,7 @@
 
   /** The page has no import to show: how to make one, with this server's address and zone. */
   function showNoImport(state) {
-    const zone = state.tz || browserZone();
+    const zone = state.tz || startingZone();
     $('rec-curl').textContent = 'curl -X POST "' + location.origin + '/v1/reconciliations?tz=' + encodeURIComponent(zone).replace(/%2F/g, '/') + '" \\\n' +
       '  -H "Authorization: Bearer $TRACKER_REPORT_KEY" -H \'Content-Type: text/csv\' \\\n' +
       '  --data-binary @admanager.csv';
@@ -1480,8 +1640,24 @@
       case 'video': return outcome.countedAs ? 'video, counted in ' + outcome.countedAs : "video, not counted (the ad's earlier event counts)";
       case 'test_traffic': return 'test traffic, left out (include test traffic to judge it)';
       case 'invalid_traffic': return 'invalid traffic (' + String(outcome.label).replace(/_/g, ' ') + '), left out of every measure';
+      case 'load_request':
+        return 'load requested, ' + outcome.loadOutcome + (outcome.errorCode ? ': ' + String(outcome.errorCode).replace(/_/g, ' ') : '');
+      case 'repeated_request': return 'repeated request of ' + ref(outcome.duplicateOf) + ', not a request again';
+      case 'load_failure': return outcome.counted ? "load failure, counted (the load's error)" : 'load failure, not counted (the load was filled, failed earlier or never requested)';
+      case 'load_fill': return 'ad loaded: fills the load';
+      case 'mediation_attempt': return 'mediation attempt, counted';
+      case 'repeated_attempt': return 'repeated mediation result of ' + ref(outcome.duplicateOf) + ', not counted again';
       default: return outcome.kind;
     }
+  }
+
+  /** The rule behind a label, as the audit trail names it (`labelledBy`). */
+  function labellingRule(rule) {
+    if (rule.pattern !== undefined) return 'pattern ' + rule.pattern + (rule.name ? ' (' + rule.name + ')' : '');
+    if (rule.ipRange !== undefined) return 'IP range ' + rule.ipRange;
+    if (rule.maxEventsPerClientMinute !== undefined) return 'more than ' + rule.maxEventsPerClientMinute + ' events a minute';
+    if (rule.maxClicksPerAd !== undefined) return 'more than ' + rule.maxClicksPerAd + ' clicks per ad';
+    return '';
   }
 
   async function loadAd(state, key) {
@@ -1575,12 +1751,21 @@
       ['attributionWindow', 'Attribution window', integer(ad.attributionWindowSeconds) + ' s'],
       ['includeTest', 'Test traffic', ad.includeTest ? 'judged with the rest' : 'left out'],
     ];
+    // The loads its ad_loaded events name: their events follow the ad's, numbered on.
+    const loads = ad.loads || [];
+    if (loads.length > 0) {
+      facts.push(['loads', 'Loads', loads.map((l) => l.loadId + ': ' + (l.outcome === null ? 'not requested'
+        : l.outcome + (l.errorCode ? ' (' + l.errorCode.replace(/_/g, ' ') + ')' : ''))).join('; ')]);
+    }
+    const rows = ad.events.map((e) => ({ e, load: null }));
+    for (const l of loads) for (const e of l.events) rows.push({ e, load: l.loadId });
+    for (const [i, row] of rows.entries()) if (!number.has(row.e.id)) number.set(row.e.id, i + 1);
     showFacts('ad-facts', facts);
-    fillTable(adEventsTable, ad.events.map((e, i) => ({
-      event: e, number: i + 1, type: e.type, assetKey: e.assetKey === null ? '' : e.assetKey,
+    fillTable(adEventsTable, rows.map(({ e, load }, i) => ({
+      event: e, number: i + 1, type: load === null ? e.type : e.type + ' (load ' + load + ')', assetKey: e.assetKey === null ? '' : e.assetKey,
       source: e.source + (e.adapter ? ' (' + e.adapter + ')' : ''), adUnit: e.adUnit, formatId: e.formatId,
       flags: [e.eea && 'EEA', e.reservation && 'reservation', e.test && 'test'].filter(Boolean).join(', '),
-      outcome: outcomeText(e.outcome, number),
+      outcome: outcomeText(e.outcome, number) + (e.labelledBy ? ' by ' + labellingRule(e.labelledBy) : ''),
     })), adEventColumns(state));
     $('ad-details').hidden = false;
   }
@@ -1619,7 +1804,7 @@
     for (const id of ['from', 'to', 'tz']) $(id).addEventListener('input', () => $(id).setCustomValidity(''));
     for (const button of document.querySelectorAll('[data-preset]')) {
       button.addEventListener('click', () => {
-        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || browserZone());
+        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || startingZone());
         $('from').value = range.from;
         $('to').value = range.to;
         applyFields();
@@ -1707,9 +1892,13 @@
       reportsShown = null;
       route();
     });
-    // Back, Forward, or a fragment edited by hand.
-    window.addEventListener('popstate', route);
-    window.addEventListener('hashchange', route);
-    route();
+    // The first view waits for the deployment's zone: drawn in the browser's first, it would
+    // show days nobody asked for, then change under the reader's eyes.
+    loadSettings().then(() => {
+      // Back, Forward, or a fragment edited by hand.
+      window.addEventListener('popstate', route);
+      window.addEventListener('hashchange', route);
+      route();
+    });
   });
 })();

@@ -16,19 +16,25 @@ public struct AdAudit: Sendable {
     }
 
     /// The ad's audit trail, with the trails of the loads it names, and the projection lag, or
-    /// `nil` when no event of it is stored.
-    public func explain(requestId: String, includeTest: Bool) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
+    /// `nil` when no event of it is stored. With `networks` (a scoped key: PROTOCOL.md 11), an ad
+    /// or load with an event outside them is `nil` too, exactly as one that does not exist.
+    public func explain(requestId: String, includeTest: Bool,
+                        networks: NetworkScope? = nil) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
-            let rules = try Rules.read(on: connection)
-            guard let ad = try Self.trail(of: requestId, .ad, rules: rules, on: connection) else { return nil }
+        let conninfo = pool.conninfo
+        let found = try await pool.withConnection { connection in try connection.transaction(begin: AdAuditSQL.snapshot) {
+            () -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
+            let rules = try Rules.read(on: connection, conninfo: conninfo)
+            guard let ad = try Self.trail(of: requestId, .ad, rules: rules, networks: networks, on: connection) else { return nil }
             var loadIds: [String] = []
             for l in ad.logged where l.event.type == .adLoaded {
                 if let load = l.loadId, !loadIds.contains(load) { loadIds.append(load) }
             }
-            let loads = try loadIds.compactMap { id in try Self.trail(of: id, .load, rules: rules, on: connection).map { (id, $0) } }
+            let loads = try loadIds.compactMap { id in
+                try Self.trail(of: id, .load, rules: rules, networks: networks, on: connection).map { (id, $0) }
+            }
             return (ad, loads, rules)
-        }
+        } }
         guard let found else { return nil }
         var explanation = found.rules.contribution.explain(requestId: requestId, found.ad.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
@@ -39,21 +45,25 @@ public struct AdAudit: Sendable {
             found.rules.name(&load.events, by: trail.labelledBy)
             return load
         }
-        return (explanation, try await LogCursor(pool: pool).lag())
+        return (explanation, try await LogCursor(pool: pool).lag(networks: networks))
     }
 
-    /// The load's audit trail and the projection lag, or `nil` when no event of it is stored.
-    public func explain(loadId: String, includeTest: Bool) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
+    /// The load's audit trail and the projection lag, or `nil` when no event of it is stored (or,
+    /// with `networks`, an event of it is outside them).
+    public func explain(loadId: String, includeTest: Bool,
+                        networks: NetworkScope? = nil) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
-        let found = try await pool.withConnection { connection -> (load: Trail, rules: Rules)? in
-            let rules = try Rules.read(on: connection)
-            return try Self.trail(of: loadId, .load, rules: rules, on: connection).map { ($0, rules) }
-        }
+        let conninfo = pool.conninfo
+        let found = try await pool.withConnection { connection in try connection.transaction(begin: AdAuditSQL.snapshot) {
+            () -> (load: Trail, rules: Rules)? in
+            let rules = try Rules.read(on: connection, conninfo: conninfo)
+            return try Self.trail(of: loadId, .load, rules: rules, networks: networks, on: connection).map { ($0, rules) }
+        } }
         guard let found else { return nil }
         var explanation = found.rules.contribution.explain(loadId: loadId, found.load.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
         found.rules.name(&explanation.events, by: found.load.labelledBy)
-        return (explanation, try await LogCursor(pool: pool).lag())
+        return (explanation, try await LogCursor(pool: pool).lag(networks: networks))
     }
 
     /// The rules the projections were computed with: the attribution window, and the rule set
@@ -62,13 +72,16 @@ public struct AdAudit: Sendable {
         var contribution: AdContribution
         var ruleSet: VersionedRuleSet
         var ivtRules: Int { ruleSet.version }
+        /// Whether a key the projections do not hold yet is looked for among the log's
+        /// unprojected events: on one node, where they follow the checkpoint in the log's order.
+        var readsUnprojected: Bool
 
-        static func read(on connection: Connection) throws -> Rules {
+        static func read(on connection: Connection, conninfo: String) throws -> Rules {
             let state = try connection.query(AdAuditSQL.window)
             let window = state.int64(0, 0).map(Duration.microseconds) ?? AdContribution.defaultAttributionWindow
             let ruleSet = try IVTRuleSets.load(version: Int(state.int64(0, 1) ?? 0), on: connection)
             return Rules(contribution: AdContribution(attributionWindow: window, maxClicksPerAd: ruleSet.ruleSet.maxClicksPerAd),
-                         ruleSet: ruleSet)
+                         ruleSet: ruleSet, readsUnprojected: try LogLayout.of(connection, conninfo: conninfo).citus == nil)
         }
 
         /// Names the rule behind each label the events' outcomes show (a test event left out shows none).
@@ -95,10 +108,15 @@ public struct AdAudit: Sendable {
         func holds(_ e: AdEvent) -> Bool { (self == .load) == e.isLoadPart }
 
         var logged: String { self == .ad ? AdAuditSQL.loggedOfAd : AdAuditSQL.loggedOfLoad }
+
+        var unprojected: String { self == .ad ? AdAuditSQL.unprojectedOfAd : AdAuditSQL.unprojectedOfLoad }
     }
 
-    /// The stored events of the ad or load `key` with the log's times, or `nil` when it has none.
-    private static func trail(of key: String, _ part: Part, rules: Rules, on connection: Connection) throws -> Trail? {
+    /// The stored events of the ad or load `key` with the log's times, or `nil` when it has none,
+    /// or (with `networks`) has one outside them: decided from `ad_state` alone, before the log
+    /// is read, so that another network's state answers as fast as one that does not exist.
+    private static func trail(of key: String, _ part: Part, rules: Rules, networks: NetworkScope?,
+                              on connection: Connection) throws -> Trail? {
         var strings = StringTable(limit: 64)
         let packed = try connection.query(AdAuditSQL.adState, [.text(key)], binaryResults: true)
         var projected: [AdEvent] = []
@@ -108,11 +126,22 @@ public struct AdAudit: Sendable {
             }
             projected = events.filter(part.holds)
         }
-        guard let earliest = projected.map(\.correctedAt).min() else { return nil }
-        // corrected_at <= received_at + 1 s (PROTOCOL.md 3 refuses occurredAt more than 1 s after sentAt),
-        // so no event of the state was received before this: the earlier partitions are skipped.
-        let since = earliest - .seconds(2)
-        let rows = try connection.query(part.logged, [.text(key), .text(since.postgresText)], binaryResults: true)
+        if let networks, projected.contains(where: { !networks.contains(adUnit: $0.adUnit) }) { return nil }
+        let rows: QueryResult
+        if let earliest = projected.map(\.correctedAt).min() {
+            // corrected_at <= received_at + 1 s (PROTOCOL.md 3 refuses occurredAt more than 1 s after sentAt),
+            // so no event of the state was received before this: the earlier partitions are skipped.
+            let since = earliest - .seconds(2)
+            rows = try connection.query(part.logged, [.text(key), .text(since.postgresText)], binaryResults: true)
+        } else if rules.readsUnprojected {
+            // Committed but not projected yet (a projector just started, or behind by more than
+            // the audit waited): the trail is still the log's, found among the events after the
+            // checkpoint, at most `AdAuditSQL.unprojectedLimit` of them.
+            rows = try connection.query(part.unprojected, [.text(key)], binaryResults: true)
+            guard rows.rowCount > 0 else { return nil }
+        } else {
+            return nil
+        }
         var logged: [LoggedEvent] = []
         var seen = Set<PackedUUID>()
         let labels = Dictionary(projected.map { ($0.id, $0.label) }, uniquingKeysWith: { a, _ in a })
@@ -125,6 +154,7 @@ public struct AdAudit: Sendable {
             func time(_ column: Int) -> Timestamp? { Timestamp(timestamptz: rows.bytes(r, column)) }
             let id = PackedUUID(binary: row.id)
             var event = row.event(strings: &strings, label: labels[id] ?? nil)
+            if let networks, !networks.contains(adUnit: event.adUnit) { return nil }
             if part == .load, event.type == .adLoaded { event = event.loadReference }
             seen.insert(event.id)
             clients[event.id] = LabellingRule.Client(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel)
@@ -146,6 +176,10 @@ public struct AdAudit: Sendable {
 }
 
 enum AdAuditSQL {
+    /// One snapshot for every read of a trail: `ad_state`, the checkpoint and the log agree, so
+    /// an event the projector commits between two reads is found in one of them, never missed by both.
+    static let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
     /// Columns: 0 attribution window (µs), 1 the projections' invalid-traffic rule set.
     static let window = "SELECT (extract(epoch FROM attribution_window) * 1000000)::bigint, ivt_rules FROM projection_state"
 
@@ -169,5 +203,29 @@ enum AdAuditSQL {
           AND ((request_id = $1 AND type IN ('ad_request', 'ad_failed', 'mediation_result'))
                OR (load_id = $1 AND type = 'ad_loaded'))
         """
+    /// The unprojected events the audit looks through for a key the projections do not hold:
+    /// a bound on what one request for an unknown key reads while the projector is behind.
+    static let unprojectedLimit = 100_000
+
+    /// The first `unprojectedLimit` events after the checkpoint, in the log's order (the
+    /// `(tx, seq)` index), as `loggedOfAd` and `loggedOfLoad` take them.
+    private static func unprojected(where condition: String) -> String {
+        """
+        SELECT \(AdEventColumn.list), occurred_at, sent_at, received_at
+        FROM (
+            SELECT * FROM events
+            WHERE (tx, seq) > ((SELECT checkpoint_tx FROM projection_state), (SELECT checkpoint_seq FROM projection_state))
+            ORDER BY tx, seq
+            LIMIT \(unprojectedLimit)
+        ) events
+        WHERE \(condition)
+        """
+    }
+
+    static let unprojectedOfAd = unprojected(where: "request_id = $1 AND type NOT IN ('ad_request', 'ad_failed', 'mediation_result')")
+    static let unprojectedOfLoad = unprojected(where: """
+        (request_id = $1 AND type IN ('ad_request', 'ad_failed', 'mediation_result')) OR (load_id = $1 AND type = 'ad_loaded')
+        """)
+
     static let occurredAt = AdEventColumn.allCases.count, sentAt = occurredAt + 1, receivedAt = occurredAt + 2
 }

@@ -268,9 +268,7 @@ extension AdExplanation {
             Self.appendOptional(x.sentAt?.rfc3339, to: &out)
             out += ",\"receivedAt\":"
             Self.appendOptional(x.receivedAt?.rfc3339, to: &out)
-            out += ",\"correctedAt\":\"\(e.correctedAt.rfc3339)\",\"day\":\"\(e.correctedAt.day)\",\"label\":"
-            Self.appendOptional(x.outcome.label?.rawValue, to: &out)
-            out += ",\"labelledBy\":" + (x.labelledBy?.json ?? "null")
+            out += ",\"correctedAt\":\"\(e.correctedAt.rfc3339)\",\"day\":\"\(e.correctedAt.day)\""
             out += ",\"requestId\":"
             Self.appendOptional(x.requestId, to: &out)
             out += ",\"loadId\":"
@@ -280,6 +278,9 @@ extension AdExplanation {
             out += ",\"errorCode\":" + (e.errorCode.map { "\"\($0.rawValue)\"" } ?? "null")
             out += ",\"result\":" + (e.result.map { "\"\($0.rawValue)\"" } ?? "null")
             out += ",\"position\":" + (e.position.map(String.init) ?? "null")
+            out += ",\"label\":"
+            Self.appendOptional(x.outcome.label?.rawValue, to: &out)
+            out += ",\"labelledBy\":" + (x.labelledBy?.json ?? "null")
             out += ",\"outcome\":"
             out += x.outcome.json
             out += "}"

@@ -12,6 +12,15 @@ public struct Principal: Sendable, Hashable {
     public var scope: KeyScope
     /// A server key: its events may carry the device's `userAgent` and `ip`.
     public var server: Bool = false
+    /// The networks the key is scoped to (PROTOCOL.md 11); `nil`: every network.
+    public var networks: NetworkScope? = nil
+
+    public init(name: String, scope: KeyScope, server: Bool = false, networks: NetworkScope? = nil) {
+        self.name = name
+        self.scope = scope
+        self.server = server
+        self.networks = networks
+    }
 }
 
 /// A stored key, without the key itself (only its hash is kept).
@@ -20,6 +29,8 @@ public struct APIKeyRecord: Sendable, Hashable {
     public var scope: KeyScope
     /// A server key (`--server`): its events may carry the device's `userAgent` and `ip`.
     public var server: Bool
+    /// The networks it is scoped to; `nil`: every network.
+    public var networks: NetworkScope?
     /// The first characters of the key, to recognise it in a list.
     public var prefix: String
     public var createdAt: String
@@ -78,7 +89,8 @@ public final class APIKeys: Sendable {
     ///   - scope: what the key may do.
     ///   - server: an ingest key of a server sending events on devices' behalf, whose events
     ///     may carry the device's `userAgent` and `ip`.
-    public func create(name: String, scope: KeyScope, server: Bool = false) async throws -> String {
+    ///   - networks: the networks the key sends or reads (PROTOCOL.md 11); `nil`: every network.
+    public func create(name: String, scope: KeyScope, server: Bool = false, networks: NetworkScope? = nil) async throws -> String {
         guard Self.isValidName(name) else {
             throw APIKeyError.invalidName(name)
         }
@@ -88,8 +100,8 @@ public final class APIKeys: Sendable {
         do {
             try await pool.withConnection { connection in
                 _ = try connection.query(
-                    "INSERT INTO api_keys (name, scope, key_hash, key_prefix, server) VALUES ($1, $2, $3::bytea, $4, $5::boolean)",
-                    [name, scope.rawValue, hash, prefix, server ? "true" : "false"])
+                    "INSERT INTO api_keys (name, scope, key_hash, key_prefix, server, networks) VALUES ($1, $2, $3::bytea, $4, $5::boolean, $6::text[])",
+                    [name, scope.rawValue, hash, prefix, server ? "true" : "false", networks.map { "{" + $0.description + "}" }])
             }
         } catch let error as DatabaseError where error.state == .uniqueViolation {
             throw APIKeyError.nameTaken(name)
@@ -102,13 +114,13 @@ public final class APIKeys: Sendable {
             let r = try connection.query("""
                 SELECT name, scope, key_prefix,
                        to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                       to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), server
+                       to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), server, array_to_string(networks, ',')
                 FROM api_keys ORDER BY name
                 """)
             return (0..<r.rowCount).map { row in
                 APIKeyRecord(
                     name: r.string(row, 0) ?? "", scope: KeyScope(rawValue: r.string(row, 1) ?? "") ?? .ingest,
-                    server: r.bool(row, 5) ?? false,
+                    server: r.bool(row, 5) ?? false, networks: Self.networks(r.string(row, 6)),
                     prefix: r.string(row, 2) ?? "", createdAt: r.string(row, 3) ?? "", revokedAt: r.string(row, 4))
             }
         }
@@ -189,15 +201,24 @@ public final class APIKeys: Sendable {
     /// Every active key's hash and principal.
     static func load(_ pool: ConnectionPool) async throws -> [KeyDigest: Principal] {
         try await pool.withConnection { connection in
-            let r = try connection.query("SELECT key_hash, name, scope, server FROM api_keys WHERE revoked_at IS NULL")
+            let r = try connection.query("""
+                SELECT key_hash, name, scope, server, array_to_string(networks, ',') FROM api_keys WHERE revoked_at IS NULL
+                """)
             var keys: [KeyDigest: Principal] = [:]
             for row in 0..<r.rowCount {
                 guard let hash = r.string(row, 0).flatMap(KeyDigest.init(byteaText:)), let name = r.string(row, 1),
                       let scope = r.string(row, 2).flatMap(KeyScope.init(rawValue:)) else { continue }
-                keys[hash] = Principal(name: name, scope: scope, server: r.bool(row, 3) ?? false)
+                // A stored list that is no scope (the table's check refuses one) serves no network, never every one.
+                let networks = r.string(row, 4).map { Self.networks($0) ?? NetworkScope.none }
+                keys[hash] = Principal(name: name, scope: scope, server: r.bool(row, 3) ?? false, networks: networks)
             }
             return keys
         }
+    }
+
+    /// The scope of a stored list (`6499,21775744923`); `nil` for none.
+    static func networks(_ list: String?) -> NetworkScope? {
+        list.flatMap { try? NetworkScope.parse($0) }
     }
 
     static func isValidName(_ name: String) -> Bool {

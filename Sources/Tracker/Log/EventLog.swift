@@ -31,7 +31,8 @@ public struct RefusedEvent: Sendable, Hashable {
 public enum AppendError: Error, Sendable, Equatable {
     /// Too many events are waiting for the database: the client should retry shortly.
     case overloaded
-    /// PostgreSQL is unreachable or restarting.
+    /// PostgreSQL (or, on Citus, a worker the write needs) is unreachable, restarting or busy:
+    /// nothing was acknowledged, and a retry may succeed (`DatabaseError.transience`).
     case databaseUnavailable
     /// The server is shutting down and takes no new work.
     case shuttingDown
@@ -374,7 +375,9 @@ public final class EventLog: Service, Sendable {
         return "\(what) (the database refused it: SQLSTATE \(state)); it was not stored and a retry would be refused again"
     }
 
-    private static func classify(_ error: any Error) -> AppendError {
+    /// The answer to a failed write: `databaseUnavailable` for every failure a retry may not
+    /// meet (`DatabaseError.transience`), `failed` for the rest.
+    static func classify(_ error: any Error) -> AppendError {
         if let db = error as? DatabaseError {
             if db.code == .poolClosed { return .shuttingDown }
             return db.isTransient ? .databaseUnavailable : .failed

@@ -97,16 +97,25 @@ public struct LogCursor: Sendable {
         }
     }
 
-    /// Events and seconds the projections trail the log.
-    public func lag() async throws -> ProjectionLag {
+    /// Events and seconds the projections trail the log; with `networks`, those of the
+    /// networks' ad units only (a scoped key's view: PROTOCOL.md 11).
+    public func lag(networks: NetworkScope? = nil) async throws -> ProjectionLag {
         let conninfo = pool.conninfo
-        return try await pool.withConnection { try Self.lag(on: $0, conninfo: conninfo) }
+        return try await pool.withConnection { try Self.lag(on: $0, conninfo: conninfo, networks: networks) }
     }
 
     /// `lag()` on a connection the caller already holds (a report reads it beside its rows).
-    static func lag(on connection: Connection, conninfo: String) throws -> ProjectionLag {
+    ///
+    /// With `networks`, the events of those networks among the first `ProjectionLag.cap`
+    /// unprojected ones (of each shard on Citus), and the age of the oldest of them: a scoped key
+    /// learns nothing of other networks' traffic, not even from the estimate past the cap.
+    static func lag(on connection: Connection, conninfo: String, networks: NetworkScope? = nil) throws -> ProjectionLag {
         switch try LogLayout.of(connection, conninfo: conninfo) {
         case .singleNode:
+            if let networks {
+                let r = try connection.query(SQL.lagOfNetworks, [networks.arrayParameter])
+                return ProjectionLag(events: Int(r.int64(0, 0) ?? 0), seconds: Double(r.string(0, 1) ?? "0") ?? 0)
+            }
             let r = try connection.query(SQL.lag, [])
             let counted = Int(r.int64(0, 0) ?? 0)
             let estimated = Int(r.int64(0, 2) ?? 0)
@@ -114,7 +123,7 @@ public struct LogCursor: Sendable {
                                  seconds: Double(r.string(0, 1) ?? "0") ?? 0)
         case .citus(let log):
             // Counted up to the cap on each shard: never 0 while an event waits anywhere.
-            let backlog = try log.backlog(try log.shards(on: connection), cap: ProjectionLag.cap).values
+            let backlog = try log.backlog(try log.shards(on: connection), cap: ProjectionLag.cap, networks: networks).values
             return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events },
                                  seconds: backlog.compactMap(\.seconds).max() ?? 0)
         }
@@ -171,6 +180,18 @@ public struct LogCursor: Sendable {
         /// plain append met a stored id and rolled back: an estimate, used beyond the count's cap).
         /// The cap is written into the text, not a parameter: with a parameter for `LIMIT`,
         /// PostgreSQL keeps a custom plan, planned anew at every call over every partition.
+        /// `lag` counted over the ad units of the networks $1 only, among the first `cap` unprojected events.
+        static let lagOfNetworks = PreparedStatement(name: "tracker_log_lag_of_networks", sql: """
+            SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text
+            FROM (
+                SELECT received_at, ad_unit FROM events
+                WHERE (tx, seq) > ((SELECT checkpoint_tx FROM projection_state), (SELECT checkpoint_seq FROM projection_state))
+                ORDER BY tx, seq
+                LIMIT \(ProjectionLag.cap)
+            ) pending
+            WHERE split_part(ad_unit, '/', 2) = ANY($1::text[])
+            """)
+
         static let lag = PreparedStatement(name: "tracker_log_lag", sql: """
             SELECT count(*), COALESCE(extract(epoch FROM now() - min(received_at)), 0)::float8::text,
                    (SELECT GREATEST(0, COALESCE(pg_sequence_last_value('event_seq'), 0) - checkpoint_seq) FROM projection_state)

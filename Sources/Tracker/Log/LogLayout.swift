@@ -123,14 +123,15 @@ final class CitusLog: Sendable {
     }
 
     /// What waits behind each shard's checkpoint (counted up to `cap` per shard).
-    func backlog(_ shards: [LogShard], cap: Int) throws -> [Int64: ShardBacklog] {
+    func backlog(_ shards: [LogShard], cap: Int, networks: NetworkScope? = nil) throws -> [Int64: ShardBacklog] {
         var backlog: [Int64: ShardBacklog] = [:]
         for (node, shards) in byNode(shards) {
-            let statement = prepared(CitusSQL.backlog(shards, cap: cap))
+            let statement = prepared(CitusSQL.backlog(shards, cap: cap, ofNetworks: networks != nil))
+            let parameters = CitusSQL.checkpoints(of: shards) + (networks.map { [$0.arrayParameter] } ?? [])
             let r = try workers.with(node) { c in
                 try c.transaction {
                     try c.execute(CitusSQL.readSettings)
-                    return try c.query(statement, CitusSQL.checkpoints(of: shards))
+                    return try c.query(statement, parameters)
                 }
             }
             for row in 0..<r.rowCount {
@@ -254,13 +255,15 @@ enum CitusSQL {
 
     /// Columns: 0 shard id, 1 rows past the checkpoint (up to `cap`), 2 seconds since the oldest
     /// of them was received, 3 whether one is below the worker's horizon (readable now).
-    static func backlog(_ shards: [LogShard], cap: Int) -> String {
-        shards.enumerated().map { index, s in
+    /// `ofNetworks`: counted over the ad units of the networks given after the checkpoints only.
+    static func backlog(_ shards: [LogShard], cap: Int, ofNetworks: Bool = false) -> String {
+        let networks = "$\(2 * shards.count + 1)::text[]"
+        return shards.enumerated().map { index, s in
             """
             (SELECT \(s.id)::bigint, count(*), (extract(epoch FROM now() - min(received_at)))::float8::text,
                     coalesce(bool_or(tx < pg_snapshot_xmin(pg_current_snapshot())), false)
-             FROM (SELECT tx, received_at FROM \(s.table) WHERE (tx, seq) > \(position(index))
-                   ORDER BY tx, seq LIMIT \(cap)) pending)
+             FROM (SELECT tx, received_at, ad_unit FROM \(s.table) WHERE (tx, seq) > \(position(index))
+                   ORDER BY tx, seq LIMIT \(cap)) pending\(ofNetworks ? " WHERE split_part(ad_unit, '/', 2) = ANY(\(networks))" : ""))
             """
         }.joined(separator: " UNION ALL ")
     }

@@ -184,14 +184,18 @@ enum AdStateStore {
     }
 }
 
-/// Impressions of a step by the invalid-traffic label they carry (`nil`: none). Test events are
+/// What a step projected, for the projector's metrics: impressions by the invalid-traffic label
+/// they carry (`nil`: none), and the valid events of loads by type (`ad_loaded`: those that name
+/// their load), whose ratios are the fill and failure rates an alert watches. Test events are
 /// left out, as the reports leave them out unless asked.
 struct ImpressionTally: Sendable {
     private(set) var counts: [IVTLabel?: Int] = [:]
+    private(set) var loadEvents: [EventType: Int] = [:]
 
     mutating func count(_ e: AdEvent) {
-        guard e.type == .impression, !e.isTest else { return }
-        counts[e.label, default: 0] += 1
+        guard !e.isTest else { return }
+        if e.type == .impression { counts[e.label, default: 0] += 1 }
+        if e.label == nil, e.isLoadPart { loadEvents[e.type, default: 0] += 1 }
     }
 }
 

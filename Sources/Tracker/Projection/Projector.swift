@@ -22,6 +22,9 @@ public final class Projector: Service, Sendable {
     /// Impressions projected, by the invalid-traffic label they carry (`none`: not labelled):
     /// their ratio is the GIVT share an alert watches, as events happen rather than per report day.
     private let impressions: [IVTLabel?: Counter]
+    /// Valid events of loads projected, by type (`ad_loaded`: those naming their load): the fill
+    /// rate (`ad_loaded` / `ad_request`) and the failure rate an alert watches.
+    private let loadEvents: [EventType: Counter]
     /// Whether this projector runs or stopped, and why: `/readyz` reads it.
     public let status: ProjectorStatus
     /// The invalid-traffic rules of the projections, compiled once and kept between steps.
@@ -52,6 +55,9 @@ public final class Projector: Service, Sendable {
         let labels: [IVTLabel?] = [nil] + IVTLabel.stored.map { $0 }
         impressions = Dictionary(uniqueKeysWithValues: labels.map { label in
             (label, Counter(label: "tracker_projector_impressions_total", dimensions: [("ivt", label?.rawValue ?? "none")]))
+        })
+        loadEvents = Dictionary(uniqueKeysWithValues: [EventType.adRequest, .adFailed, .adLoaded, .mediationResult].map { type in
+            (type, Counter(label: "tracker_projector_load_events_total", dimensions: [("type", type.rawValue)]))
         })
     }
 
@@ -119,6 +125,7 @@ public final class Projector: Service, Sendable {
             stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             projectedEvents.increment(by: outcome.consumed)
             for (label, n) in outcome.impressions.counts { impressions[label]?.increment(by: n) }
+            for (type, n) in outcome.impressions.loadEvents { loadEvents[type]?.increment(by: n) }
         }
         return outcome
     }

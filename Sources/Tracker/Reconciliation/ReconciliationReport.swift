@@ -46,9 +46,12 @@ public struct ReconciliationResult: Sendable {
 
 extension Reconciliations {
     /// Ad Manager's counts of an import next to the tracker's, per local day (in the import's
-    /// zone) and ad unit: the summary report's impressions and clicks summed over formats.
-    public func report(_ query: ReconciliationQuery, reports: Reports) async throws -> ReconciliationResult {
-        guard let imported = try await load(id: query.importId) else { throw ReconciliationError.noSuchImport(query.importId) }
+    /// zone) and ad unit: the summary report's impressions and clicks summed over formats. With
+    /// `networks` (a scoped key), the imports and rows of those networks only.
+    public func report(_ query: ReconciliationQuery, reports: Reports, networks: NetworkScope? = nil) async throws -> ReconciliationResult {
+        guard let imported = try await load(id: query.importId, visibleTo: networks) else {
+            throw ReconciliationError.noSuchImport(query.importId)
+        }
         if let zone = query.timeZone {
             let named: String
             do {
@@ -64,8 +67,9 @@ extension Reconciliations {
         guard let from = query.from ?? imported.firstDay, let to = query.to ?? imported.lastDay else {
             throw ReconciliationError.invalidParameter("the import has no rows, so it has no days: give from and to")
         }
-        let tracker = try await trackerCounts(from: from, to: to, zone: imported.tz, includeTest: query.includeTest, reports: reports)
-        let adManager = try await counts(of: imported.id, from: from, to: to)
+        let tracker = try await trackerCounts(from: from, to: to, zone: imported.tz, includeTest: query.includeTest, reports: reports,
+                                              networks: networks)
+        let adManager = try await counts(of: imported.id, from: from, to: to).filter { networks?.contains(adUnit: $0.key[1]) ?? true }
         let keys = Set(tracker.counts.keys).union(adManager.keys).sorted { a, b in
             a[0] != b[0] ? a[0] < b[0] : Array(a[1].utf8).lexicographicallyPrecedes(Array(b[1].utf8))
         }
@@ -105,14 +109,16 @@ extension Reconciliations {
     static let funnelMeasures: [FunnelMeasure] = [.requests, .loadedAds, .shownAds]
 
     /// The tracker's counts by local day and ad unit, each measure by its report name.
-    private func trackerCounts(from: Day, to: Day, zone: String, includeTest: Bool, reports: Reports) async throws
+    private func trackerCounts(from: Day, to: Day, zone: String, includeTest: Bool, reports: Reports,
+                               networks: NetworkScope?) async throws
         -> (counts: [[String]: [String: Int64]], ivtRules: Int, lag: ProjectionLag) {
         var counts: [[String]: [String: Int64]] = [:]
         var ivtRules = 0, lag = ProjectionLag(events: 0, seconds: 0)
         for (kind, names) in [(ReportKind.summary, Self.summaryMeasures.map(\.name)), (.funnel, Self.funnelMeasures.map(\.name))] {
             let result: ReportResult
             do {
-                result = try await reports.run(try ReportQuery(kind: kind, from: from, to: to, includeTest: includeTest, timeZone: zone))
+                result = try await reports.run(try ReportQuery(kind: kind, from: from, to: to, includeTest: includeTest, timeZone: zone),
+                                               networks: networks)
             } catch let error as ReportQueryError {
                 throw ReconciliationError.invalidParameter(error.description)
             }
@@ -193,6 +199,7 @@ extension ReconciliationResult {
     /// The report's columns for this import.
     public var columns: [String] { ReconciliationRow.columns(withRequests: imported.hasRequests) }
 
+    /// Each row's cells, and which of them are text (the day and the ad unit; the rest are numbers).
     private var cells: [[String]] {
         rows.map { r in
             [r.day, r.adUnit, String(r.adManagerImpressions), String(r.impressions), r.impressionDiscrepancy.map { String($0) } ?? "",
@@ -203,10 +210,14 @@ extension ReconciliationResult {
         }
     }
 
-    /// RFC 4180 CSV with the JSON rows' columns; a discrepancy without Ad Manager's count is empty.
+    /// RFC 4180 CSV with the JSON rows' columns; a discrepancy without Ad Manager's count is
+    /// empty. The text cells follow the reports' rule against formulas (a negative discrepancy
+    /// is a number, written as it is).
     public var csv: String {
         var out = columns.joined(separator: ",") + "\n"
-        for row in cells { out += row.map(ReportResult.csvField).joined(separator: ",") + "\n" }
+        for row in cells {
+            out += row.enumerated().map { $0.offset < 2 ? ReportResult.csvField($0.element) : $0.element }.joined(separator: ",") + "\n"
+        }
         return out
     }
 

@@ -20,6 +20,16 @@ public struct ReconciliationImport: Sendable, Equatable {
     public var existing: Bool
     /// Whether the file has Ad Manager's requests column (`Column.TOTAL_AD_REQUESTS`).
     public var hasRequests = false
+    /// The networks of the key that made it (`nil`: an unscoped key, or the command line).
+    public var networks: NetworkScope?
+
+    /// Whether a key scoped to `scope` (`nil`: unscoped) may see this import: an unscoped key
+    /// sees every import, a scoped one those made by keys whose networks lie within its own.
+    public func isVisible(to scope: NetworkScope?) -> Bool {
+        guard let scope else { return true }
+        guard let networks else { return false }
+        return scope.covers(networks)
+    }
 
     public static func == (a: ReconciliationImport, b: ReconciliationImport) -> Bool {
         a.id == b.id && a.tz == b.tz && a.rows == b.rows && a.matched == b.matched && a.hasRequests == b.hasRequests && a.firstDay == b.firstDay
@@ -37,6 +47,8 @@ public enum ReconciliationError: Error, Sendable, Equatable, CustomStringConvert
     case noSuchImport(String?)
     /// A parameter breaks its rule (`400`).
     case invalidParameter(String)
+    /// A scoped key's file has a row whose ad unit is outside the key's networks (`400`).
+    case outsideNetworks(row: Int, adUnit: String)
 
     public var description: String {
         switch self {
@@ -44,6 +56,9 @@ public enum ReconciliationError: Error, Sendable, Equatable, CustomStringConvert
         case .noSuchImport(let id?): "no reconciliation import has the id '\(id)' (tracker reconcile list shows them)"
         case .noSuchImport(nil): "no Ad Manager report has been imported yet: POST /v1/reconciliations?tz=ZONE or tracker reconcile import FILE --tz ZONE"
         case .invalidParameter(let message): message
+        case .outsideNetworks(let row, let adUnit):
+            "row \(row): ad unit \(adUnit) belongs to network \(NetworkScope.network(of: adUnit)), which this key cannot import for; "
+                + "nothing of the file was imported (import it with a key of that network)"
         }
     }
 }
@@ -79,7 +94,10 @@ public struct Reconciliations: Sendable {
     ///   - unitMap: Ad Manager's ad unit names to paths; names without an entry are matched
     ///     as a path, or by the last segment of one known ad unit path.
     ///   - importedBy: who imported it (a key's name, or the command line).
-    public func importReport(_ file: [UInt8], timeZone: String, unitMap: [UInt8]? = nil, importedBy: String) async throws -> ReconciliationImport {
+    ///   - networks: a scoped key's networks: a row that maps to an ad unit outside them refuses
+    ///     the whole file, and names are matched among their ad units only.
+    public func importReport(_ file: [UInt8], timeZone: String, unitMap: [UInt8]? = nil, importedBy: String,
+                             networks: NetworkScope? = nil) async throws -> ReconciliationImport {
         let report: AdManagerReport
         var map = AdUnitMap()
         do throws(ImportError) {
@@ -91,12 +109,14 @@ public struct Reconciliations: Sendable {
         var digest = SHA256()
         digest.update(data: Array(timeZone.utf8) + [0])
         digest.update(data: (unitMap ?? []) + [0])
+        // Keys of other networks importing the same file make imports of their own, each seen by its networks.
+        if let networks { digest.update(data: Array("networks:\(networks)".utf8) + [0]) }
         digest.update(data: file)
         let id = digest.finalize().prefix(12).map { byte in
             let hex = Array("0123456789abcdef")
             return String([hex[Int(byte >> 4)], hex[Int(byte & 15)]])
         }.joined()
-        if let existing = try await load(id: id) {
+        if let existing = try await load(id: id), existing.isVisible(to: networks) {
             var again = existing
             again.existing = true
             return again
@@ -107,7 +127,7 @@ public struct Reconciliations: Sendable {
         try await LogCursor(pool: readPool).waitForProjections(maxWait: LogCursor.defaultReportWait, stallLimit: LogCursor.defaultStallLimit)
         let known = try await readPool.withConnection { connection in
             try connection.query(ReconciliationSQL.knownAdUnits).rows.compactMap { $0.first ?? nil }
-        }
+        }.filter { networks?.contains(adUnit: $0) ?? true }
         let resolve = UnitResolver(map: map, known: known)
         var rows = BinaryArray(.int4), days = BinaryArray(.int8), names = BinaryArray(.text), paths = BinaryArray(.text)
         var how = BinaryArray(.text)
@@ -118,6 +138,9 @@ public struct Reconciliations: Sendable {
             days.append(Int64(r.day.daysSinceEpoch))
             names.append(r.adUnit)
             let (path, match) = resolve.path(of: r.adUnit)
+            if let networks, let path, !networks.contains(adUnit: path) {
+                throw ReconciliationError.outsideNetworks(row: r.row, adUnit: path)
+            }
             paths.append(path)
             how.append(match.rawValue)
             if path != nil { matched += 1 }
@@ -128,7 +151,8 @@ public struct Reconciliations: Sendable {
         let first = report.rows.map(\.day).min(), last = report.rows.map(\.day).max()
         let parameters: [Parameter] = [.text(id), .text(timeZone), .text(String(report.rows.count)), .text(String(matched)),
                                        first.map { .text($0.description) } ?? .null, last.map { .text($0.description) } ?? .null,
-                                       .text(importedBy), .text(report.hasRequests ? "true" : "false")]
+                                       .text(importedBy), .text(report.hasRequests ? "true" : "false"),
+                                       networks.map { .text("{\($0)}") } ?? .null]
         let rowParameters: [Parameter] = [.text(id), rows.parameter, days.parameter, names.parameter, paths.parameter,
                                           how.parameter, impressions.parameter, clicks.parameter, requests.parameter]
         let inserted = try await pool.withConnection { connection in
@@ -158,23 +182,25 @@ public struct Reconciliations: Sendable {
         return within
     }
 
-    /// Every import, newest first.
-    public func list() async throws -> [ReconciliationImport] {
+    /// Every import a key scoped to `networks` may see (`nil`: every import), newest first.
+    public func list(visibleTo networks: NetworkScope? = nil) async throws -> [ReconciliationImport] {
         try await readPool.withConnection { connection in
             let r = try connection.query(ReconciliationSQL.imports + " ORDER BY i.imported_at DESC, i.id")
-            return try (0..<r.rowCount).map { try Self.importRow(r, $0, on: connection) }
+            return try (0..<r.rowCount).map { try Self.importRow(r, $0, on: connection) }.filter { $0.isVisible(to: networks) }
         }
     }
 
-    /// The import `id`, or the newest when `id` is `nil`; `nil` when there is none.
-    public func load(id: String?) async throws -> ReconciliationImport? {
-        try await load(id: id, on: readPool)
+    /// The import `id`, or the newest when `id` is `nil`, among those a key scoped to
+    /// `networks` may see; `nil` when there is none (an import it may not see is as one that
+    /// does not exist).
+    public func load(id: String?, visibleTo networks: NetworkScope? = nil) async throws -> ReconciliationImport? {
+        guard let id else { return try await list(visibleTo: networks).first }
+        return try await load(id: id, on: readPool).flatMap { $0.isVisible(to: networks) ? $0 : nil }
     }
 
-    private func load(id: String?, on pool: ConnectionPool) async throws -> ReconciliationImport? {
+    private func load(id: String, on pool: ConnectionPool) async throws -> ReconciliationImport? {
         try await pool.withConnection { connection in
-            let r = try connection.query(ReconciliationSQL.imports + " WHERE i.id = COALESCE($1, (SELECT id FROM reconciliation_imports ORDER BY imported_at DESC, id LIMIT 1))",
-                                         [id])
+            let r = try connection.query(ReconciliationSQL.imports + " WHERE i.id = $1", [id])
             return r.rowCount == 1 ? try Self.importRow(r, 0, on: connection) : nil
         }
     }
@@ -189,7 +215,7 @@ public struct Reconciliations: Sendable {
             },
             firstDay: r.string(row, 4).flatMap { Day(iso: $0) }, lastDay: r.string(row, 5).flatMap { Day(iso: $0) },
             importedAt: r.string(row, 6) ?? "", importedBy: r.string(row, 7) ?? "", existing: false,
-            hasRequests: r.string(row, 8) == "t")
+            hasRequests: r.string(row, 8) == "t", networks: r.string(row, 9).map { (try? NetworkScope.parse($0)) ?? .none })
     }
 
     /// Ad Manager's counts of the import, summed by local day and matched ad unit path.
@@ -255,8 +281,8 @@ enum ReconciliationSQL {
     static let knownAdUnits = ProjectionTable.allCases.map { "SELECT ad_unit FROM \($0.tableName(.day))" }.joined(separator: " UNION ")
 
     static let insertImport = """
-        INSERT INTO reconciliation_imports (id, tz, rows, matched, first_day, last_day, imported_by, has_requests)
-        VALUES ($1, $2, $3::int, $4::int, $5::date, $6::date, $7, $8::boolean)
+        INSERT INTO reconciliation_imports (id, tz, rows, matched, first_day, last_day, imported_by, has_requests, networks)
+        VALUES ($1, $2, $3::int, $4::int, $5::date, $6::date, $7, $8::boolean, $9::text[])
         ON CONFLICT (id) DO NOTHING
         RETURNING id
         """
@@ -269,10 +295,11 @@ enum ReconciliationSQL {
         """
 
     /// Columns: 0 id, 1 tz, 2 rows, 3 matched, 4 first day, 5 last day, 6 imported at (UTC), 7 imported by,
-    /// 8 has requests.
+    /// 8 has requests, 9 the importing key's networks.
     static let imports = """
         SELECT i.id, i.tz, i.rows, i.matched, i.first_day::text, i.last_day::text,
-               to_char(i.imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), i.imported_by, i.has_requests
+               to_char(i.imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), i.imported_by, i.has_requests,
+               array_to_string(i.networks, ',')
         FROM reconciliation_imports i
         """
 

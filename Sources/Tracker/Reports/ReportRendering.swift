@@ -3,20 +3,29 @@ extension ReportValue {
     /// character as `\u00XX`) and quoted, a count's 20 characters, a ratio's 32.
     var byteBound: Int {
         switch self {
-        case .text(let s): 2 + 6 * s.utf8.count
+        case .text(let s): 3 + 6 * s.utf8.count  // quotes, a formula guard, and JSON's worst escape per byte
         case .count: 20
         case .ratio: 32  // a Double's shortest form is at most 24 characters
-        case .missing: 4
+        case .noDenominator, .missing: 4
         }
     }
 
-    /// The value as it reads in CSV (and JSON): ratios as numbers.
-    var plain: String {
+    /// The value as it reads in JSON: ratios as numbers, one without a denominator as 0.
+    var json: String {
         switch self {
         case .text(let s): s
         case .count(let n): String(n)
         case .ratio(let r): r.isFinite ? String(r) : "0"
-        case .missing: ""
+        case .noDenominator: String(0.0)
+        case .missing: "null"
+        }
+    }
+
+    /// The value as it reads in CSV: ratios as numbers, an empty cell where there is none.
+    var plain: String {
+        switch self {
+        case .noDenominator, .missing: ""
+        default: json
         }
     }
 
@@ -24,7 +33,7 @@ extension ReportValue {
     var shown: String {
         switch self {
         case .ratio(let r): String(oneDecimal: r.isFinite ? r * 100 : 0) + " %"
-        case .missing: "–"
+        case .noDenominator, .missing: "–"
         default: plain
         }
     }
@@ -88,8 +97,7 @@ extension ReportResult {
                 switch value {
                 case .text(let s): w.jsonString(s)
                 case .count(let n): w.decimal(n)
-                case .ratio: w.ascii(value.plain)
-                case .missing: w.ascii("null")
+                case .ratio, .noDenominator, .missing: w.ascii(value.json)
                 }
             }
             w.byte(UInt8(ascii: "}"))
@@ -98,45 +106,78 @@ extension ReportResult {
         return w.count
     }
 
-    /// RFC 4180 CSV with a header row, lines ended by "\n".
+    /// RFC 4180 CSV with a header row, lines ended by "\n": one line per row.
     public var csv: String {
-        String(decoding: csvBytes, as: UTF8.self)
+        csv(totals: false)
     }
 
-    /// `csv` as UTF-8 bytes.
-    public var csvBytes: [UInt8] {
-        Self.rendered(byteBound: csvByteBound) { writeCSV(into: $0) }
+    /// `csv`, ending with `totalsRow` when `totals` is set.
+    public func csv(totals: Bool) -> String {
+        String(decoding: csvBytes(totals: totals), as: UTF8.self)
     }
 
-    /// The most bytes `csv` can take: what a caller gives `writeCSV(into:)`.
+    /// `csv(totals:)` as UTF-8 bytes.
+    public func csvBytes(totals: Bool = false) -> [UInt8] {
+        Self.rendered(byteBound: csvByteBound) { writeCSV(into: $0, totals: totals) }
+    }
+
+    /// The most bytes `csv` can take, with its totals row: what a caller gives `writeCSV(into:totals:)`.
     public var csvByteBound: Int {
         var bound = columns.reduce(1) { $0 + $1.utf8.count + 1 }
         for row in rows {
             bound += row.count
             for value in row { bound += value.byteBound }
         }
-        return bound
+        return bound + Self.totalLabel.utf8.count + columns.count * (1 + ReportValue.ratio(0).byteBound)
     }
 
     /// Writes `csv` into `out`, which holds `csvByteBound` bytes at least, as `writeJSON(into:)`
-    /// writes JSON, and answers how many it wrote.
-    public func writeCSV(into out: UnsafeMutableRawBufferPointer) -> Int {
+    /// writes JSON, and answers how many it wrote; with `totals`, `totalsRow` is the last line.
+    public func writeCSV(into out: UnsafeMutableRawBufferPointer, totals: Bool = false) -> Int {
         var w = RawWriter(out)
         w.ascii(columns.joined(separator: ","))
         w.byte(UInt8(ascii: "\n"))
-        for row in rows {
+        func write(_ row: [ReportValue]) {
             for (j, value) in row.enumerated() {
                 if j > 0 { w.byte(UInt8(ascii: ",")) }
                 switch value {
                 case .text(let s): w.csvField(s)
                 case .count(let n): w.decimal(n)
-                case .ratio: w.ascii(value.plain)
-                case .missing: break
+                case .ratio, .noDenominator, .missing: w.ascii(value.plain)
                 }
             }
             w.byte(UInt8(ascii: "\n"))
         }
+        for row in rows { write(row) }
+        if totals { write(totalsRow) }
         return w.count
+    }
+
+    /// What the totals row's first column says.
+    public static let totalLabel = "Total"
+
+    /// The rows added up, column by column as `totals` says: counts summed, ratios recomputed
+    /// from the summed counts, percentiles empty, "Total" in the first column. The ad servers'
+    /// own exports end with such a row; programs reading a CSV expect one line per row, so
+    /// only the table and a CSV asked with totals have it.
+    public var totalsRow: [ReportValue] {
+        var sums: [String: Int64] = [:]
+        for (i, (name, rule)) in zip(columns, totals).enumerated() where rule == .sum {
+            sums[name] = rows.reduce(0) { total, row in
+                guard case .count(let n) = row[i] else { return total }
+                let (sum, overflow) = total.addingReportingOverflow(n)
+                return overflow ? (n > 0 ? .max : .min) : sum
+            }
+        }
+        return zip(columns, totals).enumerated().map { i, column in
+            switch column.1 {
+            case .label: i == 0 ? .text(Self.totalLabel) : .text("")
+            case .sum: .count(sums[column.0] ?? 0)
+            case .ratio(let numerator, let denominator):
+                if let a = sums[numerator], let b = sums[denominator] { .ratio(of: a, over: b) } else { .missing }
+            case .empty: .missing
+            }
+        }
     }
 
     private static func rendered(byteBound: Int, _ write: (UnsafeMutableRawBufferPointer) -> Int) -> [UInt8] {
@@ -154,16 +195,26 @@ extension ReportResult {
         }, as: UTF8.self)
     }
 
-    /// Aligned columns for a terminal: dimensions left, numbers right.
+    /// Aligned columns for a terminal, dimensions left, numbers right, and the totals row last.
     public var table: String {
+        guard let first = rows.first else { return TextTable.render([columns]) + "(no rows)\n" }
         let numeric = columns.indices.filter { i in
-            guard let first = rows.first else { return false }
-            if case .text = first[i] { return false }
-            return true
+            if case .text = first[i] { false } else { true }
         }
-        var out = TextTable.render([columns] + rows.map { $0.map(\.shown) }, rightAligned: Set(numeric))
-        if rows.isEmpty { out += "(no rows)\n" }
-        return out
+        return TextTable.render([columns] + (rows + [totalsRow]).map { $0.map(\.shown) }, rightAligned: Set(numeric))
+    }
+}
+
+/// The one rule CSV text follows against formulas (`RawWriter.csvField`).
+enum CSVText {
+    /// The mark put before a text cell a spreadsheet would read as a formula: `'`.
+    static let guardMark = UInt8(ascii: "'")
+
+    /// Whether a text cell starting with `byte` would be read as a formula: `=`, `+`, `-`, `@`,
+    /// a tab or a carriage return.
+    static func startsFormula(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "=") || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "@")
+            || byte == 0x09 || byte == 0x0D
     }
 }
 
@@ -223,17 +274,24 @@ struct RawWriter {
         JSONText.writeQuoted(s) { bytes($0) }
     }
 
-    /// `s` as a CSV field: quoted, with quotes doubled, when it holds a comma, quote or line end
-    /// (told by its bytes: a quote followed by a combining accent is still a quote to a reader).
+    /// `s` as a CSV text field: quoted, with quotes doubled, when it holds a comma, quote or line
+    /// end (told by its bytes: a quote followed by a combining accent is still a quote to a
+    /// reader); and, when it starts with `=`, `+`, `-`, `@`, a tab or a carriage return, after a
+    /// `'`, so that a spreadsheet shows it as text instead of running it as a formula (OWASP's
+    /// rule against CSV injection: an ad unit, asset key or adapter is whatever a client sent).
+    /// Numbers are not text fields: they are written as they are.
     mutating func csvField(_ s: String) {
         var s = s
         s.withUTF8 { utf8 in
             let all = UnsafeRawBufferPointer(utf8)
+            let guarded = utf8.first.map(CSVText.startsFormula) ?? false
             guard utf8.contains(where: { $0 == 0x2C || $0 == 0x22 || $0 == 0x0A || $0 == 0x0D }) else {
+                if guarded { byte(CSVText.guardMark) }
                 bytes(all)
                 return
             }
             byte(0x22)
+            if guarded { byte(CSVText.guardMark) }
             var run = 0
             for (i, b) in utf8.enumerated() where b == 0x22 {
                 bytes(UnsafeRawBufferPointer(rebasing: all[run...i]))

@@ -28,11 +28,18 @@ public struct Reports: Sendable {
 
     /// The report `query` asks for.
     ///
+    /// With `networks` (a scoped key: PROTOCOL.md 11), only the rows of those networks' ad units,
+    /// each what an unscoped key sees for it, and the lag of those networks only.
+    ///
     /// - Throws: `ReportQueryError.unknownTimeZone` for a zone the database does not know,
-    ///   `ReportError` when the projections cannot answer, or a `DatabaseError`.
-    public func run(_ query: ReportQuery) async throws -> ReportResult {
+    ///   `ReportError` when the projections cannot answer or the `adUnit` filter is outside
+    ///   `networks`, or a `DatabaseError`.
+    public func run(_ query: ReportQuery, networks: NetworkScope? = nil) async throws -> ReportResult {
         let started = ContinuousClock.now
         defer { durations[query.kind]?.recordNanoseconds((ContinuousClock.now - started).nanoseconds) }
+        if let networks, let adUnit = query.adUnit, !networks.contains(adUnit: adUnit) {
+            throw ReportError.outsideNetworks(filter: adUnit)
+        }
         var query = query
         if !query.isUTCDays {
             query.timeZone = try await TimeZoneCatalog.shared.canonicalName(query.timeZone, pool: pool)
@@ -41,7 +48,8 @@ public struct Reports: Sendable {
         let spec = ReportSQL.specs[query.kind]!
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         var parameters: [Parameter] = [.text(query.from.description), .text(query.to.description), .text(classes),
-                                       query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null]
+                                       query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null,
+                                       networks?.arrayParameter ?? .null, query.adUnitLevel.map { .text(String($0)) } ?? .null]
         var dimensions = spec.dimensions
         var local: LocalSegments.Segments?
         if !query.isUTCDays {
@@ -65,7 +73,7 @@ public struct Reports: Sendable {
                 let r = try connection.query(local.cutsOfBlock == nil ? spec.localRows : spec.localCuts, arguments, binaryResults: true)
                 out = try local.sum(r, dimensions: Array(spec.textDimensions.dropFirst()), lanes: spec.lanes, width: spec.width,
                                     columns: columnCount, appendMeasures: spec.appendMeasures)
-                return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
+                return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
             }
             let r = try connection.query(spec.sql, arguments, binaryResults: false)
             let columns = spec.dimensions.count
@@ -79,9 +87,10 @@ public struct Reports: Sendable {
                 spec.appendMeasures(counts[...], &dims)
                 out.append(dims)
             }
-            return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo))
+            return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
         }
-        return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows, lag: lag, ivtRules: ivtRules)
+        return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows,
+                            totals: dimensions.map { _ in .label } + spec.measureTotals, lag: lag, ivtRules: ivtRules)
     }
 }
 
@@ -100,9 +109,14 @@ public enum ReportError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The projections were made before the tracker kept quarter hours, so only UTC days can
     /// be reported until `tracker rebuild` has run.
     case quarterHoursMissing
+    /// A scoped key asked for an ad unit (or prefix) outside its networks (`403`).
+    case outsideNetworks(filter: String)
 
     public var description: String {
         switch self {
+        case .outsideNetworks(let filter):
+            "adUnit \(filter) belongs to network \(NetworkScope.network(of: filter)), which this key cannot read: "
+                + "a key scoped to networks reads their ad units only"
         case .quarterHoursMissing:
             "these projections were made before the tracker kept quarter hours, so they can report UTC days only; "
                 + "run tracker rebuild once to report in other time zones and by hour"
@@ -146,13 +160,15 @@ enum ReportSQL {
         /// Whether each dimension is text (else an integer: the waterfall's `position`).
         var textDimensions: [Bool]
         var measureNames: [String]
+        /// How each measure column adds up in a totals row.
+        var measureTotals: [ReportTotal]
         /// UTC days, from the day table.
         var sql: String
-        /// Local days or hours: the half-day rows of the segments' blocks ($6 first, $7 last),
+        /// Local days or hours: the half-day rows of the segments' blocks ($8 first, $9 last),
         /// whole, which `LocalSegments.Segments.sum` cuts and sums by label and key.
         var localRows: String
         /// Local days: the same rows with two elements of their counts, each half day's cut
-        /// ($8, by half day from $6) and its total, all a local day needs of a half day.
+        /// ($10, by half day from $8) and its total, all a local day needs of a half day.
         var localCuts: String
         /// Each summed measure's place (in SELECT order) among the `width` measures of a
         /// half-day row's counts.
@@ -163,10 +179,12 @@ enum ReportSQL {
     }
 
     /// One of a report's measure columns: a measure of the table, summed over the report's
-    /// rows, or a value computed from the row's summed measures (which the report must show).
+    /// rows; a ratio of two of them (which the report must show); or another value computed
+    /// from the row's summed measures, with how it adds up in a totals row.
     enum Column<M: ProjectionMeasure> {
         case sum(M)
-        case computed(String, @Sendable (Sums<M>) -> ReportValue)
+        case ratio(String, M, over: M)
+        case computed(String, total: ReportTotal, @Sendable (Sums<M>) -> ReportValue)
     }
 
     /// A report row's summed measures, by measure.
@@ -176,28 +194,37 @@ enum ReportSQL {
         subscript(_ measure: M) -> Int64 { values[values.startIndex + position[measure]!] }
     }
 
-    static func ratio(_ a: Int64, _ b: Int64) -> ReportValue {
-        .ratio(b == 0 ? 0 : Double(a) / Double(b))
-    }
+    /// The rows every report keeps, whatever its time: the classes ($3), the `adUnit` filter
+    /// ($4: an ad unit, or with a trailing `/` every ad unit under that path), the format ($5) and
+    /// a scoped key's networks ($6, the ad unit's first segment).
+    static let rowFilters = """
+          AND traffic_class = ANY($3::int2[])
+          AND ($4::text IS NULL OR ad_unit = $4::text OR (right($4::text, 1) = '/' AND starts_with(ad_unit, $4::text)))
+          AND ($5::text IS NULL OR format_id = $5::text)
+          AND ($6::text[] IS NULL OR split_part(ad_unit, '/', 2) = ANY($6::text[]))
+        """
 
     static let filters = """
         WHERE day BETWEEN $1::date AND $2::date
-          AND traffic_class = ANY($3::int2[])
-          AND ($4::text IS NULL OR ad_unit = $4::text)
-          AND ($5::text IS NULL OR format_id = $5::text)
+        \(rowFilters)
         """
 
-    /// The row filters of a local-time report; the half days come from the segments ($6 first,
-    /// $7 last), whose days are those asked ($1 to $2) already. $1 and $2 stay referenced so
+    /// The row filters of a local-time report; the half days come from the segments ($8 first,
+    /// $9 last), whose days are those asked ($1 to $2) already. $1 and $2 stay referenced so
     /// that every report takes the same parameters.
     static let quartersFilters = """
         WHERE $1::date <= $2::date
-          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $6::int8 * interval '12 hours'
-                                  AND timestamptz '1970-01-01 00:00:00+00' + $7::int8 * interval '12 hours'
-          AND traffic_class = ANY($3::int2[])
-          AND ($4::text IS NULL OR ad_unit = $4::text)
-          AND ($5::text IS NULL OR format_id = $5::text)
+          AND q.quarters_from BETWEEN timestamptz '1970-01-01 00:00:00+00' + $8::int8 * interval '12 hours'
+                                  AND timestamptz '1970-01-01 00:00:00+00' + $9::int8 * interval '12 hours'
+        \(rowFilters)
         """
+
+    /// A row's ad unit as the report shows it: as stored, or rolled up to its first $7 segments
+    /// after the network code (`adUnitLevel`: `/1234567/news/sports` is `/1234567/news` at
+    /// level 1), so that the rows under one path sum into one.
+    static func adUnit(_ column: String) -> String {
+        "CASE WHEN $7::int IS NULL THEN \(column) ELSE array_to_string((string_to_array(\(column), '/'))[1:$7::int + 2], '/') END"
+    }
 
     /// Whether the quarter-hour tables cover every projected event (`ReportError.quarterHoursMissing`),
     /// and the rule set the projections were computed with (every report names it).
@@ -212,8 +239,8 @@ enum ReportSQL {
             spec(["adUnit", "formatId"], [
                 .sum(FormatMeasure.impressions), .sum(.duplicateImpressions), .sum(.staleImpressions), .sum(.clicks),
                 .sum(.duplicateClicks), .sum(.attributedClicks),
-                .computed("unattributedClicks") { .count($0[.clicks] - $0[.attributedClicks]) },
-                .computed("ctr") { ratio($0[.attributedClicks], $0[.impressions]) },
+                .computed("unattributedClicks", total: .sum) { .count($0[.clicks] - $0[.attributedClicks]) },
+                .ratio("ctr", .attributedClicks, over: .impressions),
                 .sum(.adchoicesImpressions), .sum(.adchoicesClicks), .sum(.videoPlays), .sum(.videoEnds),
                 .sum(.givtImpressions), .sum(.givtClicks),
             ])
@@ -224,7 +251,7 @@ enum ReportSQL {
         case .adchoices:
             spec(["adUnit", "formatId"], [
                 .sum(FormatMeasure.eeaReservationImpressions), .sum(.withAdChoices),
-                .computed("share") { ratio($0[.withAdChoices], $0[.eeaReservationImpressions]) },
+                .ratio("share", .withAdChoices, over: .eeaReservationImpressions),
                 .sum(.adchoicesClicks),
             ])
         case .ivt:
@@ -232,19 +259,19 @@ enum ReportSQL {
         case .funnel:
             spec(["adUnit"], [
                 .sum(FunnelMeasure.requests), .sum(.adsRequested), .sum(.filledRequests), .sum(.failedRequests),
-                .sum(.unansweredRequests), .computed("fillRate") { ratio($0[.filledRequests], $0[.requests]) },
-                .sum(.loadedAds), .sum(.shownAds), .computed("showRate") { ratio($0[.shownAds], $0[.loadedAds]) },
-                .computed("loadLatencyP50Ms") { percentile(50, FunnelMeasure.latencies, $0) },
-                .computed("loadLatencyP95Ms") { percentile(95, FunnelMeasure.latencies, $0) },
+                .sum(.unansweredRequests), .ratio("fillRate", .filledRequests, over: .requests),
+                .sum(.loadedAds), .sum(.shownAds), .ratio("showRate", .shownAds, over: .loadedAds),
+                .computed("loadLatencyP50Ms", total: .empty) { percentile(50, FunnelMeasure.latencies, $0) },
+                .computed("loadLatencyP95Ms", total: .empty) { percentile(95, FunnelMeasure.latencies, $0) },
             ], alsoSummed: FunnelMeasure.latencies)
         case .failures:
             spec(["adUnit", "errorCode"], FailureMeasure.allCases.map(Column.sum))
         case .waterfall:
             spec(["adUnit", "adapter", "position"], [
                 .sum(WaterfallMeasure.attempts), .sum(.loaded), .sum(.failed), .sum(.timeouts),
-                .computed("fillRate") { ratio($0[.loaded], $0[.attempts]) },
-                .computed("latencyP50Ms") { percentile(50, WaterfallMeasure.latencies, $0) },
-                .computed("latencyP95Ms") { percentile(95, WaterfallMeasure.latencies, $0) },
+                .ratio("fillRate", .loaded, over: .attempts),
+                .computed("latencyP50Ms", total: .empty) { percentile(50, WaterfallMeasure.latencies, $0) },
+                .computed("latencyP95Ms", total: .empty) { percentile(95, WaterfallMeasure.latencies, $0) },
             ], alsoSummed: WaterfallMeasure.latencies)
         }
     }
@@ -262,6 +289,7 @@ enum ReportSQL {
         let position = Dictionary(uniqueKeysWithValues: summed.enumerated().map { ($1, $0) })
         let dimensionKinds = dimensions.map { ProjectionDimension(rawValue: $0)! }
         let dims = dimensionKinds.map(\.column)
+        let dimensionValues = dimensionKinds.map { $0 == .adUnit ? "\(adUnit("ad_unit")) AS ad_unit" : $0.column }
         let sums = summed.map { "sum(\($0.column))" }
         let dimensionList = dims.joined(separator: ", ")
         let having = sums.map { "\($0) <> 0" }.joined(separator: " OR ")
@@ -269,8 +297,9 @@ enum ReportSQL {
         let sql = """
             SELECT to_char(day, 'YYYY-MM-DD'), \(dimensionList),
                    \(sums.joined(separator: ", "))
-            FROM \(M.table.tableName(.day))
-            \(filters)
+            FROM (SELECT day, \(dimensionValues.joined(separator: ", ")), \(summed.map(\.column).joined(separator: ", "))
+                  FROM \(M.table.tableName(.day))
+                  \(filters)) AS t
             GROUP BY day, \(dimensionList)
             HAVING \(having)
             ORDER BY day, \(order)
@@ -280,14 +309,14 @@ enum ReportSQL {
         // sends the rows whole, their counts as the bytes it stores; the tracker cuts the
         // slices, sums them by label and key, filters and sorts, with integer sums and ranks
         // where SQL would sum numerics and sort collated text.
-        let keyColumns = dims.map { "q.\($0)" }.joined(separator: ", ")
+        let keyColumns = dimensionKinds.map { $0 == .adUnit ? adUnit("q.ad_unit") : "q.\($0.column)" }.joined(separator: ", ")
         let localRows = """
             SELECT q.quarters_from, \(keyColumns), q.mask, q.counts
             FROM \(M.table.tableName(.quarters)) AS q
             \(quartersFilters)
             """
         // A report by day needs at most three of a row's 49 running counts per measure, the
-        // first being 0: it reads the cut ($8, by half day from $6) and the total, not the whole
+        // first being 0: it reads the cut ($10, by half day from $8) and the total, not the whole
         // row, which for a month of rows would be megabytes to receive for a few hundred sums.
         // The cut's entry is found from the mask as QuarterBlock.entry does (the count of set
         // bits below the cut); a cut before the row's first entry is all zeros.
@@ -298,14 +327,21 @@ enum ReportSQL {
                    CASE WHEN c.n = 0 THEN \(zeros) ELSE substring(q.counts FROM (c.n - 1) * \(element) + 1 FOR \(element)) END
                    || substring(q.counts FROM octet_length(q.counts) - \(element - 1) FOR \(element))
             FROM \(M.table.tableName(.quarters)) AS q,
-                 LATERAL (SELECT bit_count((q.mask & ((1::int8 << ($8::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $6::int8 + 1])
+                 LATERAL (SELECT bit_count((q.mask & ((1::int8 << ($10::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $8::int8 + 1])
                                                      - 1))::bit(64))::int4 AS n) AS c
             \(quartersFilters)
             """
         let names = columns.map { column in
             switch column {
             case .sum(let m): m.name
-            case .computed(let name, _): name
+            case .ratio(let name, _, _), .computed(let name, _, _): name
+            }
+        }
+        let totals = columns.map { column -> ReportTotal in
+            switch column {
+            case .sum: .sum
+            case .ratio(_, let numerator, let denominator): .ratio(of: numerator.name, over: denominator.name)
+            case .computed(_, let total, _): total
             }
         }
         // Each summed column's place in the counts, found once, not looked up per column and row
@@ -318,12 +354,14 @@ enum ReportSQL {
             for (column, place) in zip(columns, places) {
                 if let place {
                     out.append(.count(counts[counts.startIndex + place]))
-                } else if case .computed(_, let compute) = column {
+                } else if case .ratio(_, let numerator, let denominator) = column {
+                    out.append(.ratio(of: row[numerator], over: row[denominator]))
+                } else if case .computed(_, _, let compute) = column {
                     out.append(compute(row))
                 }
             }
         }
-        return Spec(dimensions: ["day"] + dimensions, textDimensions: [true] + dimensionKinds.map(\.isText), measureNames: names, sql: sql,
+        return Spec(dimensions: ["day"] + dimensions, textDimensions: [true] + dimensionKinds.map(\.isText), measureNames: names, measureTotals: totals, sql: sql,
                     localRows: localRows, localCuts: localCuts, lanes: summed.map(\.lane), width: M.allCases.count,
                     appendMeasures: appendMeasures)
     }
@@ -369,7 +407,7 @@ final class LocalSegments: Sendable {
         /// it on (positions in the arrays above).
         var firstBlock: Int64 = 0
         var segmentsOfBlock: [Range<Int>] = []
-        /// $6 and $7 of `Spec.localRows`, the first and last half day, and $8 when reading cuts.
+        /// $8 and $9 of `Spec.localRows`, the first and last half day, and $10 when reading cuts.
         var parameters: [Parameter] = []
 
         /// The report's rows from `r` (`Spec.localRows` or `Spec.localCuts`, binary: the half

@@ -81,7 +81,10 @@ public struct BatchDecoder: Sendable {
     ///   - body: the request body, decompressed.
     ///   - receivedAt: the server's time of the request, for the time correction.
     ///   - serverKey: whether events may carry `userAgent` and `ip` (a server key's batch).
-    public func decode(_ body: [UInt8], receivedAt: Timestamp, serverKey: Bool = false) throws(BatchError) -> DecodedBatch {
+    ///   - networks: the networks the key may send events for; an event of another is rejected
+    ///     (`nil`: every network).
+    public func decode(_ body: [UInt8], receivedAt: Timestamp, serverKey: Bool = false,
+                       networks: NetworkScope? = nil) throws(BatchError) -> DecodedBatch {
         guard body.count <= limits.maxBodyBytes else {
             throw .bodyTooLarge(bytes: body.count, limit: limits.maxBodyBytes)
         }
@@ -120,7 +123,7 @@ public struct BatchDecoder: Sendable {
             throw .sentAtNotAString(other.typeName)
         }
 
-        let rules = EventRules(limits: limits, receivedAt: receivedAt, sentAt: sentAt, serverKey: serverKey)
+        let rules = EventRules(limits: limits, receivedAt: receivedAt, sentAt: sentAt, serverKey: serverKey, networks: networks)
         var accepted: [(index: Int, event: TrackingEvent)] = []
         accepted.reserveCapacity(events.count)
         var rejected: [Rejection] = []

@@ -9,12 +9,15 @@ package struct EventRules {
     /// Whether the key may set `userAgent` and `ip` (a server key): they say which device an
     /// event came from, which only a server sending on the devices' behalf can know.
     var serverKey: Bool
+    /// The networks the key may send events for (PROTOCOL.md 11); `nil`: every network.
+    var networks: NetworkScope?
 
-    package init(limits: IngestLimits, receivedAt: Timestamp, sentAt: Timestamp?, serverKey: Bool = false) {
+    package init(limits: IngestLimits, receivedAt: Timestamp, sentAt: Timestamp?, serverKey: Bool = false, networks: NetworkScope? = nil) {
         self.limits = limits
         self.receivedAt = receivedAt
         self.sentAt = sentAt
         self.serverKey = serverKey
+        self.networks = networks
     }
 
     /// Devices may be ahead of the server by up to this much when they send no `sentAt`.
@@ -51,6 +54,10 @@ package struct EventRules {
         }
         let adUnit = v.required(value, "adUnit", hint: "an ad unit path such as /6499/example/native") { text in
             Self.checkAdUnit(text)
+        }
+        if let adUnit, let networks, !networks.contains(adUnit: adUnit) {
+            v.add(about: "adUnit", "adUnit \(Violations.excerpt(adUnit)) belongs to network \(NetworkScope.network(of: adUnit)), "
+                  + "which is not one of this key's networks (\(networks.codes.joined(separator: ", "))): send it with a key of that network")
         }
         let formatId: String?
         if isLoad {

@@ -23,8 +23,13 @@ public struct ReportQuery: Sendable, Hashable {
     /// First and last local day in `timeZone`, inclusive.
     public var from: Day
     public var to: Day
+    /// An ad unit, or with a trailing `/` every ad unit under that path (`/1234567/news/`).
     public var adUnit: String?
     public var formatId: String?
+    /// Rolls ad units up to their first this many segments after the network code (Ad
+    /// Manager's ad unit levels: `/1234567/news/sports` is `/1234567/news` at level 1); `nil`:
+    /// each ad unit as it is.
+    public var adUnitLevel: Int?
     public var includeTest: Bool
     /// The IANA name of the zone whose local days and hours the rows are (`UTC` by default).
     /// Its syntax is checked here; whether the zone exists, by `Reports`, against the database's zones.
@@ -38,7 +43,8 @@ public struct ReportQuery: Sendable, Hashable {
 
     /// Checks the range rules; the error names the parameter and the rule.
     public init(kind: ReportKind, from: Day, to: Day, adUnit: String? = nil, formatId: String? = nil, includeTest: Bool = false,
-                timeZone: String = ReportQuery.defaultTimeZone, granularity: ReportGranularity = .day) throws(ReportQueryError) {
+                timeZone: String = ReportQuery.defaultTimeZone, granularity: ReportGranularity = .day,
+                adUnitLevel: Int? = nil) throws(ReportQueryError) {
         guard from <= to else { throw .fromAfterTo(from: from, to: to) }
         let days = Int(to.daysSinceEpoch - from.daysSinceEpoch) + 1
         guard days <= Self.maxDays else { throw .rangeTooLong(days: days) }
@@ -51,7 +57,11 @@ public struct ReportQuery: Sendable, Hashable {
         self.includeTest = includeTest
         self.timeZone = timeZone
         self.granularity = granularity
+        self.adUnitLevel = adUnitLevel
     }
+
+    /// The deepest `adUnitLevel` a report takes (an ad unit path has at most 256 characters).
+    public static let maxAdUnitLevel = 100
 
     /// Whether rows are UTC days, the shape every report had before time zones (and the
     /// cheapest: read from the day tables).
@@ -128,7 +138,17 @@ extension ReportQuery {
         return try ReportQuery(kind: kind, from: try day("from"), to: try day("to"),
                                adUnit: parameter("adUnit").flatMap { $0.isEmpty ? nil : $0 },
                                formatId: parameter("formatId").flatMap { $0.isEmpty ? nil : $0 },
-                               includeTest: includeTest, timeZone: zone, granularity: granularity)
+                               includeTest: includeTest, timeZone: zone, granularity: granularity,
+                               adUnitLevel: try adUnitLevel(parameter("adUnitLevel")))
+    }
+
+    /// `adUnitLevel`: absent, or a whole number from 1 to `maxAdUnitLevel`.
+    public static func adUnitLevel(_ value: String?) throws(ReportQueryError) -> Int? {
+        guard let value, !value.isEmpty else { return nil }
+        guard let level = Int(value), (1...maxAdUnitLevel).contains(level), value.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            throw .invalidParameter("adUnitLevel must be a whole number from 1 to \(maxAdUnitLevel) (the segments kept after the network code), got '\(value)'")
+        }
+        return level
     }
 
     /// `granularity`: absent, `day` or `hour`.

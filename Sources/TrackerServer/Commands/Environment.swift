@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import ArgumentParser
+import Foundation
 import Logging
 import Tracker
 
@@ -63,6 +64,19 @@ struct Settings: Sendable {
             throw ValidationError("TRACKER_REPORT_WAIT must be a number of seconds from 0 to 3600, got '\(value)'")
         }
         return .milliseconds(Int64(seconds * 1000))
+    }
+
+    /// `TRACKER_DEFAULT_TZ`: the zone of a report that names none (`nil`: UTC), as the tz
+    /// database spells it. A zone the tz database does not know stops the command: a server
+    /// started with it would refuse every report asked without `tz`.
+    func defaultTimeZone() throws -> String? {
+        guard let value = values["TRACKER_DEFAULT_TZ"] else { return nil }
+        // Foundation's zones are ICU's copy of the tz database, which needs no connection;
+        // each report still checks its zone against PostgreSQL's, as it checks `tz`.
+        guard ReportQuery.isZoneName(value), TimeZone(identifier: value) != nil else {
+            throw ValidationError("TRACKER_DEFAULT_TZ must be an IANA time zone name as the tz database spells it, such as UTC, America/New_York or Asia/Kolkata, got '\(value)'")
+        }
+        return value
     }
 
     /// `TRACKER_BEACON_SECRET` and `TRACKER_BEACON_PREVIOUS_SECRET`: `nil` when beacons are off;

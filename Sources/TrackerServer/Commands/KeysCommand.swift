@@ -23,18 +23,28 @@ struct KeysCommand: AsyncParsableCommand {
             """)
         var server = false
 
+        @Option(help: """
+            Scope the key to these Ad Manager networks (comma-separated network codes, e.g. 6499,21775744923): \
+            it sends events and reads reports of their ad units only. Without it the key serves every network.
+            """)
+        var networks: String?
+
         @OptionGroup var database: DatabaseOptions
 
         func validate() throws {
             if server, scope != .ingest { throw ValidationError("--server applies to ingest keys only (--scope ingest)") }
+            if let networks {
+                do { _ = try NetworkScope.parse(networks) } catch { throw ValidationError("invalid --networks: \(error)") }
+            }
         }
 
         func run() async throws {
+            let scoped = try networks.map { try NetworkScope.parse($0) }
             let pool = try database.pool()
             defer { pool.close() }
             do {
-                let key = try await APIKeys(pool: pool).create(name: name, scope: scope, server: server)
-                print("created \(scope.rawValue)\(server ? " server" : "") key '\(name)'")
+                let key = try await APIKeys(pool: pool).create(name: name, scope: scope, server: server, networks: scoped)
+                print("created \(scope.rawValue)\(server ? " server" : "") key '\(name)'" + (scoped.map { " for networks \($0)" } ?? ""))
                 print(key)
             } catch APIKeyError.invalidName {
                 throw ValidationError("invalid --name: \(APIKeys.nameRule)")
@@ -45,7 +55,8 @@ struct KeysCommand: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List keys: name, scope (server keys: ingest+server), prefix, created, revoked.")
+        static let configuration = CommandConfiguration(
+            abstract: "List keys: name, scope (server keys: ingest+server), networks (all: unscoped), prefix, created, revoked.")
 
         @OptionGroup var database: DatabaseOptions
 
@@ -53,8 +64,9 @@ struct KeysCommand: AsyncParsableCommand {
             let pool = try database.pool()
             defer { pool.close() }
             let keys = try await APIKeys(pool: pool).list()
-            let rows = [["NAME", "SCOPE", "PREFIX", "CREATED", "REVOKED"]]
-                + keys.map { [$0.name, $0.scope.rawValue + ($0.server ? "+server" : ""), $0.prefix + "…", $0.createdAt, $0.revokedAt ?? "-"] }
+            let rows = [["NAME", "SCOPE", "NETWORKS", "PREFIX", "CREATED", "REVOKED"]]
+                + keys.map { [$0.name, $0.scope.rawValue + ($0.server ? "+server" : ""), $0.networks?.description ?? "all", $0.prefix + "…",
+                              $0.createdAt, $0.revokedAt ?? "-"] }
             print(TextTable.render(rows), terminator: "")
         }
     }

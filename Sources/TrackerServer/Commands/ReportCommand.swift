@@ -8,7 +8,11 @@ struct ReportCommand: AsyncParsableCommand {
         discussion: """
             Reads the projections, from REPORT_DATABASE_URL when it is set and --database-url is not. \
             Waits up to TRACKER_REPORT_WAIT seconds (5) for the projections to include every event \
-            committed before it started; when they still trail the log, a note on standard error says by how much.
+            committed before it started; when they still trail the log, a note on standard error says by how much. \
+            Without --tz the days are TRACKER_DEFAULT_TZ's, else UTC's. A table ends with a Total row; \
+            CSV has one line per row unless --totals is given. Standard error names the report's range and \
+            zone (the CSV on standard output stays only CSV). A ratio without a denominator (a CTR \
+            without impressions) is "–" in a table, an empty CSV cell, and 0 in JSON.
             """)
 
     enum Output: String, ExpressibleByArgument, CaseIterable {
@@ -30,14 +34,17 @@ struct ReportCommand: AsyncParsableCommand {
     @Option(help: "reconciliation: the largest discrepancy within tolerance, a fraction of Ad Manager's count (0.10).")
     var threshold: String?
 
-    @Option(help: "IANA time zone whose local days (and hours) the rows are, e.g. America/New_York (default: UTC; for reconciliation, the import's, which it must be if given).")
+    @Option(help: "IANA time zone whose local days (and hours) the rows are, e.g. America/New_York (default: TRACKER_DEFAULT_TZ, else UTC; for reconciliation, the import's, which it must be if given).")
     var tz: String?
 
     @Option(help: "day or hour: one row per local day, or per local hour (an hour column after day).")
     var granularity: String = ReportGranularity.day.rawValue
 
-    @Option(name: .customLong("ad-unit"), help: "Only this ad unit.")
+    @Option(name: .customLong("ad-unit"), help: "Only this ad unit; ending in '/', every ad unit under that path.")
     var adUnit: String?
+
+    @Option(name: .customLong("ad-unit-level"), help: "Roll ad units up to this many segments after the network code (1 to 100).")
+    var adUnitLevel: String?
 
     @Option(name: .customLong("format-id"), help: "Only this format.")
     var formatId: String?
@@ -48,13 +55,21 @@ struct ReportCommand: AsyncParsableCommand {
     @Option(help: "table, csv or json.")
     var output: Output = .table
 
+    @Flag(help: "CSV: end with a Total line (counts summed, ratios of the sums; not for reconciliation). A table always has one.")
+    var totals = false
+
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
         let pool = try database.reportPool()
         defer { pool.close() }
-        if report == "reconciliation" { return try await reconciliation(pool) }
+        if totals && output == .json { throw ValidationError("--totals adds a Total line to --output csv (a table always has one); JSON has none") }
+        if report == "reconciliation" {
+            if totals { throw ValidationError("--totals is not available for the reconciliation report: its rows compare one day and ad unit each") }
+            return try await reconciliation(pool)
+        }
         guard from != nil, to != nil else { throw ValidationError("--from and --to are required") }
+        let defaultZone = tz == nil ? try Settings.process.defaultTimeZone() : nil
         let query: ReportQuery
         do {
             query = try ReportQuery.parse(report: report, parameter: { name in
@@ -62,9 +77,10 @@ struct ReportCommand: AsyncParsableCommand {
                 case "from": from
                 case "to": to
                 case "adUnit": adUnit
+                case "adUnitLevel": adUnitLevel
                 case "formatId": formatId
                 case "includeTest": includeTest ? "true" : "false"
-                case "tz": tz
+                case "tz": tz ?? defaultZone
                 case "granularity": granularity
                 default: nil
                 }
@@ -75,6 +91,8 @@ struct ReportCommand: AsyncParsableCommand {
         let result: ReportResult
         do {
             result = try await Reports(pool: pool, maxWait: try Settings.process.reportWait()).run(query)
+        } catch ReportQueryError.unknownTimeZone(let zone) where defaultZone != nil {
+            throw ValidationError("TRACKER_DEFAULT_TZ is '\(zone)', a zone the database does not know: set it to one it does, or give --tz")
         } catch let error as ReportQueryError {
             throw ValidationError(error.description)
         } catch let error as ReportError {
@@ -83,11 +101,22 @@ struct ReportCommand: AsyncParsableCommand {
         if result.lag.events > 0 {
             writeToStandardError("note: the projections trail the log by \(result.lag.events) event(s), \(result.lag.seconds) s; these counts leave them out\n")
         }
+        if output != .json { writeToStandardError(Self.heading(result, zoneIsTheDefault: defaultZone != nil)) }
         switch output {
         case .table: print(result.table, terminator: "")
-        case .csv: print(result.csv, terminator: "")
+        case .csv: print(result.csv(totals: totals), terminator: "")
         case .json: print(result.json)
         }
+    }
+
+    /// What a table or CSV does not say itself: `summary from 2026-11-01 to 2026-11-07, local
+    /// days in America/New_York (TRACKER_DEFAULT_TZ)`, on standard error, which leaves standard
+    /// output a CSV any reader takes. JSON names a zone other than UTC in its body.
+    static func heading(_ result: ReportResult, zoneIsTheDefault: Bool) -> String {
+        let query = result.query
+        let unit = query.granularity == .hour ? "local days and hours" : "local days"
+        return "\(query.kind.rawValue) from \(query.from) to \(query.to), \(unit) in \(query.timeZone)"
+            + (zoneIsTheDefault ? " (TRACKER_DEFAULT_TZ)" : "") + "\n"
     }
 }
 

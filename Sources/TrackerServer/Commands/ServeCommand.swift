@@ -4,6 +4,7 @@ import Glibc
 import ArgumentParser
 import Hummingbird
 import Logging
+import NIOCore
 import Prometheus
 import Tracker
 
@@ -28,6 +29,9 @@ struct ServeConfiguration: Sendable {
     var retentionDays: Int? = nil
     var maxConcurrentBatches = ServeDefaults.maxConcurrentBatches
     var reportWait = LogCursor.defaultReportWait
+    /// `TRACKER_DEFAULT_TZ`: the zone of a report asked without `tz`, and the dashboard's first
+    /// zone; `nil`: UTC for reports, the browser's zone for the dashboard.
+    var defaultTimeZone: String? = nil
     /// A connection with no request in progress (or a header still arriving) is closed after this.
     var idleTimeout = Duration.seconds(ServeDefaults.idleTimeoutSeconds)
     /// A request must arrive whole within this time of its head.
@@ -71,6 +75,7 @@ struct ServeConfiguration: Sendable {
         retentionDays = try settings.positiveInt("TRACKER_RETENTION_DAYS")
         maxConcurrentBatches = try settings.positiveInt("TRACKER_MAX_CONCURRENT_BATCHES") ?? maxConcurrentBatches
         reportWait = try settings.reportWait()
+        defaultTimeZone = try settings.defaultTimeZone()
         idleTimeout = try settings.positiveInt("TRACKER_IDLE_TIMEOUT").map { .seconds($0) } ?? idleTimeout
         requestTimeout = try settings.positiveInt("TRACKER_REQUEST_TIMEOUT").map { .seconds($0) } ?? requestTimeout
         bodyBudgetBytes = try settings.positiveInt("TRACKER_BODY_BUFFER_MIB").map { $0 * 1024 * 1024 } ?? bodyBudgetBytes
@@ -179,6 +184,8 @@ struct ServeCommand: AsyncParsableCommand {
                   seconds after its impression a click is attributed
               TRACKER_REPORT_WAIT [\(ServeDefaults.reportWaitSeconds)]
                   seconds a report waits for what was committed before it; 0: no wait
+              TRACKER_DEFAULT_TZ [UTC]
+                  IANA zone of a report asked without tz, and the dashboard's first zone
               TRACKER_RETENTION_DAYS [keep all]
                   days of log kept, older partitions dropped hourly
 
@@ -218,7 +225,13 @@ struct ServeCommand: AsyncParsableCommand {
         let configuration = try resolve()
         let app = buildApplication(configuration, logger: makeLogger(),
                                    metricsRegistry: configuration.metrics ? PrometheusMetrics.bootstrap() : nil)
-        try await app.runService()
+        do {
+            try await app.runService()
+        } catch let error as IOError where error.errnoCode == EADDRINUSE {
+            // NIO's own text names the system call, not the address or what to do.
+            throw CommandFailure("\(configuration.host):\(configuration.port) is already in use, most likely by another tracker "
+                                 + "(of an earlier 'make run': 'make stop' stops it); stop it, or listen elsewhere with TRACKER_PORT or --port")
+        }
     }
 }
 

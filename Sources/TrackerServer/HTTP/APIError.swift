@@ -120,6 +120,7 @@ extension APIError {
     static func from(_ error: ReportError) -> APIError {
         switch error {
         case .quarterHoursMissing: APIError(.rebuildRequired, error.description)
+        case .outsideNetworks: APIError(.forbidden, error.description)
         }
     }
 
@@ -128,6 +129,7 @@ extension APIError {
         case .unreadable: APIError(.invalidImport, error.description)
         case .noSuchImport: APIError(.notFound, error.description)
         case .invalidParameter: APIError(.invalidParameter, error.description)
+        case .outsideNetworks: APIError(.invalidImport, error.description)
         }
     }
 

@@ -19,18 +19,20 @@ struct AdAuditRoute: Sendable {
     }
 
     func handleAd(_ request: Request, context: some RequestContext) async throws -> Response {
-        _ = try await keys.principal(for: request, requiring: .report)
+        let principal = try await keys.principal(for: request, requiring: .report)
         let requestId = try Self.identifier("requestId", percentEncoded: context.parameters.get("requestId") ?? "")
-        guard let (explanation, lag) = try await audit.explain(requestId: requestId, includeTest: try Self.includeTest(request)) else {
+        guard let (explanation, lag) = try await audit.explain(requestId: requestId, includeTest: try Self.includeTest(request),
+                                                               networks: principal.networks) else {
             throw APIError(.notFound, "no stored event has the requestId '\(requestId)' (or the projector has not reached it yet)")
         }
         return Self.response(explanation.json, lag: lag, ivtRules: explanation.ivtRules)
     }
 
     func handleLoad(_ request: Request, context: some RequestContext) async throws -> Response {
-        _ = try await keys.principal(for: request, requiring: .report)
+        let principal = try await keys.principal(for: request, requiring: .report)
         let loadId = try Self.identifier("loadId", percentEncoded: context.parameters.get("loadId") ?? "")
-        guard let (explanation, lag) = try await audit.explain(loadId: loadId, includeTest: try Self.includeTest(request)) else {
+        guard let (explanation, lag) = try await audit.explain(loadId: loadId, includeTest: try Self.includeTest(request),
+                                                               networks: principal.networks) else {
             throw APIError(.notFound, "no stored event has the loadId '\(loadId)' (or the projector has not reached it yet)")
         }
         return Self.response(explanation.json, lag: lag, ivtRules: explanation.ivtRules)

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Hummingbird
+import Tracker
 
 /// `GET /`: the dashboard for report-scope users, with its script and style sheet (built into
 /// the binary) and Chart.js from the server's own Debian package. No key is needed for the
@@ -18,18 +19,26 @@ struct DashboardRoutes: Sendable {
     let style = StaticAsset(text: EmbeddedFile.dashboardStyle.text,
                             mediaType: "text/css; charset=utf-8", cacheControl: "no-cache")
     let chartLibrary: ChartLibrary
+    /// `{"defaultTimeZone": "America/New_York"}` (`null` without `TRACKER_DEFAULT_TZ`): what the
+    /// page reads before its first report. A file the page fetches, not a value written into
+    /// the page, because the page runs no inline script.
+    let settings: StaticAsset
 
     /// Reads Chart.js once, at startup: the page is rendered with it, or with a notice saying it is missing.
-    init(chartLibraryPath: String) {
+    init(chartLibraryPath: String, defaultTimeZone: String? = nil) {
         chartLibrary = ChartLibrary(path: chartLibraryPath)
         page = StaticAsset(text: Self.page(chartLibrary: chartLibrary),
                            mediaType: "text/html; charset=utf-8", cacheControl: "no-cache")
+        var json = "{\"defaultTimeZone\":"
+        if let defaultTimeZone { JSONText.appendQuoted(defaultTimeZone, to: &json) } else { json += "null" }
+        settings = StaticAsset(text: json + "}", mediaType: "application/json", cacheControl: "no-cache")
     }
 
     func register(on router: Router<some RequestContext>) {
         router.get("/") { request, _ in page.response(to: request) }
         router.get("/dashboard/app.js") { request, _ in script.response(to: request) }
         router.get("/dashboard/app.css") { request, _ in style.response(to: request) }
+        router.get("/dashboard/settings.json") { request, _ in settings.response(to: request) }
         router.get("/dashboard/chart.js") { request, _ in
             switch chartLibrary {
             case .loaded(let asset): return asset.response(to: request)

@@ -113,7 +113,7 @@ package struct IngestRoute: Sendable {
                                  charge: inout (key: String, events: Int)?,
                                  context: some RequestContext) async throws -> Response {
         let key = principal.name
-        let server = principal.server
+        let server = principal.server, networks = principal.networks
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
             throw admission.refusal
@@ -121,7 +121,7 @@ package struct IngestRoute: Sendable {
         defer { admission.leave() }
         let receivedAt = Timestamp.now()
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
-            (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server) }
+            (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server, networks: networks) }
         }
         var batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
         dimensionBudget?.admit(&batch, key: key, receivedAt: receivedAt)
@@ -171,9 +171,10 @@ package struct IngestRoute: Sendable {
     }
 
     /// The batch in `body`, or the error to answer.
-    private func decode(_ body: ByteBuffer, receivedAt: Timestamp, serverKey: Bool) -> Result<DecodedBatch, APIError> {
+    private func decode(_ body: ByteBuffer, receivedAt: Timestamp, serverKey: Bool, networks: NetworkScope?) -> Result<DecodedBatch, APIError> {
         do {
-            return .success(try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt, serverKey: serverKey))
+            return .success(try decoder.decode(Array(body.readableBytesView), receivedAt: receivedAt, serverKey: serverKey,
+                                               networks: networks))
         } catch {
             return .failure(APIError.from(error))
         }

@@ -17,15 +17,15 @@ struct ReconciliationRoutes: Sendable {
             try await importReport(request, context: context)
         }
         router.get("/v1/reconciliations") { request, _ in
-            _ = try await keys.principal(for: request, requiring: .report)
-            let imports = try await reconciliations.list()
+            let principal = try await keys.principal(for: request, requiring: .report)
+            let imports = try await reconciliations.list(visibleTo: principal.networks)
             return Self.json("{\"imports\":[" + imports.map(\.json).joined(separator: ",") + "]}")
         }
         router.get("/v1/reconciliations/:id") { request, context in
-            _ = try await keys.principal(for: request, requiring: .report)
+            let principal = try await keys.principal(for: request, requiring: .report)
             let id = context.parameters.get("id") ?? ""
             guard id.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }),
-                  let found = try await reconciliations.load(id: id) else {
+                  let found = try await reconciliations.load(id: id, visibleTo: principal.networks) else {
                 throw APIError.from(ReconciliationError.noSuchImport(id))
             }
             return Self.json(found.json)
@@ -56,7 +56,8 @@ struct ReconciliationRoutes: Sendable {
             body.append(contentsOf: chunk.readableBytesView)
         }
         do {
-            let imported = try await reconciliations.importReport(body, timeZone: zone, importedBy: principal.name)
+            let imported = try await reconciliations.importReport(body, timeZone: zone, importedBy: principal.name,
+                                                                  networks: principal.networks)
             if !imported.existing {
                 do {
                     try await reconciliations.checkTolerance(of: imported, reports: reports)
@@ -72,7 +73,7 @@ struct ReconciliationRoutes: Sendable {
     }
 
     /// `GET /v1/reports/reconciliation?import=ID&threshold=0.10&from=…&to=…` as JSON or CSV.
-    func report(_ request: Request, csv: Bool) async throws -> Response {
+    func report(_ request: Request, csv: Bool, networks: NetworkScope?) async throws -> Response {
         let params = request.uri.queryParameters
         let query: ReconciliationQuery
         do {
@@ -82,7 +83,7 @@ struct ReconciliationRoutes: Sendable {
         }
         let result: ReconciliationResult
         do {
-            result = try await reconciliations.report(query, reports: reports)
+            result = try await reconciliations.report(query, reports: reports, networks: networks)
         } catch let error as ReconciliationError {
             throw APIError.from(error)
         } catch let error as ReportError {
@@ -90,6 +91,9 @@ struct ReconciliationRoutes: Sendable {
         }
         var headers = ReportRoutes.privateFigures
         headers[.contentType] = csv ? "text/csv; charset=utf-8" : "application/json"
+        if csv {
+            headers[.contentDisposition] = ReportRoutes.attachment(report: "reconciliation", from: result.from, to: result.to, zone: result.imported.tz)
+        }
         headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
         headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
         headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)

@@ -16,7 +16,12 @@ info:
     Keys: `tracker keys create --name NAME --scope ingest|report` prints a key; send it as
     `Authorization: Bearer <key>`. A key of one scope cannot be used for the other. An ingest
     key created with `--server` is a *server key*: its events may carry the device's
-    `userAgent` and `ip` (a server sending events on devices' behalf).
+    `userAgent` and `ip` (a server sending events on devices' behalf). A key created with
+    `--networks 6499,21775744923` is *scoped* to those Ad Manager networks (docs/PROTOCOL.md
+    section 11): its events of other networks' ad units are rejected one by one, its reports,
+    audit trails and reconciliation imports hold its networks' ad units only (another network's
+    ad, load or import is a `404`, as one that does not exist), and its lag headers count its
+    networks' events only.
 
     Invalid traffic is labelled, never dropped: every report counts valid traffic only,
     names the invalid-traffic rule set its numbers were computed with (`ivtRules` in the
@@ -57,11 +62,18 @@ tags:
   - name: reports
     description: |
       The report semantics of docs/PROTOCOL.md. `from`/`to` are inclusive local days in `tz`
-      (UTC by default) of the events' corrected time; `granularity=hour` adds an `hour`
-      dimension after `day`. A report in a zone other than UTC, or by hour, also carries `tz`
-      and `granularity` in its JSON.
+      (by default the deployment's `TRACKER_DEFAULT_TZ`, else UTC) of the events' corrected
+      time; `granularity=hour` adds an `hour` dimension after `day`. A report in a zone other
+      than UTC, or by hour, also carries `tz` and `granularity` in its JSON, whether the zone
+      was asked or is the deployment's default.
       JSON by default; `Accept: text/csv` (or `format=csv`, which wins over `Accept`) gives
-      CSV with the same columns. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
+      CSV with the same columns, one line per row, and a last `Total` line with
+      `totals=true`; a CSV answer is named by `Content-Disposition`
+      (`tracker-<report>-<from>-<to>-<zone>.csv`). A ratio without a denominator (`ctr`
+      without impressions, `share`, `fillRate`, `showRate`) is `0` in JSON and an empty CSV
+      field. A text cell that starts with `=`, `+`, `-`, `@`, a tab or a
+      carriage return is written after a `'` (a spreadsheet then shows it as text, never runs
+      it as a formula); numbers are written as they are, and JSON keeps text as sent. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
       projections to hold every event committed before it was asked, and says in the
       `X-Projection-Lag-*` headers how far behind the log it still is. Every measure counts
       valid traffic only: an event labelled general invalid traffic takes no part in the
@@ -412,7 +424,9 @@ paths:
         - $ref: "#/components/parameters/IncludeTest"
         - $ref: "#/components/parameters/TimeZone"
         - $ref: "#/components/parameters/Granularity"
+        - $ref: "#/components/parameters/AdUnitLevel"
         - $ref: "#/components/parameters/Format"
+        - $ref: "#/components/parameters/Totals"
       responses:
         "200":
           description: One row per day (and hour), ad unit and format with any non-zero count, sorted by those.
@@ -420,6 +434,7 @@ paths:
             X-Projection-Lag-Events: {$ref: "#/components/headers/ProjectionLagEvents"}
             X-Projection-Lag-Seconds: {$ref: "#/components/headers/ProjectionLagSeconds"}
             X-IVT-Rules: {$ref: "#/components/headers/IVTRules"}
+            Content-Disposition: {$ref: "#/components/headers/ReportFileName"}
           content:
             application/json:
               schema:
@@ -1164,6 +1179,32 @@ paths:
                 type: string
         "304": {$ref: "#/components/responses/NotModified"}
 
+  /dashboard/settings.json:
+    get:
+      tags: [dashboard]
+      operationId: dashboardSettings
+      summary: The deployment's settings the page starts from
+      description: |
+        The deployment's default zone (`TRACKER_DEFAULT_TZ`), `null` when it has none: the
+        dashboard starts in the URL's zone, else this one, else the browser's. A file the page
+        fetches, because the page runs no inline script.
+      security: []
+      responses:
+        "200":
+          description: The settings, built when the server started.
+          headers: *assetHeaders
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [defaultTimeZone]
+                additionalProperties: false
+                properties:
+                  defaultTimeZone:
+                    type: [string, "null"]
+                    examples: [America/New_York]
+        "304": {$ref: "#/components/responses/NotModified"}
+
   /dashboard/chart.js:
     get:
       tags: [dashboard]
@@ -1231,8 +1272,20 @@ components:
       name: adUnit
       in: query
       required: false
-      description: Only rows of this ad unit (exact match); empty means all.
+      description: |
+        Only rows of this ad unit (exact match), or with a trailing `/` (`/1234567/news/`) of every
+        ad unit under that path; empty means all. With a key scoped to networks, a filter outside
+        them is a `403` naming the network.
       schema: {type: string}
+    AdUnitLevel:
+      name: adUnitLevel
+      in: query
+      required: false
+      description: |
+        Rolls each ad unit up to its first N segments after the network code
+        (`/1234567/news/sports` is `/1234567/news` at level 1); the rows of one path are summed
+        into one, an ad unit with fewer segments stays as it is. Absent: every ad unit as it is.
+      schema: {type: integer, minimum: 1, maximum: 100}
     FormatId:
       name: formatId
       in: query
@@ -1255,11 +1308,12 @@ components:
       required: false
       description: |
         The IANA time zone whose local days (and hours) the rows are: `America/New_York`,
-        `Asia/Kolkata`, `Australia/Adelaide`, `UTC`. Default `UTC`. An event belongs to the
+        `Asia/Kolkata`, `Australia/Adelaide`, `UTC`. Default: the deployment's
+        `TRACKER_DEFAULT_TZ` when it is set, else `UTC`. An event belongs to the
         local day of its corrected time; days around a daylight-saving change have 23 or 25
         hours. Matched case-insensitively and echoed in the tz database's spelling. An unknown
         zone is a `400 invalid_parameter` naming `tz`.
-      schema: {type: string, default: UTC, maxLength: 64, examples: [America/New_York]}
+      schema: {type: string, maxLength: 64, examples: [America/New_York]}
     Granularity:
       name: granularity
       in: query
@@ -1272,6 +1326,17 @@ components:
       required: false
       description: "`csv` or `json`; wins over the `Accept` header (`Accept: text/csv` gives CSV when `format` is absent)."
       schema: {type: string, enum: [json, csv]}
+    Totals:
+      name: totals
+      in: query
+      required: false
+      description: |
+        CSV only: `true` (or `1`) ends the CSV with one more line, `Total` in the first column,
+        the other dimensions empty, every count summed over the rows, `ctr`, `share`,
+        `fillRate` and `showRate` recomputed from the summed counts (empty when the summed
+        denominator is 0), latency percentiles empty. Default false: one line per row. With
+        JSON it is a `400 invalid_parameter`; JSON has no total.
+      schema: {type: boolean, default: false}
 
     BeaconToken:
       name: t
@@ -1306,6 +1371,14 @@ components:
         rule set, which labels nothing); the same number as `ivtRules` in the JSON.
       required: true
       schema: {type: integer, minimum: 0}
+    ReportFileName:
+      description: |
+        On CSV answers only: `attachment; filename="tracker-<report>-<from>-<to>-<zone>.csv"`
+        (`-hourly` before `.csv` by hour), the zone with each run of characters other than
+        letters, digits, `_`, `+` and `-` written `_`: the name the dashboard saves the same
+        CSV under, e.g. `tracker-summary-2026-11-01-2026-11-07-America_New_York.csv`.
+      required: false
+      schema: {type: string, pattern: '^attachment; filename="tracker-[a-z]+-\d{4}-\d{2}-\d{2}-\d{4}-\d{2}-\d{2}-[A-Za-z0-9_+-]+(-hourly)?\.csv"$'}
     NoCache:
       description: "`no-cache`: a browser revalidates (with `If-None-Match` where an `ETag` is sent) before reuse."
       required: true
@@ -1349,7 +1422,9 @@ components:
               - properties:
                   error: {const: unauthorized}
     Forbidden:
-      description: The key is valid but of the other scope.
+      description: |
+        The key is valid but of the other scope, or (reports) a key scoped to networks asked for
+        an ad unit filter outside them; the message names the network.
       content:
         application/json:
           schema:
@@ -2581,6 +2656,59 @@ components:
     </div>
   </section>
 
+  <section id="funnel-panel" class="panel" aria-labelledby="funnel-heading">
+    <div class="section-head">
+      <h2 id="funnel-heading">The ad funnel: requests → filled → loaded ads → shown → clicks</h2>
+      <button type="button" class="secondary" data-csv="funnel" disabled>Download CSV</button>
+    </div>
+    <p class="hint">A request is one load (a <code>loadId</code>), on the day of its first <code>ad_request</code>:
+       filled when an ad loaded for it, failed when none did and the SDK reported an error, unanswered otherwise.
+       Loaded ads (a load may bring several) count on the day they loaded, shown when they got a counted
+       impression; clicks are the summary's for the same day and ad unit (a day and ad unit without funnel
+       events has no row). Fill rate is filled / requests, show rate shown / loaded ads. Load p50 and p95: the
+       time from <code>loadRequest:</code> to the ad that half and 95 % of the row's loaded ads stayed within.
+       Percentiles of several rows cannot be added up, so the totals row has none (–). A day or an ad unit in
+       the table shows only it.</p>
+    <div class="chart-box"><div class="chart short"><canvas id="funnel-chart" aria-label="The funnel's totals per stage" role="img"></canvas></div></div>
+    <div class="scroll">
+      <table id="funnel-table">
+        <thead></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+  </section>
+
+  <section class="panel">
+    <div class="section-head">
+      <h2>Failed loads by error code</h2>
+      <button type="button" class="secondary" data-csv="failures" disabled>Download CSV</button>
+    </div>
+    <p class="hint">Loads that got no ad and an error, by the SDK's error (the first one reported for the load).
+       A load filled later is not a failure. Click an ad unit to show only it.</p>
+    <div class="scroll">
+      <table id="failures-table">
+        <thead></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+  </section>
+
+  <section class="panel">
+    <div class="section-head">
+      <h2>Mediation waterfall per network and position</h2>
+      <button type="button" class="secondary" data-csv="waterfall" disabled>Download CSV</button>
+    </div>
+    <p class="hint">Each network of the waterfall as the app asked it, in its position: its attempts, what they
+       returned, its fill rate (loaded / attempts) and the latency of its answers (p50 and p95, per row; the
+       totals row has none).</p>
+    <div class="scroll">
+      <table id="waterfall-table">
+        <thead></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+  </section>
+
   <section class="panel">
     <div class="section-head">
       <h2>Clicks per asset key</h2>
@@ -2740,12 +2868,32 @@ components:
     ['high_rate', 'more events from one address and user agent in a minute than the limit'],
     ['excessive_clicks', "an ad's counted clicks beyond maxClicksPerAd"],
   ];
+  // What each errorCode of a failed load means: the GADErrorCode case it stands for
+  // (docs/PROTOCOL.md section 10), in the SDK documentation's words.
+  const errorMeanings = {
+    no_fill: 'the request succeeded, but no ad was returned',
+    network_error: 'the ads could not be loaded from the network',
+    timeout: 'the request timed out before it was answered',
+    server_error: 'the ad server failed to process the request',
+    invalid_request: 'the request was invalid, typically a missing ad unit ID or root view controller',
+    invalid_argument: 'an argument of the request was invalid',
+    received_invalid_response: 'the response from the ad server was invalid',
+    mediation_no_fill: 'the mediation request succeeded, but no network of the waterfall returned an ad',
+    mediation_adapter_error: 'a mediation network adapter could not be found or created',
+    mediation_data_error: 'the mediation response was invalid',
+    mediation_invalid_ad_size: 'an ad size the mediation network adapter cannot take',
+    internal_error: 'an internal error of the SDK',
+    ad_already_used: 'the ad object had already been used',
+    os_version_too_low: "the device's OS is below the SDK's minimum version",
+    application_identifier_missing: "the app's application identifier is missing (GADApplicationIdentifier in Info.plist)",
+    other: 'another error',
+  };
   // The IAB's convention between a third-party count and the publisher's ad server, in %.
   const defaultThreshold = '10';
   // A tolerance in % as typed: 0 to 10 000 (the API takes 0 to 100 as a fraction).
   const thresholdPattern = /^\d{1,5}(\.\d{1,4})?$/;
   const colors = {
-    impressions: '#2f6fb0', clicks: '#e07b00', ctr: '#2a9d5c',
+    impressions: '#2f6fb0', clicks: '#e07b00', ctr: '#2a9d5c', requests: '#5b6773', filled: '#7fa8d6', shown: '#2a9d5c',
     attributed: '#2a9d5c', noImpression: '#c0392b', beforeImpression: '#8e44ad', outsideWindow: '#7f8c8d',
   };
   // A range of up to this many days is charted by hour; longer ones by day.
@@ -2791,6 +2939,8 @@ components:
 
   const integer = (n) => n.toLocaleString('en-US');
   const percent = (ratio) => (ratio * 100).toFixed(1) + ' %';
+  /** A latency percentile of the API (a bucket bound in ms), – without latencies (null). */
+  const milliseconds = (ms) => (ms === null || ms === undefined ? '–' : integer(ms) + ' ms');
   const ctrText = (ratio) => (ratio === null ? '–' : percent(ratio));
   /** A discrepancy with its sign ("-25.0 %", "+4.2 %"); none without Ad Manager's count. */
   const signedPercent = (d) => (d === null ? '–' : (d > 0 ? '+' : d < 0 ? '-' : '') + Math.abs(d * 100).toFixed(1) + ' %');
@@ -2841,6 +2991,32 @@ components:
       return currentZone(Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC');
     } catch (_) {
       return 'UTC';
+    }
+  }
+
+  // The deployment's default zone (TRACKER_DEFAULT_TZ, from /dashboard/settings.json); '' when
+  // it has none.
+  let deploymentZone = '';
+
+  /**
+   * The zone the page starts in when the URL names none: the deployment's, so that everyone
+   * reading one tracker sees the same days as its API and command line, else the browser's.
+   */
+  function startingZone() {
+    return deploymentZone || browserZone();
+  }
+
+  /** Reads the deployment's default zone; without an answer the page starts in the browser's zone. */
+  async function loadSettings() {
+    try {
+      const response = await fetch('/dashboard/settings.json', { cache: 'no-cache' });
+      if (!response.ok) return;
+      const settings = await response.json();
+      if (typeof settings.defaultTimeZone === 'string' && settings.defaultTimeZone) {
+        deploymentZone = currentZone(settings.defaultTimeZone);
+      }
+    } catch (_) {
+      deploymentZone = '';
     }
   }
 
@@ -2934,7 +3110,7 @@ components:
   }
 
   function defaults() {
-    const tz = browserZone();
+    const tz = startingZone();
     const to = today(tz);
     return {
       from: addDays(to, -6), to, tz, adUnit: '', formatId: '', includeTest: false, compare: false, ad: '',
@@ -3229,6 +3405,9 @@ components:
     { key: 'sources', report: 'sources' },
     { key: 'adchoices', report: 'adchoices' },
     { key: 'ivt', report: 'ivt' },
+    { key: 'funnel', report: 'funnel' },
+    { key: 'failures', report: 'failures' },
+    { key: 'waterfall', report: 'waterfall' },
     { key: 'previousSummary', report: 'summary', previous: true },
     { key: 'previousAdchoices', report: 'adchoices', previous: true },
   ];
@@ -3344,6 +3523,15 @@ components:
       .map((g) => Object.assign({}, ...dimensions.map((d) => ({ [d]: g.first[d] })), ...fields.map((f) => ({ [f]: g[f] }))));
   }
 
+  /** Compares rows by their fields in turn: a number by its value, text by its UTF-16 code units. */
+  const byFields = (...fields) => (a, b) => {
+    for (const field of fields) {
+      if (a[field] < b[field]) return -1;
+      if (a[field] > b[field]) return 1;
+    }
+    return 0;
+  };
+
   function total(rows, field) {
     return rows.reduce((sum, row) => sum + row[field], 0);
   }
@@ -3366,9 +3554,12 @@ components:
   // summed in the totals row; a ratio is `of(row)`, [numerator, denominator] of the row's
   // counts, and in the totals row of the summed counts: never an average of the rows' ratios,
   // and – where there is no denominator. `value(row)` shows a row's ratio as the API gave it.
+  // A measure (a latency percentile) is shown as the API gave it and cannot be summed: its
+  // totals cell is –, as is a row's null.
   const textColumn = (key, label, options) => Object.assign({ key, label, kind: 'text' }, options);
   const countColumn = (key, label, options) => Object.assign({ key, label, kind: 'count' }, options);
   const ratioColumn = (key, label, of, options) => Object.assign({ key, label, kind: 'ratio', of, format: ctrText }, options);
+  const latencyColumn = (key, label) => ({ key, label, kind: 'measure', format: milliseconds });
   const filterTitle = { day: 'Show this day by hour', adUnit: 'Show only this ad unit', formatId: 'Show only this format' };
 
   /** A button that reads as a link in a table: its content, what it does, and its data attributes. */
@@ -3394,12 +3585,14 @@ components:
       return td;
     }
     if (column.kind === 'count') return cell(tr, integer(row[column.key]), column.key, true);
+    if (column.kind === 'measure') return cell(tr, column.format(row[column.key]), column.key, true);
     return cell(tr, column.format(column.value ? column.value(row) : fraction(column.of(row))), column.key, true);
   }
 
   /**
    * The totals row: every count summed, every ratio worked out from the sums, "Total" in the
-   * first column and nothing in the other text columns.
+   * first column, nothing in the other text columns, and – for a measure: a percentile of
+   * the whole is not a sum of the rows' percentiles, nor their average.
    */
   function totalsRow(rows, columns) {
     const sums = {};
@@ -3411,6 +3604,7 @@ components:
     columns.forEach((column, i) => {
       if (column.kind === 'text') cell(tr, i === 0 ? 'Total' : '', column.key, false);
       else if (column.kind === 'count') cell(tr, integer(sums[column.key]), column.key, true);
+      else if (column.kind === 'measure') cell(tr, '–', column.key, true).title = 'Percentiles of several rows cannot be added up';
       else cell(tr, column.format(fraction(column.of(sums))), column.key, true);
       labelCell(tr.lastChild, column);
     });
@@ -3639,7 +3833,75 @@ components:
         }
       },
     },
+    {
+      id: 'funnel-table',
+      rows: ({ data }) => funnelRows(data),
+      columns: () => [
+        textColumn('day', 'Day', { filter: 'day' }), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }),
+        countColumn('requests', 'Requests'), countColumn('adsRequested', 'Ads requested'), countColumn('filledRequests', 'Filled'),
+        countColumn('failedRequests', 'Failed'), countColumn('unansweredRequests', 'Unanswered'),
+        ratioColumn('fillRate', 'Fill rate', (r) => [r.filledRequests, r.requests]),
+        countColumn('loadedAds', 'Loaded ads'), countColumn('shownAds', 'Shown'),
+        ratioColumn('showRate', 'Show rate', (r) => [r.shownAds, r.loadedAds]), countColumn('clicks', 'Clicks'),
+        latencyColumn('loadLatencyP50Ms', 'Load p50'), latencyColumn('loadLatencyP95Ms', 'Load p95'),
+      ],
+      decorate(tr, row) {
+        tr.dataset.day = row.day;
+        tr.dataset.adUnit = row.adUnit;
+      },
+      chart: drawFunnelChart,
+    },
+    {
+      id: 'failures-table',
+      // Per error code and ad unit, the most frequent first.
+      rows: ({ data }) => grouped(data.failures.rows, ['errorCode', 'adUnit'], ['failedRequests'])
+        .map((r) => Object.assign(r, { meaning: Object.hasOwn(errorMeanings, r.errorCode) ? errorMeanings[r.errorCode] : '' }))
+        .sort((a, b) => b.failedRequests - a.failedRequests || byFields('errorCode', 'adUnit')(a, b)),
+      columns: ({ data }) => {
+        const failed = total(data.failures.rows, 'failedRequests');
+        return [
+          textColumn('errorCode', 'Error code'), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }),
+          countColumn('failedRequests', 'Failed loads'), ratioColumn('share', 'Share of failed loads', (r) => [r.failedRequests, failed]),
+          textColumn('meaning', 'Meaning', { wrap: true }),
+        ];
+      },
+      decorate(tr, row) { tr.dataset.errorCode = row.errorCode; },
+    },
+    {
+      id: 'waterfall-table',
+      // A waterfall reads from its first network down: by day, ad unit, position, then network.
+      rows: ({ data }) => data.waterfall.rows.map((r) => ({
+        day: r.day, adUnit: r.adUnit, adapter: r.adapter, position: r.position, attempts: r.attempts, loaded: r.loaded,
+        failed: r.failed, timeouts: r.timeouts, latencyP50Ms: r.latencyP50Ms, latencyP95Ms: r.latencyP95Ms,
+      })).sort(byFields('day', 'adUnit', 'position', 'adapter')),
+      columns: () => [
+        textColumn('day', 'Day', { filter: 'day' }), textColumn('adUnit', 'Ad unit', { filter: 'adUnit', wide: true }),
+        textColumn('position', 'Position'), textColumn('adapter', 'Network', { wide: true }),
+        countColumn('attempts', 'Attempts'), countColumn('loaded', 'Loaded'), countColumn('failed', 'Failed'),
+        countColumn('timeouts', 'Timeouts'), ratioColumn('fillRate', 'Fill rate', (r) => [r.loaded, r.attempts]),
+        latencyColumn('latencyP50Ms', 'Latency p50'), latencyColumn('latencyP95Ms', 'Latency p95'),
+      ],
+      decorate(tr, row) {
+        tr.dataset.adapter = row.adapter;
+        tr.dataset.position = String(row.position);
+      },
+    },
   ];
+
+  /**
+   * The funnel table's rows: the funnel report's (day, ad unit) rows, each with the summary's
+   * clicks of the same day and ad unit. Clicks of a day and ad unit without funnel events (an
+   * app that sends none) stay out, as their requests and loads are not known.
+   */
+  function funnelRows(data) {
+    const key = (r) => r.day + '\u0000' + r.adUnit;
+    const clicks = sumBy(data.summary.rows, key, ['clicks']);
+    return data.funnel.rows.map((r) => ({
+      day: r.day, adUnit: r.adUnit, requests: r.requests, adsRequested: r.adsRequested, filledRequests: r.filledRequests,
+      failedRequests: r.failedRequests, unansweredRequests: r.unansweredRequests, loadedAds: r.loadedAds, shownAds: r.shownAds,
+      clicks: clicks.has(key(r)) ? clicks.get(key(r)).clicks : 0, loadLatencyP50Ms: r.loadLatencyP50Ms, loadLatencyP95Ms: r.loadLatencyP95Ms,
+    })).sort(byFields('day', 'adUnit'));
+  }
 
   /** An hour as the API labels it, free to break after its day on a narrow screen. */
   function hourCell(td, row) {
@@ -3651,6 +3913,7 @@ components:
 
   function renderReports(state, data, ready) {
     for (const row of data.summary.rows) { seen.adUnits.add(row.adUnit); seen.formatIds.add(row.formatId); }
+    for (const row of data.funnel.rows) seen.adUnits.add(row.adUnit);
     for (const [id, values] of [['ad-units', seen.adUnits], ['format-ids', seen.formatIds]]) {
       $(id).replaceChildren(...[...values].sort().map((value) => {
         const option = document.createElement('option');
@@ -3811,6 +4074,31 @@ components:
     });
   }
 
+  // The funnel's stages, in the order an ad goes through them: loads, then ads, then clicks.
+  const funnelStages = [
+    ['Requests', 'requests', colors.requests], ['Filled', 'filledRequests', colors.filled],
+    ['Loaded ads', 'loadedAds', colors.impressions], ['Shown', 'shownAds', colors.shown], ['Clicks', 'clicks', colors.clicks],
+  ];
+
+  /** The funnel's totals over the rows of its table, a bar per stage. */
+  function drawFunnelChart(rows) {
+    draw('funnel-chart', {
+      type: 'bar',
+      data: {
+        labels: funnelStages.map(([label]) => label),
+        datasets: [{
+          label: 'Total', data: funnelStages.map(([, field]) => total(rows, field)),
+          backgroundColor: funnelStages.map(([, , color]) => color),
+        }],
+      },
+      options: {
+        indexAxis: 'y',
+        plugins: { legend: { display: false } },
+        scales: { x: { beginAtZero: true, ticks: { precision: 0, maxRotation: 0 } } },
+      },
+    });
+  }
+
   function draw(id, config) {
     if (typeof window.Chart !== 'function') return; // the page says why (see the notice)
     if (charts[id]) charts[id].destroy();
@@ -3884,7 +4172,7 @@ components:
 
   /** The page has no import to show: how to make one, with this server's address and zone. */
   function showNoImport(state) {
-    const zone = state.tz || browserZone();
+    const zone = state.tz || startingZone();
     $('rec-curl').textContent = 'curl -X POST "' + location.origin + '/v1/reconciliations?tz=' + encodeURIComponent(zone).replace(/%2F/g, '/') + '" \\\n' +
       '  -H "Authorization: Bearer $TRACKER_REPORT_KEY" -H \'Content-Type: text/csv\' \\\n' +
       '  --data-binary @admanager.csv';
@@ -4205,8 +4493,24 @@ components:
       case 'video': return outcome.countedAs ? 'video, counted in ' + outcome.countedAs : "video, not counted (the ad's earlier event counts)";
       case 'test_traffic': return 'test traffic, left out (include test traffic to judge it)';
       case 'invalid_traffic': return 'invalid traffic (' + String(outcome.label).replace(/_/g, ' ') + '), left out of every measure';
+      case 'load_request':
+        return 'load requested, ' + outcome.loadOutcome + (outcome.errorCode ? ': ' + String(outcome.errorCode).replace(/_/g, ' ') : '');
+      case 'repeated_request': return 'repeated request of ' + ref(outcome.duplicateOf) + ', not a request again';
+      case 'load_failure': return outcome.counted ? "load failure, counted (the load's error)" : 'load failure, not counted (the load was filled, failed earlier or never requested)';
+      case 'load_fill': return 'ad loaded: fills the load';
+      case 'mediation_attempt': return 'mediation attempt, counted';
+      case 'repeated_attempt': return 'repeated mediation result of ' + ref(outcome.duplicateOf) + ', not counted again';
       default: return outcome.kind;
     }
+  }
+
+  /** The rule behind a label, as the audit trail names it (`labelledBy`). */
+  function labellingRule(rule) {
+    if (rule.pattern !== undefined) return 'pattern ' + rule.pattern + (rule.name ? ' (' + rule.name + ')' : '');
+    if (rule.ipRange !== undefined) return 'IP range ' + rule.ipRange;
+    if (rule.maxEventsPerClientMinute !== undefined) return 'more than ' + rule.maxEventsPerClientMinute + ' events a minute';
+    if (rule.maxClicksPerAd !== undefined) return 'more than ' + rule.maxClicksPerAd + ' clicks per ad';
+    return '';
   }
 
   async function loadAd(state, key) {
@@ -4300,12 +4604,21 @@ components:
       ['attributionWindow', 'Attribution window', integer(ad.attributionWindowSeconds) + ' s'],
       ['includeTest', 'Test traffic', ad.includeTest ? 'judged with the rest' : 'left out'],
     ];
+    // The loads its ad_loaded events name: their events follow the ad's, numbered on.
+    const loads = ad.loads || [];
+    if (loads.length > 0) {
+      facts.push(['loads', 'Loads', loads.map((l) => l.loadId + ': ' + (l.outcome === null ? 'not requested'
+        : l.outcome + (l.errorCode ? ' (' + l.errorCode.replace(/_/g, ' ') + ')' : ''))).join('; ')]);
+    }
+    const rows = ad.events.map((e) => ({ e, load: null }));
+    for (const l of loads) for (const e of l.events) rows.push({ e, load: l.loadId });
+    for (const [i, row] of rows.entries()) if (!number.has(row.e.id)) number.set(row.e.id, i + 1);
     showFacts('ad-facts', facts);
-    fillTable(adEventsTable, ad.events.map((e, i) => ({
-      event: e, number: i + 1, type: e.type, assetKey: e.assetKey === null ? '' : e.assetKey,
+    fillTable(adEventsTable, rows.map(({ e, load }, i) => ({
+      event: e, number: i + 1, type: load === null ? e.type : e.type + ' (load ' + load + ')', assetKey: e.assetKey === null ? '' : e.assetKey,
       source: e.source + (e.adapter ? ' (' + e.adapter + ')' : ''), adUnit: e.adUnit, formatId: e.formatId,
       flags: [e.eea && 'EEA', e.reservation && 'reservation', e.test && 'test'].filter(Boolean).join(', '),
-      outcome: outcomeText(e.outcome, number),
+      outcome: outcomeText(e.outcome, number) + (e.labelledBy ? ' by ' + labellingRule(e.labelledBy) : ''),
     })), adEventColumns(state));
     $('ad-details').hidden = false;
   }
@@ -4344,7 +4657,7 @@ components:
     for (const id of ['from', 'to', 'tz']) $(id).addEventListener('input', () => $(id).setCustomValidity(''));
     for (const button of document.querySelectorAll('[data-preset]')) {
       button.addEventListener('click', () => {
-        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || browserZone());
+        const range = presetRange(button.dataset.preset, currentZone($('tz').value.trim()) || startingZone());
         $('from').value = range.from;
         $('to').value = range.to;
         applyFields();
@@ -4432,10 +4745,14 @@ components:
       reportsShown = null;
       route();
     });
-    // Back, Forward, or a fragment edited by hand.
-    window.addEventListener('popstate', route);
-    window.addEventListener('hashchange', route);
-    route();
+    // The first view waits for the deployment's zone: drawn in the browser's first, it would
+    // show days nobody asked for, then change under the reader's eyes.
+    loadSettings().then(() => {
+      // Back, Forward, or a fragment edited by hand.
+      window.addEventListener('popstate', route);
+      window.addEventListener('hashchange', route);
+      route();
+    });
   });
 })();
 
@@ -4510,6 +4827,8 @@ input:invalid:not(:placeholder-shown) { border-color: var(--bad-ink); }
    scrolls in its box beyond that, rather than drawing bars of a pixel. */
 .chart-box { overflow-x: auto; max-width: 100%; margin: 0 0 1rem; }
 .chart { position: relative; height: 260px; }
+/* The funnel's five bars need less height than a chart over time. */
+.chart.short { height: 190px; }
 /* While the answers for new filters are on their way, the figures of the old ones are not
    shown; their place is kept, so the page does not jump. */
 body[data-state=loading] #dashboard > :not(#filters):not(#status) { visibility: hidden; }
@@ -4557,7 +4876,11 @@ tr.below td { background: var(--bad-bg); color: var(--bad-ink); font-weight: 600
 /* Invalid traffic: its tiles sit in their panel, three to a row. */
 #givt-panel .tiles { grid-template-columns: repeat(3, minmax(0, 1fr)); margin-bottom: .8rem; }
 #givt-panel .notice { margin: 0 0 .8rem; }
-#ivt-table td[data-col=label] { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; }
+
+/* The ad funnel: its fourteen columns fit a desktop's box with a little less room around each. */
+#funnel-table th, #funnel-table td { padding-inline: .45rem; }
+/* A GIVT label and an error code are the protocol's names, written as code (a totals row's "Total" is not). */
+#ivt-table tbody td[data-col=label], #failures-table tbody td[data-col=errorCode] { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; }
 
 /* Reconciliation. An import's line can be long: the chooser never pushes the page wider. */
 .filters label.grow { flex: 1 1 22rem; min-width: 0; }
@@ -4603,6 +4926,7 @@ pre.command { background: var(--page); border: 1px solid var(--line); border-rad
   .tile { padding: .5rem .6rem; }
   .tile output { font-size: 1.2rem; }
   .chart { height: 220px; }
+  .chart.short { height: 190px; }
   .lookup { flex-direction: column; align-items: stretch; }
   #ad-lookup { max-width: none; }
   .facts { grid-template-columns: minmax(0, 1fr); }
@@ -4628,7 +4952,7 @@ pre.command { background: var(--page); border: 1px solid var(--line); border-rad
   .scroll tfoot tr.total td { border: 0; }
   .scroll tfoot td:empty { display: none; }
   #ad-events td[data-col=time], #ad-events td[data-col=outcome], #ad-events td[data-col=adUnit] { min-width: 0; }
-  #rec-table td { padding-inline: 0; }
+  #rec-table td, #funnel-table td { padding-inline: 0; }
   #rec-table td.first { border-left: 0; }
 }
 

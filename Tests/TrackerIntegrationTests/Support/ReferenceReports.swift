@@ -375,7 +375,8 @@ enum ReferenceReports {
         return out
     }
 
+    /// A ratio as CSV writes it: empty without a denominator.
     static func ratio(_ a: Int64, _ b: Int64) -> String {
-        b == 0 ? String(0.0) : String(Double(a) / Double(b))
+        b == 0 ? "" : String(Double(a) / Double(b))
     }
 }
