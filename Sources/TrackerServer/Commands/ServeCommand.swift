@@ -103,7 +103,7 @@ enum ServeDefaults {
     static let maxConcurrentBatches = 256
     static let appendTimeoutSeconds = 8
     /// Above what one node ingests (docs/OPERATIONS.md, "Limits", says why real apps never reach it).
-    static let rateLimit = 100_000
+    static let rateLimit = 200_000
     static var attributionWindowSeconds: Int64 { AdContribution.defaultAttributionWindow.components.seconds }
     static var reportWaitSeconds: Int64 { LogCursor.defaultReportWait.components.seconds }
 }
