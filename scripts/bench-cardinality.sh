@@ -5,9 +5,9 @@
 # once on one ad unit and one asset key, once on 0.4 x CLICKS ad units and CLICKS asset keys,
 # with the dimension budget off so that every click is stored; then the second set again
 # against the default settings, whose budget refuses what passes its limits. For each: the
-# database's size and its biggest tables, the tracker's peak RSS (VmHWM), the seconds until
-# every accepted click is in the summary report; and the peak RSS of `tracker rebuild` of the
-# second. It is scripts/suites/cardinality.py in its long form (bounded: 15 minutes), whose
+# database's size and its biggest tables, the tracker's peak RSS (VmHWM) once every accepted
+# click is projected and again after one summary report, the seconds until then; and the peak
+# RSS of `tracker rebuild` of the second. It is scripts/suites/cardinality.py in its long form (bounded: 15 minutes), whose
 # short form `make test` runs with 10 000 clicks and the debug build.
 # BENCH_BIN=path runs that tracker binary instead of building this tree's release build;
 # BENCH_BUDGET=off skips the third run (a binary without the budget). Results:
