@@ -121,6 +121,7 @@ let package = Package(
             dependencies: [
                 "TrackerServer", .product(name: "TrackerClient", package: "tracker-client"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

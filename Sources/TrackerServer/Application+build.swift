@@ -6,13 +6,50 @@ import Prometheus
 import ServiceLifecycle
 import Tracker
 
+/// The server's connection pools, each use resolved once to the pool that serves it.
+struct ServerPools: Sendable {
+    /// The primary connections (DATABASE_URL): keys, imports, beacon rejections, health.
+    var primary: ConnectionPool
+    /// The projector's and retention's connections: PROJECTOR_DATABASE_URL's, else the primary.
+    var projection: ConnectionPool
+    /// The reports', the audit's and the reconciliation's reads: REPORT_DATABASE_URL's, else the primary.
+    var read: ConnectionPool
+    /// Where the projector's lag is read for `/readyz` and `/metrics`: a connection that may read
+    /// the log and the checkpoint, the projector's or else the reports' (tracker_ingest may not).
+    var lag: ConnectionPool
+    /// Whether the projector and the reports have roles of their own (`RoleCheck` checks each
+    /// pool against the role whose work it does).
+    var projectionIsOwn: Bool
+    var readIsOwn: Bool
+    /// Every pool a service runs, each once, and those `/metrics` reports by name.
+    var services: [ConnectionPool]
+    var named: [NamedPool]
+
+    init(_ configuration: ServeConfiguration, logger: Logger) {
+        primary = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize, logger: logger)
+        let report = configuration.reportDatabaseURL.map {
+            ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
+        }
+        // The projector's own role: one connection projects, one runs retention, the rest read
+        // the lag for /readyz and /metrics.
+        let projector = configuration.projectorDatabaseURL.map {
+            ConnectionPool(conninfo: $0, maxConnections: 4, logger: logger)
+        }
+        projection = projector ?? primary
+        read = report ?? primary
+        lag = projector ?? report ?? primary
+        projectionIsOwn = projector != nil
+        readIsOwn = report != nil
+        services = [primary] + [projector, report].compactMap { $0 }
+        named = [NamedPool(name: "primary", pool: primary)]
+            + (projector.map { [NamedPool(name: "projector", pool: $0)] } ?? [])
+            + (report.map { [NamedPool(name: "reports", pool: $0)] } ?? [])
+    }
+}
+
 /// What the routes share, made once by `buildApplication` from a `ServeConfiguration`.
 struct ServerDependencies: Sendable {
-    var pool: ConnectionPool
-    /// The projector's connections (PROJECTOR_DATABASE_URL), if apart from `pool`.
-    var projectorPool: ConnectionPool?
-    /// The reports' connections (REPORT_DATABASE_URL), if apart from `pool`.
-    var reportPool: ConnectionPool?
+    var pools: ServerPools
     var keys: APIKeys
     var log: EventLog
     var migrator: Migrator
@@ -32,8 +69,6 @@ struct ServerDependencies: Sendable {
     var defaultTimeZone: String? = nil
     /// The Prometheus registry `/metrics` serves; `nil` when metrics are off.
     var metricsRegistry: PrometheusCollectorRegistry?
-    /// The pools whose connections `/metrics` reports, by name (`primary`, `reports`).
-    var metricsPools: [NamedPool]
     /// `nil` without `TRACKER_BEACON_SECRET`: the beacon endpoints answer 503.
     var beacons: Beacons?
     /// The in-process projector's state (`nil` with TRACKER_PROJECTOR=off), for `/readyz`.
@@ -41,14 +76,9 @@ struct ServerDependencies: Sendable {
     var roleWarnings: RoleWarnings
     /// How a request's client is found and stored with its events.
     var clients: ClientIdentity
-
-    /// Where the projector's lag is read for `/readyz` and `/metrics`: a connection that may read
-    /// the log and the checkpoint, the projector's or else the reports' (tracker_ingest may not).
-    var lagPool: ConnectionPool { projectorPool ?? reportPool ?? pool }
-    /// The projector's and retention's connections.
-    var projectionPool: ConnectionPool { projectorPool ?? pool }
-    /// The reports' and the audit's connections.
-    var readPool: ConnectionPool { reportPool ?? pool }
+    /// How long a beacon click's redirect waits for its event's commit before it goes anyway
+    /// (the visitor is not kept waiting on the database).
+    var beaconClickWait: Duration
 }
 
 func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
@@ -56,10 +86,10 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     let router = Router(context: TrackerRequestContext.self, options: .autoGenerateHeadEndpoints)
     router.add(middleware: RequestObserver(metrics: HTTPMetrics()))
     router.add(middleware: ErrorBodyMiddleware())
-    HealthRoutes(pool: deps.pool, migrator: deps.migrator, lagPool: deps.lagPool, roleWarnings: deps.roleWarnings,
+    HealthRoutes(pool: deps.pools.primary, migrator: deps.migrator, lagPool: deps.pools.lag, roleWarnings: deps.roleWarnings,
                  projectorStatus: deps.projectorStatus).register(on: router)
     let reconciliation = ReconciliationRoutes(keys: deps.keys,
-                                              reconciliations: Reconciliations(pool: deps.pool, readPool: deps.reportPool),
+                                              reconciliations: Reconciliations(pool: deps.pools.primary, readPool: deps.pools.read),
                                               reports: deps.reports)
     ReportRoutes(keys: deps.keys, reports: deps.reports, reconciliation: reconciliation, defaultTimeZone: deps.defaultTimeZone)
         .register(on: router)
@@ -69,13 +99,13 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
                 dimensionBudget: deps.dimensionBudget, admission: deps.admission, bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
                 metrics: IngestMetrics(), clients: deps.clients)
         .register(on: router)
-    BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pool),
-                 clickCommitWait: .seconds(2), clients: deps.clients)
+    BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pools.primary),
+                 clickCommitWait: deps.beaconClickWait, clients: deps.clients)
         .register(on: router)
     DocumentRoutes().register(on: router)
     DashboardRoutes(chartLibraryPath: deps.chartLibraryPath, defaultTimeZone: deps.defaultTimeZone).register(on: router)
     if let registry = deps.metricsRegistry {
-        MetricsRoute(registry: registry, pools: deps.metricsPools, log: deps.log, lagPool: deps.lagPool)
+        MetricsRoute(registry: registry, pools: deps.pools.named, log: deps.log, lagPool: deps.pools.lag)
             .register(on: router)
     }
     // Last: it wraps only the not-found answer, and reads the routes registered above.
@@ -85,15 +115,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
 
 func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
                       metricsRegistry: PrometheusCollectorRegistry? = nil) -> some ApplicationProtocol {
-    let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize, logger: logger)
-    let reportPool = configuration.reportDatabaseURL.map {
-        ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
-    }
-    // The projector's own role (PROJECTOR_DATABASE_URL): one connection projects, one runs
-    // retention, the rest read the lag for /readyz and /metrics.
-    let projectorPool = configuration.projectorDatabaseURL.map {
-        ConnectionPool(conninfo: $0, maxConnections: 4, logger: logger)
-    }
+    let pools = ServerPools(configuration, logger: logger)
     var logConfiguration = EventLog.Configuration()
     logConfiguration.writers = configuration.writers
     logConfiguration.appendTimeout = configuration.appendTimeout
@@ -102,16 +124,13 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
     let ingestPool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.writers + 1,
                                     sessionSetup: logConfiguration.sessionSetup, logger: logger)
     let log = EventLog(pool: ingestPool, configuration: logConfiguration, logger: logger)
-    let readPool = reportPool ?? pool
     let deps = ServerDependencies(
-        pool: pool,
-        projectorPool: projectorPool,
-        reportPool: reportPool,
-        keys: APIKeys(pool: pool),
+        pools: pools,
+        keys: APIKeys(pool: pools.primary),
         log: log,
         migrator: Migrator(logger: logger),
-        reports: Reports(pool: readPool, maxWait: configuration.reportWait),
-        audit: AdAudit(pool: readPool, maxWait: configuration.reportWait),
+        reports: Reports(pool: pools.read, maxWait: configuration.reportWait),
+        audit: AdAudit(pool: pools.read, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         dimensionBudget: configuration.dimensionLimits == .off ? nil : DimensionBudget(limits: configuration.dimensionLimits),
         admission: Admission(limit: configuration.maxConcurrentBatches),
@@ -119,13 +138,11 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         chartLibraryPath: configuration.chartLibraryPath,
         defaultTimeZone: configuration.defaultTimeZone,
         metricsRegistry: metricsRegistry,
-        metricsPools: [NamedPool(name: "primary", pool: pool)]
-            + (projectorPool.map { [NamedPool(name: "projector", pool: $0)] } ?? [])
-            + (reportPool.map { [NamedPool(name: "reports", pool: $0)] } ?? []),
         beacons: configuration.beaconSecrets.map { Beacons(secrets: $0) },
         projectorStatus: configuration.runProjector ? ProjectorStatus() : nil,
         roleWarnings: RoleWarnings(),
-        clients: configuration.clients)
+        clients: configuration.clients,
+        beaconClickWait: configuration.beaconClickWait)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let quickAnswers = QuickAnswers.Rules(admission: deps.admission, keys: deps.keys, rateLimiter: deps.rateLimiter,
                                           limits: deps.ingestLimits)
@@ -142,7 +159,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),
         // The pools first: a service group stops its services in reverse order, so every
         // service that uses a pool (the log draining its queue last of all) stops before it closes.
-        services: ([pool, ingestPool] + [projectorPool, reportPool].compactMap { $0 }).map { $0 as any Service }
+        services: (pools.services + [ingestPool]).map { $0 as any Service }
             + backgroundServices(configuration, deps, logger: logger)
             + [roleCheck(configuration, deps, logger: logger)],
         // The key table in memory lets QuickAnswers refuse a batch over its key's rate limit on
@@ -155,24 +172,25 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
 private func backgroundServices(_ configuration: ServeConfiguration, _ deps: ServerDependencies, logger: Logger) -> [any Service] {
     var services: [any Service] = [deps.log]
     if let status = deps.projectorStatus {
-        services.append(Projector(pool: deps.projectionPool, attributionWindow: configuration.attributionWindow,
+        services.append(Projector(pool: deps.pools.projection, attributionWindow: configuration.attributionWindow,
                                   batchSize: configuration.projectorBatchSize, status: status, logger: logger))
     }
     if let keepDays = configuration.retentionDays {
-        services.append(RetentionService(pool: deps.projectionPool, keepDays: keepDays, logger: logger))
+        services.append(RetentionService(pool: deps.pools.projection, keepDays: keepDays, logger: logger))
     }
     return services
 }
 
 /// Checks each of the server's connections against the role whose work it does.
 private func roleCheck(_ configuration: ServeConfiguration, _ deps: ServerDependencies, logger: Logger) -> RoleCheck {
-    func setting(_ role: DatabaseRole, ownPool: ConnectionPool?) -> String {
-        (ownPool == nil ? DatabaseRole.ingest : role).setting
+    func setting(_ role: DatabaseRole, own: Bool) -> String {
+        (own ? role : DatabaseRole.ingest).setting
     }
-    var uses = [RoleCheck.Use(role: .ingest, setting: DatabaseRole.ingest.setting, pool: deps.pool)]
+    let pools = deps.pools
+    var uses = [RoleCheck.Use(role: .ingest, setting: DatabaseRole.ingest.setting, pool: pools.primary)]
     if configuration.runProjector || configuration.retentionDays != nil {
-        uses.append(RoleCheck.Use(role: .projector, setting: setting(.projector, ownPool: deps.projectorPool), pool: deps.projectionPool))
+        uses.append(RoleCheck.Use(role: .projector, setting: setting(.projector, own: pools.projectionIsOwn), pool: pools.projection))
     }
-    uses.append(RoleCheck.Use(role: .report, setting: setting(.report, ownPool: deps.reportPool), pool: deps.readPool))
+    uses.append(RoleCheck.Use(role: .report, setting: setting(.report, own: pools.readIsOwn), pool: pools.read))
     return RoleCheck(uses: uses, warnings: deps.roleWarnings, logger: logger)
 }

@@ -18,6 +18,7 @@ struct BootWithoutDatabaseTests {
         do {
             let key = try await db.createKey("app", scope: .ingest)
             try await TestEnvironment.postgres("stop", dir: dir, port: port)
+            // A process: the process starts while its database is down.
             let tracker = try await TrackerProcess(databaseURL: db.url)
             do {
                 let down = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)

@@ -58,6 +58,7 @@ struct ClientDeliveryTests {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("app", scope: .ingest)
             let report = try await db.createKey("ops", scope: .report)
+            // A process: the client's own HTTP stack delivers to a port; the server is killed and restarted there.
             var server = try await TrackerProcess(databaseURL: db.url)
             let port = server.port
             let (client, folder) = try Self.client(port: port, key: ingest)
@@ -97,6 +98,7 @@ struct ClientDeliveryTests {
             let db = try await TestDatabase(adminURL: "postgresql://postgres@127.0.0.1:\(pgPort)/postgres")
             let ingest = try await db.createKey("app", scope: .ingest)
             let report = try await db.createKey("ops", scope: .report)
+            // A process: the client's own HTTP stack delivers to a port.
             try await withTracker(db) { server in
                 let notices = ServiceUnavailableWatcher()
                 let (client, folder) = try Self.client(port: server.port, key: ingest)
@@ -132,6 +134,7 @@ struct ClientDeliveryTests {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("app", scope: .ingest)
             let report = try await db.createKey("ops", scope: .report)
+            // A process: the client's own HTTP stack delivers to a port.
             try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "100"]) { server in
                 let (client, folder) = try Self.client(port: server.port, key: ingest, flushAt: 100, maxBatchEvents: 100)
                 defer { try? FileManager.default.removeItem(at: folder) }
@@ -163,6 +166,7 @@ struct ClientDeliveryTests {
         try await withTestDatabase { db in
             let ingest = try await db.createKey("app", scope: .ingest)
             let report = try await db.createKey("ops", scope: .report)
+            // A process: `tracker deliver` (another process) delivers to a port.
             try await withTracker(db) { server in
                 let work = FileManager.default.temporaryDirectory.appendingPathComponent("client-kill-\(UUID().uuidString)")
                 try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)

@@ -59,9 +59,9 @@ struct ConnectionPoolTests {
                     try c.execute("SELECT pg_advisory_lock(7, \(key))")
                     locked.flag.store(true, ordering: .releasing)
                     defer { _ = try? c.execute("SELECT pg_advisory_unlock(7, \(key))") }
-                    // Until every other borrower waits on the lock (30 s at most: in the full
+                    // Until every other borrower waits on the lock (90 s at most: in the full
                     // suite on two cores the borrowers' tasks can wait seconds to be scheduled).
-                    for _ in 0..<600 {
+                    for _ in 0..<1800 {
                         let waiting = try c.query("""
                             SELECT count(*) FROM pg_locks
                             WHERE locktype = 'advisory' AND classid = 7 AND objid = \(key) AND NOT granted

@@ -48,6 +48,7 @@ struct DatabaseDeadlineTests {
                 try c.execute("ALTER DATABASE \(db.name) SET synchronous_commit = off")
             }
             var acknowledged = 0
+            // A process: the tracker's own connections see PostgreSQL crash and come back, as a deployed process's do.
             try await withTracker(db) { tracker in
                 for _ in 0..<2 {
                     let r = try await tracker.postEvents(Wire.batch([Wire.event()]), key: key)

@@ -188,6 +188,7 @@ struct DatabaseRoleTests {
 
     @Test func servingAsASuperuserIsWarnedOfAtStartAndInReadyz() async throws {
         try await withTestDatabase { db in
+            // A process: the warning is a line the process writes at start.
             let tracker = try await TrackerProcess(databaseURL: db.url, leastPrivilege: false)
             var warnings: [String] = []
             for _ in 0..<50 {
@@ -211,6 +212,7 @@ struct DatabaseRoleTests {
     @Test func anIngestOnlyNodeIsReadyAndSaysWhatItCannotRead() async throws {
         try await withTestDatabase { db in
             let ingestURL = ConnectionString.replacingLogin(of: db.url, user: DatabaseRole.ingest.rawValue, password: "trusted")
+            // A process: serve's start-up with ingest-only logins, as an operator runs it.
             let tracker = try await TrackerProcess(databaseURL: db.url, environment: [
                 "DATABASE_URL": ingestURL, "TRACKER_PROJECTOR": "off",
             ], leastPrivilege: false)

@@ -9,6 +9,7 @@ import Tracker
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             let environment = ["TRACKER_MAX_CONCURRENT_BATCHES": "2", "TRACKER_REQUEST_TIMEOUT": "2"]
+            // A process: raw sockets on a port: stalled uploads.
             try await withTracker(db, environment: environment) { tracker in
                 let padding = String(repeating: "x", count: 400)
                 let big = Wire.batch((0..<400).map { _ in Wire.event(extra: ["attributes": ["note": padding]]) })
@@ -36,6 +37,7 @@ import Tracker
             let key = try await db.createKey("app", scope: .ingest)
             // The append's deadline (and its lock_timeout) is set far beyond the test, so the
             // write waits for the lock instead of getting its 503 after 4 s.
+            // A process: raw sockets on a port: a body held open.
             try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1", "TRACKER_APPEND_TIMEOUT": "120"]) { tracker in
                 // Another session keeps every write waiting, so a batch that is in holds the only place.
                 let blocker = try Connection.open(db.url)
@@ -67,6 +69,7 @@ import Tracker
         try await withTestDatabase { db in
             // No idle timeout in the way: the eight connections stay open however slowly they are made.
             let environment = ["TRACKER_IDLE_TIMEOUT": "120", "TRACKER_MAX_CONNECTIONS": "8"]
+            // A process: raw sockets on a port: the connection limit.
             try await withTracker(db, environment: environment) { tracker in
                 // Eight connections, each answered (so counted by the server) before the next opens:
                 // connections opened at once reach the server's two event loops in either order.
@@ -102,6 +105,7 @@ import Tracker
 
     @Test func idleConnectionsAndTrickledHeadersAreClosed() async throws {
         try await withTestDatabase { db in
+            // A process: raw sockets on a port: idle and trickling connections.
             try await withTracker(db, environment: ["TRACKER_IDLE_TIMEOUT": "3"]) { tracker in
                 let idle = try (0..<7).map { _ in try RawSocket(port: tracker.port) }
                 let trickle = try RawSocket(port: tracker.port)
@@ -128,6 +132,7 @@ import Tracker
     @Test func aFloodOfConnectionsUpToTheDescriptorLimitNeitherCrashesNorStarvesTheServer() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: the process's own descriptor limit.
             try await withTracker(db, environment: ["TRACKER_IDLE_TIMEOUT": "2"], descriptorLimit: 256) { tracker in
                 let cpuBefore = cpuSeconds(of: tracker.process.pid)
                 // More connections than the process has descriptors: the server answers the first

@@ -1,4 +1,5 @@
 import Foundation
+import HummingbirdTesting
 import Testing
 import Tracker
 
@@ -20,7 +21,7 @@ struct InvalidTrafficIngestTests {
         try await withTestDatabase { db in
             let app = try await db.createKey("app", scope: .ingest)
             let server = try await APIKeys(pool: db.pool).create(name: "s2s", scope: .ingest, server: true)
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db, mode: .live) { tracker in
                 let plain = Wire.event()
                 let r = try await tracker.postEvents(Wire.batch([plain]), key: app, headers: ["User-Agent": "MyApp/4.2 (iPhone)"])
                 #expect(r.json["accepted"] as? Int == 1)
@@ -55,12 +56,12 @@ struct InvalidTrafficIngestTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
             let forwarded = ["X-Forwarded-For": "198.51.100.7, 10.0.0.2"]
-            try await withTracker(db) { tracker in
+            try await withInProcessTracker(db, mode: .live) { tracker in
                 let e = Wire.event()
                 _ = try await tracker.postEvents(Wire.batch([e]), key: key, headers: forwarded)
                 #expect(try await client(db, e["id"] as! String)[1] == "127.0.0.1", "an untrusted peer's X-Forwarded-For is ignored")
             }
-            try await withTracker(db, environment: ["TRACKER_TRUSTED_PROXIES": "127.0.0.1, 10.0.0.0/8"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_TRUSTED_PROXIES": "127.0.0.1, 10.0.0.0/8"], mode: .live) { tracker in
                 let e = Wire.event()
                 _ = try await tracker.postEvents(Wire.batch([e]), key: key, headers: forwarded)
                 #expect(try await client(db, e["id"] as! String)[1] == "198.51.100.7", "the right-most address that is not a trusted proxy")
@@ -68,7 +69,7 @@ struct InvalidTrafficIngestTests {
                 _ = try await tracker.postEvents(Wire.batch([noHeader]), key: key)
                 #expect(try await client(db, noHeader["id"] as! String) == ["", "127.0.0.1"], "no User-Agent is the empty one")
             }
-            try await withTracker(db, environment: ["TRACKER_TRUSTED_PROXIES": "127.0.0.1", "TRACKER_IP_STORAGE": "truncated"]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_TRUSTED_PROXIES": "127.0.0.1", "TRACKER_IP_STORAGE": "truncated"], mode: .live) { tracker in
                 let e = Wire.event()
                 _ = try await tracker.postEvents(Wire.batch([e]), key: key, headers: ["X-Forwarded-For": "203.0.113.77"])
                 #expect(try await client(db, e["id"] as! String)[1] == "203.0.113.0", "the /24 only")
@@ -156,7 +157,7 @@ struct InvalidTrafficIngestTests {
     @Test func aBeaconRecordsTheBrowser() async throws {
         try await withTestDatabase { db in
             let secret = String(repeating: "k", count: 40)
-            try await withTracker(db, environment: ["TRACKER_BEACON_SECRET": secret]) { tracker in
+            try await withInProcessTracker(db, environment: ["TRACKER_BEACON_SECRET": secret], mode: .live) { tracker in
                 let (status, url) = try await runTrackerToEnd(["beacon", "sign", "--type", "impression", "--request-id", "web-1",
                                                                "--ad-unit", "/1234/web/native", "--format-id", "native"],
                                                               environment: ["TRACKER_BEACON_SECRET": secret])

@@ -16,6 +16,7 @@ struct KeyExposureTests {
             let before = (try? String(contentsOfFile: logFile, encoding: .utf8))?.utf8.count ?? 0
             let guesses = (0..<96).map { _ in "trk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "") }
             var elapsed = Duration.zero
+            // A process: timing over real sockets and the server's own threads, not the test's.
             try await withTracker(db, environment: ["TRACKER_PROJECTOR": "off"]) { tracker in
                 #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
                 let started = ContinuousClock.now

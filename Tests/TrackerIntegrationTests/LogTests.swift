@@ -23,6 +23,7 @@ struct LogTests {
     @Test func acknowledgedEventsSurviveKillNineOfTheServer() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: kill -9 of the process.
             let tracker = try await TrackerProcess(databaseURL: db.url)
             var acknowledged = 0
             for _ in 0..<20 {
@@ -49,6 +50,7 @@ struct LogTests {
     @Test func sigtermDrainsAndExitsCleanly() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: SIGTERM to the process.
             let tracker = try await TrackerProcess(databaseURL: db.url)
             #expect(try await tracker.postEvents(Wire.batch([Wire.event()]), key: key).status == 200)
             #expect(await tracker.terminate() == 0)
@@ -58,6 +60,7 @@ struct LogTests {
     @Test func sigtermFinishesTheBatchInFlightCommitsItAndExits() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: SIGTERM to the process in the middle of a batch.
             let tracker = try await TrackerProcess(databaseURL: db.url)
             let body = Wire.batch((0..<3).map { _ in Wire.event() })
             let inFlight = try tracker.client.startRequest(

@@ -144,6 +144,7 @@ struct ProjectionTests {
             let first = RandomTraffic.events(ads: 1500, using: &g)
             try await db.append(first)
             let key = try await db.createKey("analyst", scope: .report)
+            // A process: a rebuild (another process) swaps the projections under a serving process.
             try await withTracker(db) { tracker in
                 try await waitUntilCaughtUp(tracker)
                 let rebuild = try runTracker(["rebuild", "--database-url", db.url])

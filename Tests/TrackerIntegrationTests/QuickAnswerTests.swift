@@ -10,6 +10,7 @@ struct QuickAnswerTests {
     @Test func aBatchArrivingWhileEveryPlaceIsTakenIsRefusedAndItsConnectionStaysUsable() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: the refusal is written by the connection's NIO handler.
             try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1", "TRACKER_APPEND_TIMEOUT": "120"]) { tracker in
                 // The one place is held by a batch whose write waits for a lock.
                 let locker = try Connection.open(db.url)
@@ -60,6 +61,7 @@ struct QuickAnswerTests {
     @Test func aKeyOverItsRateLimitIsRefusedAtTheRequestHead() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: the refusal is written by the connection's NIO handler.
             try await withTracker(db, environment: ["TRACKER_RATE_LIMIT": "5"]) { tracker in
                 #expect(try await tracker.postEvents(Wire.batch((0..<50).map { _ in Wire.event() }), key: key).status == 200,
                         "a batch over a second of the limit goes through a full bucket and leaves 45 events of debt")
@@ -91,6 +93,7 @@ struct QuickAnswerTests {
     @Test func aPipelinedHealthzWaitsForTheAnswerBeforeIt() async throws {
         try await withTestDatabase { db in
             let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: pipelined requests on one connection.
             try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
                 let locker = try Connection.open(db.url)
                 defer { locker.close() }

@@ -265,6 +265,7 @@ struct ReconciliationTests {
         try await withTestDatabase { db in
             let key = try await db.createKey("ops", scope: .report)
             let ingest = try await db.createKey("app", scope: .ingest)
+            // A process: a declared Content-Length the body does not have (the in-process client sets its own).
             try await withTracker(db) { tracker in
                 #expect(try await post(tracker, Self.uiExport, key: key, tz: nil).json["message"] as? String ?? "" == "tz is required: the IANA time zone of the report's dates (Ad Manager's network time zone), e.g. America/New_York")
                 #expect(try await post(tracker, Self.uiExport, key: key, tz: "Mars/Base").status == 400)

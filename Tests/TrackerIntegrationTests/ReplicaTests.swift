@@ -37,6 +37,7 @@ struct ReplicaTests {
         // What a reader of the log asks for (the xmin of its snapshot) is answered on a standby too.
         #expect(try await replica.withConnection { try $0.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").string(0, 0) } != nil)
 
+        // A process: two processes' worth of pools: serve against a primary and a standby, as deployed.
         try await withTracker(db, environment: ["REPORT_DATABASE_URL": replicaURL]) { tracker in
             // Each ad: an impression, then a click on its main image 2 s later; ad 0's impression is sent twice
             // by two sources (a duplicate impression).

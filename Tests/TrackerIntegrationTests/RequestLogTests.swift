@@ -11,6 +11,7 @@ struct RequestLogTests {
             let ingestKey = try await db.createKey("app", scope: .ingest)
             let reportKey = try await db.createKey("ops", scope: .report)
             let unknownKey = "tk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "")
+            // A process: the request log is the process's standard output.
             let tracker = try await TrackerProcess(databaseURL: db.url, environment: [
                 "TRACKER_LOG_LEVEL": "debug", "TRACKER_LOG_FORMAT": "json",
             ])
@@ -43,6 +44,7 @@ struct RequestLogTests {
     @Test func everyLineOfARequestCarriesItsIdWhichTheResponseReturns() async throws {
         try await withTestDatabase { db in
             let ingestKey = try await db.createKey("app", scope: .ingest)
+            // A process: the request log is the process's standard output.
             let tracker = try await TrackerProcess(databaseURL: db.url, environment: [
                 "TRACKER_LOG_LEVEL": "debug", "TRACKER_LOG_FORMAT": "json",
             ])

@@ -138,6 +138,7 @@ struct RetentionTests {
         try await withTestDatabase { db in
             try await logOldImpressions(db, daysAgo: 10, count: 5)
             try await projectAll(db, expected: 5)
+            // A process: what retention did is read from the process's log lines.
             try await withTracker(db, environment: ["TRACKER_RETENTION_DAYS": "7"]) { tracker in
                 let dropped = try await eventually(within: .seconds(10)) { () -> Bool? in
                     try await partitionExists(db, daysAgo: 10) ? nil : true

@@ -14,6 +14,7 @@ struct ScaleOutTests {
         try await withTestDatabase { db in
             let ingestKey = try await db.createKey("app", scope: .ingest)
             let reportKey = try await db.createKey("dashboard", scope: .report)
+            // A process: two servers on one database, one of them killed with SIGKILL.
             let first = try await TrackerProcess(databaseURL: db.url)
             let second = try await TrackerProcess(databaseURL: db.url)
             let balancer = try LoadBalancer(upstreams: ["t1": first.port, "t2": second.port])
@@ -64,6 +65,7 @@ struct ScaleOutTests {
             #expect(Set(stored) == sentIDs, "every acknowledged event is in the log")
 
             // The killed tracker comes back; a full re-send through both stores nothing new.
+            // A process: the killed server restarts on its port.
             let restarted = try await TrackerProcess(databaseURL: db.url, port: first.port)
             try await balancer.waitUntilServing(["t1", "t2"])
             let resend = StreamProgress()

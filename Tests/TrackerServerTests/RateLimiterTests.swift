@@ -57,19 +57,4 @@ struct RateLimiterTests {
         #expect(route(nil, false) == 500, "a body of undeclared length may carry a whole batch")
         #expect(route(1_600, true) == 100, "16 bytes an event gzipped")
     }
-
-    @Test func onlyThisLimitersHeadReservationIsTakenForOne() throws {
-        let limiter = RateLimiter(eventsPerSecond: 10)
-        var fields = HTTPFields()
-        fields[RateLimiter.headReservationField] = limiter.headReservation(key: "app-1.b_c", events: 500)
-        let made = try #require(limiter.headReservation(in: fields))
-        #expect(made.key == "app-1.b_c" && made.events == 500)
-        #expect(RateLimiter(eventsPerSecond: 10).headReservation(in: fields) == nil, "another process's limiter has another secret")
-        let secret = try #require(fields[RateLimiter.headReservationField]?.split(separator: " ").first)
-        for forged in ["", "0 app", "\(secret.dropLast()) 500 app", "\(secret) -5 app", "\(secret) many app", "\(secret) 500"] {
-            fields[RateLimiter.headReservationField] = forged
-            #expect(limiter.headReservation(in: fields) == nil, "'\(forged)' reserved nothing")
-        }
-        #expect(limiter.headReservation(in: HTTPFields()) == nil)
-    }
 }

@@ -140,7 +140,7 @@ public struct ProjectionKey: Sendable, Hashable {
 
 /// A row's measures; unused lanes stay zero. SIMD makes adding and subtracting rows cheap.
 ///
-/// Every table's measures must fit its lanes: `MeasureCatalogueTests` fails when one outgrows them.
+/// Every table's measures must fit its lanes: `MeasureLaneTests` fails when one outgrows them.
 public typealias Measures = SIMD32<Int64>
 
 extension String {

@@ -36,6 +36,9 @@ struct ServeConfiguration: Sendable {
     var idleTimeout = Duration.seconds(ServeDefaults.idleTimeoutSeconds)
     /// A request must arrive whole within this time of its head.
     var requestTimeout = Duration.seconds(ServeDefaults.requestTimeoutSeconds)
+    /// How long a beacon click's redirect waits for its event's commit (the redirect goes then
+    /// either way, marked `unconfirmed`): about what a visitor tolerates before a page starts.
+    var beaconClickWait = Duration.seconds(2)
     var bodyBudgetBytes = ServeDefaults.bodyBufferMiB * 1024 * 1024
     /// An append not committed within this time gets 503 (a frozen or locked database).
     var appendTimeout = Duration.seconds(ServeDefaults.appendTimeoutSeconds)

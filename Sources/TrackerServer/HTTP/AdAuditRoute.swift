@@ -49,9 +49,7 @@ struct AdAuditRoute: Sendable {
     private static func response(_ json: String, lag: ProjectionLag, ivtRules: Int) -> Response {
         var headers = ReportRoutes.privateFigures
         headers[.contentType] = "application/json"
-        headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(lag.events)
-        headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(lag.seconds)
-        headers[HTTPField.Name("X-IVT-Rules")!] = String(ivtRules)
+        headers.describeProjections(lag: lag, ivtRules: ivtRules)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: json)))
     }
 

@@ -27,13 +27,16 @@ struct ClientIdentity: Sendable {
     }
 }
 
-/// A request context that knows the peer's address (Hummingbird's `BasicRequestContext` does not).
-struct TrackerRequestContext: RequestContext, RemoteAddressRequestContext {
+/// A request context that knows the peer's address (Hummingbird's `BasicRequestContext` does
+/// not) and what the front door decided at a batch's head.
+struct TrackerRequestContext: RequestContext, RemoteAddressRequestContext, AdmittedBatchRequestContext {
     var coreContext: CoreRequestContextStorage
     let remoteAddress: SocketAddress?
+    let admittedBatch: AdmittedBatch?
 
     init(source: ApplicationRequestContextSource) {
         coreContext = CoreRequestContextStorage(source: source)
         remoteAddress = source.channel.remoteAddress
+        admittedBatch = FrontDoorDecisions.shared.take(for: source.channel)
     }
 }

@@ -3,7 +3,6 @@ import Hummingbird
 import Logging
 import NIOCore
 import NIOPosix
-import Synchronization
 import Tracker
 
 /// `POST /v1/events` (PROTOCOL.md sections 1 to 4).
@@ -42,20 +41,17 @@ package struct IngestRoute: Sendable {
     }
 
     func handle(_ request: Request, context: some RequestContext) async throws -> Response {
-        // The rate limit's one decision is made before the body is read, usually already on the
-        // event loop by QuickAnswers, which then reserved the batch's events for its key. The
-        // charge is settled once the batch is decoded, and given back if the batch is refused whole.
-        var charge = rateLimiter?.headReservation(in: request.headers)
+        // Key, head and the rate limit's reservation are decided once, before the body is read:
+        // usually on the event loop by QuickAnswers (the admitted batch), else here. The charge
+        // is settled once the batch is decoded, and given back if the batch is refused whole.
+        let admitted = (context as? any AdmittedBatchRequestContext)?.admittedBatch
+        var charge = admitted.flatMap { batch in batch.reserved.map { (key: batch.principal.name, events: $0) } }
         do {
-            let principal = try await keys.principal(for: request, requiring: .ingest)
-            let head = try Self.batchHead(request.headers, limits: limits).get()
-            if let rateLimiter, charge?.key != principal.name {
-                if let made = charge.take() { rateLimiter.refund(key: made.key, events: made.events) }
-                if let wait = rateLimiter.reserve(key: principal.name, events: head.events) {
-                    metrics.refused(by: .rateLimit)
-                    throw rateLimiter.refusal(key: principal.name, wait: wait)
-                }
-                charge = (principal.name, head.events)
+            let (principal, head): (Principal, BatchHead)
+            if let admitted {
+                (principal, head) = (admitted.principal, admitted.head)
+            } else {
+                (principal, head) = try await admit(request, charge: &charge)
             }
             let body = try await readBody(request, upTo: head.wireLimit)
             return try await decodeAndAppend(body, gzip: head.gzip, key: principal, client: clients.client(of: request, context: context),
@@ -64,6 +60,21 @@ package struct IngestRoute: Sendable {
             if let charge { rateLimiter?.refund(key: charge.key, events: charge.events) }
             throw error
         }
+    }
+
+    /// The decisions QuickAnswers did not make for `request`: its key, its head, and (with a
+    /// rate limit) the events reserved for the key, in `charge`.
+    private func admit(_ request: Request, charge: inout (key: String, events: Int)?) async throws -> (Principal, BatchHead) {
+        let principal = try await keys.principal(for: request, requiring: .ingest)
+        let head = try Self.batchHead(request.headers, limits: limits).get()
+        if let rateLimiter {
+            if let wait = rateLimiter.reserve(key: principal.name, events: head.events) {
+                metrics.refused(by: .rateLimit)
+                throw rateLimiter.refusal(key: principal.name, wait: wait)
+            }
+            charge = (principal.name, head.events)
+        }
+        return (principal, head)
     }
 
     /// What a batch's request head tells of its body, checked before the body is read.
@@ -227,55 +238,5 @@ package struct IngestRoute: Sendable {
             body += "}"
         }
         return body + "]}"
-    }
-}
-
-/// Bytes held by request bodies that are still arriving, with a ceiling.
-final class BodyBudget: Sendable {
-    let limitBytes: Int
-    private let held = Atomic<Int>(0)
-
-    init(limitBytes: Int) {
-        self.limitBytes = limitBytes
-    }
-
-    /// Takes `bytes`, or returns false (taking nothing) when they would pass the ceiling.
-    func take(_ bytes: Int) -> Bool {
-        if held.add(bytes, ordering: .relaxed).newValue <= limitBytes { return true }
-        held.subtract(bytes, ordering: .relaxed)
-        return false
-    }
-
-    func release(_ bytes: Int) {
-        held.subtract(bytes, ordering: .relaxed)
-    }
-}
-
-/// A counter of requests in progress with a ceiling.
-final class Admission: Sendable {
-    let limit: Int
-    private let inProgress = Atomic<Int>(0)
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    /// Takes a place, or returns false when all `limit` places are taken.
-    func enter() -> Bool {
-        if inProgress.add(1, ordering: .relaxed).newValue <= limit { return true }
-        inProgress.subtract(1, ordering: .relaxed)
-        return false
-    }
-
-    func leave() {
-        inProgress.subtract(1, ordering: .relaxed)
-    }
-
-    /// Every place is taken now (`ConnectionGuard` refuses a batch's head then, on the event loop).
-    var isFull: Bool { inProgress.load(ordering: .relaxed) >= limit }
-
-    /// The refusal of a batch when every place is taken, wherever it is refused.
-    var refusal: APIError {
-        APIError(.overloaded, "the tracker is handling \(limit) batches at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
     }
 }

@@ -11,9 +11,10 @@ import Tracker
 /// batch whose key (known from the key table in memory) has nothing left of its rate limit.
 /// So a refusal is prompt and costs no decoding: it never waits behind the batches being
 /// decoded, hundreds of them under overload (docs/RELIABILITY.md, overload).
-/// A batch of such a key that is let through has its events reserved here too, so the next
-/// head of that key already sees them taken; the route learns of the reservation from a header
-/// of the request (`RateLimiter.headReservationField`).
+/// A batch of a key the table knows that is let through is admitted here: its key, its head and
+/// the events reserved for it (so the next head of that key already sees them taken) go to the
+/// route in its request context (`AdmittedBatch`, through `FrontDoorDecisions`), and the route
+/// decides none of it again.
 ///
 /// The refused batch's body is read and dropped and the connection stays open: closing with
 /// the body unread could reset the connection before the client read the answer. Nothing is
@@ -44,10 +45,11 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     /// What the refusals are decided by; shared by every connection.
     struct Rules: Sendable {
         var admission: Admission
-        /// With both, a key over its rate limit is refused here.
+        /// A batch of a key this table knows is admitted here; with `rateLimiter` too, one over
+        /// its key's rate limit is refused.
         var keys: APIKeys?
         var rateLimiter: RateLimiter?
-        /// The route's, from which a batch's reservation is reckoned as the route would.
+        /// The route's, by which a batch's head is read as the route would.
         var limits: IngestLimits
     }
 
@@ -93,22 +95,31 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
                 Self.httpMetrics.count(route: answer.route, status: answer.status.code)
                 write(context, answer, requestID: id, close: closeAfterDropping)
                 return
-            case .pass(let reserving)?:
+            case .pass(let admitted)?:
                 inFlight += 1
-                context.fireChannelRead(wrapInboundOut(.head(reserving)))
-                return
+                FrontDoorDecisions.shared.pass(admitted, on: context.channel)
             case nil:
                 inFlight += 1
-                // Only this handler writes a reservation; one the client sent goes.
-                if head.headerFields[RateLimiter.headReservationField] != nil {
-                    var cleaned = head
-                    cleaned.headerFields[RateLimiter.headReservationField] = nil
-                    context.fireChannelRead(wrapInboundOut(.head(cleaned)))
-                    return
-                }
+                FrontDoorDecisions.shared.pass(nil, on: context.channel)
             }
         }
         context.fireChannelRead(data)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        forgetDecisions(context)
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        forgetDecisions(context)
+    }
+
+    /// Gives back what batches that never reached their route had reserved.
+    private func forgetDecisions(_ context: ChannelHandlerContext) {
+        for batch in FrontDoorDecisions.shared.close(context.channel) {
+            if let reserved = batch.reserved { rules.rateLimiter?.refund(key: batch.principal.name, events: reserved) }
+        }
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -116,11 +127,9 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(data, promise: promise)
     }
 
-    /// What is done here with a request that has `head`: answered, passed on with the events
-    /// its batch reserved, or (`nil`) passed on as it came.
-    /// Runs for every request head: it allocates nothing for other requests; for a batch it
-    /// costs finding its key (the header's key and its SHA-256, as the route does) and, when
-    /// the batch goes on with a reservation, a copy of the head with one more field.
+    /// What is done here with a request that has `head`: answered, admitted (`pass`), or (`nil`)
+    /// left to the route. Runs for every request head: it allocates nothing for other requests;
+    /// for a batch it costs finding its key (the header's key and its SHA-256).
     private func decide(_ head: HTTPRequest) -> Decision? {
         guard let path = head.path else { return nil }
         if head.method == .get, Self.path(path, is: "/healthz") {
@@ -131,26 +140,25 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
             Self.metrics.refused(by: .concurrentBatches)
             return .answer(Answer(refusing: rules.admission.refusal))
         }
-        // A batch the route will refuse before it reserves (its media type, encoding or
-        // declared length) reserves nothing here either.
-        guard let rateLimiter = rules.rateLimiter, let key = ingestKeyName(head),
+        // A key the table in memory does not know, and a batch the route will refuse before it
+        // reserves (its media type, encoding or declared length), are left to the route, which
+        // answers them with their errors.
+        guard let principal = ingestPrincipal(head),
               case .success(let batch) = IngestRoute.batchHead(head.headerFields, limits: rules.limits) else { return nil }
-        let events = batch.events
-        if let wait = rateLimiter.reserve(key: key, events: events) {
+        guard let rateLimiter = rules.rateLimiter else { return .pass(AdmittedBatch(principal: principal, head: batch, reserved: nil)) }
+        if let wait = rateLimiter.reserve(key: principal.name, events: batch.events) {
             Self.metrics.refused(by: .rateLimit)
-            return .answer(Answer(refusing: rateLimiter.refusal(key: key, wait: wait)))
+            return .answer(Answer(refusing: rateLimiter.refusal(key: principal.name, wait: wait)))
         }
-        var reserving = head
-        reserving.headerFields[RateLimiter.headReservationField] = rateLimiter.headReservation(key: key, events: events)
-        return .pass(reserving)
+        return .pass(AdmittedBatch(principal: principal, head: batch, reserved: batch.events))
     }
 
-    /// The name of the ingest key the request carries, when the key table in memory knows it.
-    private func ingestKeyName(_ head: HTTPRequest) -> String? {
+    /// The ingest key the request carries, when the key table in memory knows it.
+    private func ingestPrincipal(_ head: HTTPRequest) -> Principal? {
         guard let keys = rules.keys, let header = head.headerFields[.authorization],
-              let presented = APIKeys.bearerKey(header), presented.utf8.count <= 256,
+              let presented = APIKeys.bearerKey(header), !presented.isEmpty, presented.utf8.count <= 256,
               let principal = keys.cachedPrincipal(presented), principal.scope == .ingest else { return nil }
-        return principal.name
+        return principal
     }
 
     /// Whether the request target `path` is `route`, with or without a query.
@@ -162,8 +170,8 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
 
     enum Decision {
         case answer(Answer)
-        /// The head with the batch's reservation (`RateLimiter.headReservationField`).
-        case pass(HTTPRequest)
+        /// The batch admitted at its head.
+        case pass(AdmittedBatch)
     }
 
     struct Answer {

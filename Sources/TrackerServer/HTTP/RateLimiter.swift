@@ -16,47 +16,16 @@ import Synchronization
 /// unavailable) gets its charge back.
 ///
 /// Both the decision and the reservation are usually made on the event loop, by
-/// `QuickAnswers`, which hands the reservation to the route in a request header
-/// (`headReservation`). They are made together so that the next head of the key already sees
+/// `QuickAnswers`, which hands the reservation to the route with the admitted batch
+/// (`AdmittedBatch`). They are made together so that the next head of the key already sees
 /// the events taken: a head let through is never refused later by the route, after waiting for
 /// a task, and a refusal never waits behind other batches' decoding.
 final class RateLimiter: Sendable {
     let eventsPerSecond: Int
     private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
-    /// Makes `headReservationField` unforgeable: a client's own header of that name, whose
-    /// value cannot start with this process's secret, reserves nothing.
-    private let secret: String
 
     init(eventsPerSecond: Int) {
         self.eventsPerSecond = eventsPerSecond
-        var generator = SystemRandomNumberGenerator()
-        secret = (0..<2).map { _ in
-            let hex = String(generator.next() as UInt64, radix: 16)
-            return String(repeating: "0", count: 16 - hex.count) + hex
-        }.joined()
-    }
-
-    /// The request header in which `QuickAnswers` tells the route what it reserved at the head.
-    static let headReservationField = HTTPField.Name("Tracker-Head-Reservation")!
-
-    /// `headReservationField`'s value for `events` reserved for `key` (a key name has no space).
-    func headReservation(key: String, events: Int) -> String {
-        "\(secret) \(events) \(key)"
-    }
-
-    /// The reservation made at the head of the request with `fields`, or `nil` when none was
-    /// (the header is missing, or was not written by this limiter).
-    func headReservation(in fields: HTTPFields) -> (key: String, events: Int)? {
-        guard let value = fields[Self.headReservationField] else { return nil }
-        let parts = value.split(separator: " ", maxSplits: 2)
-        guard parts.count == 3, Self.sameBytes(parts[0], secret), let events = Int(parts[1]), events >= 0 else { return nil }
-        return (String(parts[2]), events)
-    }
-
-    /// Whether `a` and `b` are the same bytes, in a time that does not tell where they differ.
-    private static func sameBytes(_ a: Substring, _ b: String) -> Bool {
-        guard a.utf8.count == b.utf8.count else { return false }
-        return zip(a.utf8, b.utf8).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     /// Takes `events` from `key`'s bucket (into debt if it holds fewer) unless it has less than

@@ -94,9 +94,7 @@ struct ReconciliationRoutes: Sendable {
         if csv {
             headers[.contentDisposition] = ReportRoutes.attachment(report: "reconciliation", from: result.from, to: result.to, zone: result.imported.tz)
         }
-        headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
-        headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
-        headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)
+        headers.describeProjections(lag: result.lag, ivtRules: result.ivtRules)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: csv ? result.csv : result.json)))
     }
 

@@ -58,9 +58,7 @@ struct ReportRoutes: Sendable {
             headers[.contentDisposition] = Self.attachment(report: name, from: result.query.from, to: result.query.to,
                                                            zone: result.query.timeZone, hourly: result.query.granularity == .hour)
         }
-        headers[HTTPField.Name("X-Projection-Lag-Events")!] = String(result.lag.events)
-        headers[HTTPField.Name("X-Projection-Lag-Seconds")!] = String(result.lag.seconds)
-        headers[HTTPField.Name("X-IVT-Rules")!] = String(result.ivtRules)
+        headers.describeProjections(lag: result.lag, ivtRules: result.ivtRules)
         let body = csv ? Self.body(bound: result.csvByteBound, { result.writeCSV(into: $0, totals: totals) }, else: { result.csvBytes(totals: totals) })
             : Self.body(bound: result.jsonByteBound, result.writeJSON, else: { result.jsonBytes })
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
@@ -119,4 +117,18 @@ struct ReportRoutes: Sendable {
         .cacheControl: "no-store",
         HTTPField.Name("X-Content-Type-Options")!: "nosniff",
     ]
+}
+
+extension HTTPFields {
+    static let projectionLagEvents = HTTPField.Name("X-Projection-Lag-Events")!
+    static let projectionLagSeconds = HTTPField.Name("X-Projection-Lag-Seconds")!
+    static let ivtRules = HTTPField.Name("X-IVT-Rules")!
+
+    /// What every answer read from the projections says of them (PROTOCOL.md 6 and 8): how far
+    /// behind the log they are, and the invalid-traffic rule set their labels follow.
+    mutating func describeProjections(lag: ProjectionLag, ivtRules: Int) {
+        self[Self.projectionLagEvents] = String(lag.events)
+        self[Self.projectionLagSeconds] = String(lag.seconds)
+        self[Self.ivtRules] = String(ivtRules)
+    }
 }
