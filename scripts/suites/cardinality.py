@@ -44,7 +44,9 @@ SENDERS = 4
 # hour of a half day would be over 20 x. Memory: the projector writes the rows of a step in
 # parts of a bounded size, so distinct keys do not add to its peak.
 GROWTH_RATIO_BOUND = 4.0
-RSS_RATIO_BOUND = 1.3
+# The long form's 100 000 clicks measured 1.11 x; the short form's 10 000 measure 1.2 x or so,
+# the same few MiB of a step's bounded rows over a smaller process, hence its wider bound.
+RSS_RATIO_BOUND = {"long": 1.3, "short": 1.5}
 # The bound docs/SCALING.md gives for `tracker serve` in this run, for the release build in the long run.
 RSS_BOUND_MIB = 150
 # Every limit of the dimension budget, off.
@@ -245,9 +247,10 @@ def main():
                      f"{n} clicks on {ad_units} ad units and {asset_keys} asset keys grew the database by "
                      f"{many.growth / 2**20:.1f} MiB, {growth_ratio:.2f} x the {one.growth / 2**20:.1f} MiB of one ad unit "
                      f"and one asset key (bound {GROWTH_RATIO_BOUND} x)")
-        checks.check("peak-memory-within-its-bound", rss_ratio <= RSS_RATIO_BOUND,
+        rss_bound = RSS_RATIO_BOUND[s.mode()]
+        checks.check("peak-memory-within-its-bound", rss_ratio <= rss_bound,
                      f"peak RSS {many.peak_kib / 1024:.0f} MiB against {one.peak_kib / 1024:.0f} MiB: "
-                     f"{rss_ratio:.2f} x (bound {RSS_RATIO_BOUND} x)")
+                     f"{rss_ratio:.2f} x (bound {rss_bound} x)")
         if s.mode() == "long":
             checks.check("peak-memory-under-150-mib", many.peak_kib <= RSS_BOUND_MIB * 1024,
                          f"peak RSS of tracker serve {many.peak_kib / 1024:.0f} MiB (bound {RSS_BOUND_MIB} MiB)")
