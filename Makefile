@@ -1,5 +1,5 @@
 # Every command a user runs; each calls a script of scripts/.
-.PHONY: run stop test test-citus test-contract test-dashboard bench-ingest bench-profile bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-citus bench-json migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
+.PHONY: run stop test test-citus test-contract test-dashboard bench-ingest bench-profile bench-capacity bench-report bench-projector bench-rebuild bench-scale bench-client bench-citus bench-json bench-cardinality migrations web smoke-test suites fault-crash fault-db fault-overload fault-clients fuzz fuzz-http test-storage
 
 run:            ## set up everything and serve on 127.0.0.1:8080
 	scripts/run.sh
@@ -45,6 +45,9 @@ bench-client:   ## TrackerClient: events/s one client process hands over and del
 
 bench-citus:    ## the cost of distribution: ingest, projection, rebuild and reports on Citus (1 + 2 nodes here) vs one node
 	scripts/bench-citus.sh
+
+bench-cardinality: ## 100 000 clicks on one ad unit vs on 40 000 ad units and 100 000 asset keys: disk, peak RSS, time to reports
+	scripts/bench-cardinality.sh $(CLICKS)
 
 bench-json:     ## the hand-written JSON bodies (receipt, error, report) against JSONEncoder
 	scripts/bench-json.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/suites.sh short|long [SUITE...]
 # Runs the fault-injection, hostile-client, fuzz and storage suites (docs/RELIABILITY.md).
-# SUITE: crash db overload clients fuzz-http storage fuzz (default: all; 'fuzz' is the five
+# SUITE: crash db overload clients fuzz-http storage cardinality fuzz (default: all; 'fuzz' is the five
 # libFuzzer targets, built apart in .build-fuzz). short is what the test command runs
 # (bounded to a few minutes); long is the documented run. Each suite starts its own
 # PostgreSQL clusters and trackers on loopback and removes them; results go to
@@ -9,11 +9,11 @@
 # (scripts/suites/known-defects.tsv), or a known one passes (remove its line then).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { echo "usage: $0 short|long [crash db overload clients fuzz-http storage fuzz]..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 short|long [crash db overload clients fuzz-http storage cardinality fuzz]..." >&2; exit 2; }
 export SUITE_MODE=$1; shift
 case "$SUITE_MODE" in short|long) ;; *) echo "usage: $0 short|long [SUITE...]" >&2; exit 2 ;; esac
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(storage fuzz-http crash db overload clients fuzz)
+[ ${#suites[@]} -gt 0 ] || suites=(storage fuzz-http crash db overload clients cardinality fuzz)
 
 . scripts/lib/packages.sh
 trap 'explain_exit_127 $? "$BASH_COMMAND" $LINENO' ERR
@@ -39,6 +39,7 @@ for suite in "${suites[@]}"; do
     clients)   script=hostile_clients.py ;;
     fuzz-http) script=http_fuzz.py ;;
     storage)   script=storage.py ;;
+    cardinality) script=cardinality.py ;;
     fuzz)      scripts/fuzz.sh "$SUITE_MODE" || failed+=("$suite"); continue ;;
     *) echo "unknown suite '$suite'" >&2; exit 2 ;;
   esac

@@ -58,6 +58,7 @@ struct ServerDependencies: Sendable {
     var reports: Reports
     var audit: AdAudit
     var rateLimiter: RateLimiter?
+    var dimensionBudget: DimensionBudget?
     /// The ingest admission places, shared with each connection's `ConnectionGuard` (which
     /// refuses a batch at its head when all are taken).
     var admission: Admission
@@ -98,7 +99,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     reconciliation.register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
     IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(limits: deps.ingestLimits), rateLimiter: deps.rateLimiter,
-                admission: deps.admission, bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
+                dimensionBudget: deps.dimensionBudget, admission: deps.admission, bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
                 metrics: IngestMetrics(), clients: deps.clients)
         .register(on: router)
     BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pools.primary),
@@ -135,6 +136,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         reports: Reports(pool: pools.read, maxWait: configuration.reportWait),
         audit: AdAudit(pool: pools.read, maxWait: configuration.reportWait),
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
+        dimensionBudget: configuration.dimensionLimits == .off ? nil : DimensionBudget(limits: configuration.dimensionLimits),
         admission: Admission(limit: configuration.maxConcurrentBatches),
         bodyBudgetBytes: configuration.bodyBudgetBytes,
         chartLibraryPath: configuration.chartLibraryPath,

@@ -17,7 +17,7 @@ struct ServeConfigurationTests {
         #expect(c.appendTimeout == .seconds(ServeDefaults.appendTimeoutSeconds))
         #expect(c.bodyBudgetBytes == ServeDefaults.bodyBufferMiB << 20)
         #expect(c.connections.maxConnections == ServeDefaults.maxConnections)
-        #expect(c.rateLimit == nil && c.retentionDays == nil && c.beaconSecrets == nil)
+        #expect(c.rateLimit == ServeDefaults.rateLimit && c.retentionDays == nil && c.beaconSecrets == nil)
         #expect(c.runProjector && c.metrics)
         #expect(c.defaultTimeZone == nil, "reports in UTC, the dashboard in the browser's zone")
     }
@@ -35,7 +35,7 @@ struct ServeConfigurationTests {
         #expect(c.writers == 5 && !c.runProjector && !c.metrics)
         #expect(c.reportWait == .milliseconds(500))
         #expect(c.clients.truncatesAddresses)
-        #expect(c.rateLimit == nil, "an empty value is unset")
+        #expect(c.rateLimit == ServeDefaults.rateLimit, "an empty value is unset")
     }
 
     @Test(arguments: [

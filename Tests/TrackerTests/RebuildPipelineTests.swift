@@ -12,7 +12,8 @@ struct RebuildPipelineTests {
 
     @Test func everyFileIsHandedOutInOrder() throws {
         let buckets = try emptyFiles(12)
-        let pipeline = RebuildPipeline(buckets: buckets, rules: AdContribution(), workers: 3, lookahead: 2)
+        let pipeline = RebuildPipeline(buckets: buckets, rules: AdContribution(), sum: try RebuildSum(directory: buckets.directory, rowsInMemory: 10),
+                                       workers: 3, lookahead: 2)
         for index in 0..<buckets.count {
             guard case .success(let file) = pipeline.take(index) else {
                 Issue.record("file \(index) failed")
@@ -23,7 +24,9 @@ struct RebuildPipelineTests {
     }
 
     @Test func aPipelineLeftEarlyIsStoppedAndReleased() async throws {
-        var pipeline: RebuildPipeline? = RebuildPipeline(buckets: try emptyFiles(10), rules: AdContribution(), workers: 2)
+        let buckets = try emptyFiles(10)
+        var pipeline: RebuildPipeline? = RebuildPipeline(buckets: buckets, rules: AdContribution(),
+                                                         sum: try RebuildSum(directory: buckets.directory, rowsInMemory: 10), workers: 2)
         guard case .success = pipeline!.take(0) else {
             Issue.record("file 0 failed")
             return

@@ -30,9 +30,10 @@ enum AdStateStore {
     /// An event a state already holds is a retry the log stored again because retention forgot
     /// its id with its partition (`ad_state` is kept): it changes nothing, and counts in no group.
     /// Returns the impressions it labelled (an earlier step's relabelled `high_rate` too) and
-    /// those it left unlabelled.
+    /// those it left unlabelled. The changed projection rows are written in parts of at most
+    /// `rowsPerWrite` rows (`ProjectionChanges`).
     @discardableResult
-    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey,
+    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey, rowsPerWrite: Int,
                         strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
         var tally = ImpressionTally()
         var changes = try load(Set(batch.events.keys), rowKey: rowKey, strings: &strings, on: connection)
@@ -49,7 +50,7 @@ enum AdStateStore {
             for l in logged { tally.count(l.event) }
             changes[key, default: Change(stored: nil, events: [])].events += logged.map(\.event)
         }
-        try write(changes, rules: rules, rowKey: rowKey, on: connection)
+        try write(changes, rules: rules, rowKey: rowKey, rowsPerWrite: rowsPerWrite, on: connection)
         return tally
     }
 
@@ -119,8 +120,8 @@ enum AdStateStore {
     }
 
     /// Writes the changed states and what their change does to the projection tables.
-    private static func write(_ changes: Changes, rules: AdContribution, rowKey: RowKey, on connection: Connection) throws {
-        var delta = Contribution(), removed = Contribution()
+    private static func write(_ changes: Changes, rules: AdContribution, rowKey: RowKey, rowsPerWrite: Int, on connection: Connection) throws {
+        var rows = ProjectionChanges(rowsPerWrite: rowsPerWrite)
         var newKeys = BinaryArray(.text), newStates = BinaryArray(.bytea)
         var changedRows = BinaryArray(rowKey.element), changedStates = BinaryArray(.bytea)
         var buffer: [UInt8] = []
@@ -128,21 +129,20 @@ enum AdStateStore {
             if let stored = change.stored, stored.events == change.events { continue }
             buffer.removeAll(keepingCapacity: true)
             AdState.encode(change.events, into: &buffer)
-            rules.accumulate(change.events, into: &delta)
+            rules.accumulate(change.events, into: &rows.added)
             if let stored = change.stored {
-                rules.accumulate(stored.events, into: &removed)
+                rules.accumulate(stored.events, into: &rows.removed)
                 changedRows.append(bytes: stored.row)
                 changedStates.append(bytes: buffer)
             } else {
                 newKeys.append(key)
                 newStates.append(bytes: buffer)
             }
+            try rows.writeIfFull(on: connection)
         }
         if newKeys.count > 0 { try connection.query(AdStateSQL.insert, [newKeys.parameter, newStates.parameter]) }
         if changedRows.count > 0 { try connection.query(rowKey.update, [changedRows.parameter, changedStates.parameter]) }
-        delta.subtract(removed)
-        delta.removeZeros()
-        try ProjectionWriter.apply(delta, on: connection)
+        try rows.write(on: connection)
     }
 
     /// How a state tells its events apart: an `ad_loaded` and its load reference share an id

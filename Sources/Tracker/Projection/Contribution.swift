@@ -10,7 +10,18 @@ public struct Contribution: Sendable, Equatable {
     }
 
     public mutating func add(_ other: Contribution) {
+        // An empty sum shares the other's dictionary rather than copy it row by row: the
+        // rebuild's sum often starts from one large file's contribution.
+        if rows.isEmpty {
+            rows = other.rows
+            return
+        }
         for (k, v) in other.rows { rows[k, default: Measures()] &+= v }
+    }
+
+    /// Adds one row's measures (a row read back from a `RowSpill`).
+    mutating func add(_ key: ProjectionKey, _ values: Measures) {
+        rows[key, default: Measures()] &+= values
     }
 
     public mutating func subtract(_ other: Contribution) {

@@ -99,6 +99,39 @@ enum QuarterBlock {
     }
 }
 
+/// Signed row changes bound for the projection tables, written (`ProjectionWriter.apply`) each
+/// time they reach `rowsPerWrite` rows, so that what a projector step holds of them is bounded
+/// however many distinct ad units, formats, asset keys and adapters its events name.
+///
+/// A sum written in parts gives the tables what the sum written whole gives (the writer adds
+/// each part to the rows it finds), provided no part takes a count below zero: the caller adds
+/// whole ads (an ad's new contribution and its old one) before it asks for a write.
+struct ProjectionChanges {
+    let rowsPerWrite: Int
+    /// What the changed ads contribute now, and what they contributed before.
+    var added = Contribution()
+    var removed = Contribution()
+
+    init(rowsPerWrite: Int) {
+        self.rowsPerWrite = max(1, rowsPerWrite)
+    }
+
+    /// Writes the changes held when they reach `rowsPerWrite` rows.
+    mutating func writeIfFull(on connection: Connection) throws {
+        if added.rows.count + removed.rows.count >= rowsPerWrite { try write(on: connection) }
+    }
+
+    /// Writes every change held.
+    mutating func write(on connection: Connection) throws {
+        var delta = Contribution()
+        swap(&delta, &added)
+        delta.subtract(removed)
+        removed = Contribution()
+        // Rows that cancelled out are left to the writer, which skips them: no copy without them.
+        try ProjectionWriter.apply(delta, on: connection)
+    }
+}
+
 /// Adds signed row changes to the projection tables: by day one upsert per table, by half day
 /// a read of the rows' counts, an upsert of their new counts and a delete of the emptied ones.
 ///
@@ -133,14 +166,15 @@ enum ProjectionWriter {
     /// measure grows by the changes of the row's quarter hours up to k, and the row is written
     /// back whole, or deleted when it holds nothing.
     private static func writeQuarters(_ quarters: [ProjectionKey: Measures], _ table: ProjectionTable, on connection: Connection) throws {
-        var blocks: [ProjectionKey: [Measures]] = [:]
-        for (key, values) in quarters {
-            var blockKey = key
-            let (block, offset) = Self.block(of: key.quarterHour)
-            blockKey.quarterHour = QuarterHour(index: block * QuarterBlock.quarters)
-            blocks[blockKey, default: Array(repeating: Measures(), count: Int(QuarterBlock.quarters))][Int(offset)] &+= values
+        // Each half-day row's changes by quarter hour, only those it has: most rows of a step
+        // change in one quarter hour, and 48 dense vectors a row would multiply what a step
+        // holds by the distinct keys it touches.
+        var blocks: [ProjectionKey: [(offset: Int32, values: Measures)]] = [:]
+        for (key, values) in quarters where values != Measures() {
+            blocks[key.halfDayRow, default: []].append((offset: Self.block(of: key.quarterHour).offset, values: values))
         }
-        let rows = blocks.filter { $0.value.contains { $0 != Measures() } }
+        let rows = Array(blocks)
+        blocks = [:]
         guard !rows.isEmpty else { return }
         let statements = table.statements(.quarters)
         let width = statements.width
@@ -160,15 +194,21 @@ enum ProjectionWriter {
         var masks = BinaryArray(.int8, capacity: rows.count), counts = BinaryArray(.bytea, capacity: rows.count)
         var values = [Int64](repeating: 0, count: QuarterBlock.counts * width)
         var bytes: [UInt8] = []
-        for (place, (key, perQuarter)) in rows.enumerated() {
+        for (place, (key, changes)) in rows.enumerated() {
             if let (r, mask) = storedRow[place + 1] {
                 QuarterBlock.expand(mask: mask, counts: stored.bytes(r, 2), width: width, into: &values)
             } else {
                 for i in values.indices { values[i] = 0 }
             }
+            // Running count k + 1 grows by the changes of quarter hours 0...k.
+            let sorted = changes.sorted { $0.offset < $1.offset }
             var running = Measures()
-            for (k, change) in perQuarter.enumerated() {
-                running &+= change
+            var next = 0
+            for k in Int(sorted[0].offset)..<Int(QuarterBlock.quarters) {
+                while next < sorted.count, sorted[next].offset == k {
+                    running &+= sorted[next].values
+                    next += 1
+                }
                 let first = (k + 1) * width
                 for m in 0..<width { values[first + m] &+= running[m] }
             }
@@ -236,6 +276,16 @@ enum ProjectionWriter {
         }
 
         var parameters: [Parameter] { arrays.map(\.parameter) }
+    }
+}
+
+extension ProjectionKey {
+    /// The key of the half-day row (`QuarterBlock`) this quarter hour's changes go to: its
+    /// quarter hour the first of its half day.
+    var halfDayRow: ProjectionKey {
+        var key = self
+        key.quarterHour = QuarterHour(index: ProjectionWriter.block(of: quarterHour).block * QuarterBlock.quarters)
+        return key
     }
 }
 

@@ -30,14 +30,25 @@ public final class Projector: Service, Sendable {
     /// The invalid-traffic rules of the projections, compiled once and kept between steps.
     private let labellers = LabellerCache()
 
+    /// Projection rows a step holds before it writes them (`ProjectionChanges`).
+    public let rowsPerWrite: Int
+
     /// Events read and projected per step (`TRACKER_PROJECTOR_BATCH_SIZE`).
     public static let defaultBatchSize = 20_000
+    /// Projection rows held before they are written, in a step or a rebuild: about 0.4 KiB each
+    /// while held (a key and its measures) and as much again in the writer's working copies, a
+    /// few MiB in all, whatever the number of distinct ad units, formats, asset keys and
+    /// adapters the events name. A step of an app's traffic touches far fewer (a few ad units
+    /// and asset keys, a few quarter hours), so it writes its rows once, as it would unbounded.
+    public static let defaultRowsPerWrite = 4_000
 
     public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow, batchSize: Int = Projector.defaultBatchSize,
+                rowsPerWrite: Int = Projector.defaultRowsPerWrite,
                 pollInterval: Duration = .milliseconds(100), status: ProjectorStatus = ProjectorStatus(), logger: Logger) {
         self.pool = pool
         self.attributionWindow = attributionWindow
         self.batchSize = batchSize
+        self.rowsPerWrite = rowsPerWrite
         self.pollInterval = pollInterval
         self.status = status
         self.logger = logger
@@ -101,7 +112,7 @@ public final class Projector: Service, Sendable {
 
     private func stepOutcome() async throws -> StepOutcome {
         let window = attributionWindow
-        let limit = batchSize
+        let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
         let (labellers, conninfo) = (self.labellers, pool.conninfo)
         let outcome = try await pool.withConnection { connection in
@@ -126,7 +137,8 @@ public final class Projector: Service, Sendable {
     @discardableResult
     public func catchUp() async throws -> Int {
         try await checkWindow()
-        let (window, limit, pause, labellers, conninfo) = (attributionWindow, batchSize, pollInterval, labellers, pool.conninfo)
+        let (window, pause, labellers, conninfo) = (attributionWindow, pollInterval, labellers, pool.conninfo)
+        let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         return try await pool.withConnection { c in
             let layout = try LogLayout.of(c, conninfo: conninfo)
             return try Self.catchUp(on: c, layout: layout, to: try LogCursor.head(on: c, layout: layout), window: window, limit: limit,
@@ -137,7 +149,7 @@ public final class Projector: Service, Sendable {
     /// Steps on `connection`, one transaction per step, until the checkpoint reaches `head`.
     ///
     /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema).
-    static func catchUp(on connection: Connection, layout: LogLayout, to head: LogHead?, window: Duration, limit: Int,
+    static func catchUp(on connection: Connection, layout: LogLayout, to head: LogHead?, window: Duration, limit: StepLimits,
                         pause: Duration, labellers: LabellerCache, searchPath: String? = nil) throws -> Int {
         func inTransaction<T>(_ body: () throws -> T) throws -> T {
             try connection.transaction {
@@ -166,7 +178,14 @@ public final class Projector: Service, Sendable {
         var impressions = ImpressionTally()
     }
 
-    static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: Int, labellers: LabellerCache) throws -> StepOutcome {
+    /// What one step takes on at most: the log events it reads, and the projection rows it
+    /// holds before it writes them.
+    struct StepLimits: Sendable {
+        var events: Int
+        var rowsPerWrite: Int
+    }
+
+    static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: StepLimits, labellers: LabellerCache) throws -> StepOutcome {
         // The planner settings keep every statement of the step on its index, and the step's
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
@@ -175,25 +194,28 @@ public final class Projector: Service, Sendable {
         let (tx, seq, ivtRules) = try lockState(on: connection, window: window)
         switch layout {
         case .singleNode, .coordinator:
-            let rows = try layout.nextEvents(after: tx, seq, limit: limit, on: connection)
-            guard rows.rowCount > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
-            let batch = try LogBatch([rows], shardColumn: false, strings: &strings)
-            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID, strings: &strings,
-                                          on: connection)
-            try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(rows.rowCount)])
-            return StepOutcome(consumed: rows.rowCount, more: rows.rowCount == limit, impressions: impressions)
+            // The rows read go once they are in the batch: the step holds one copy of its events.
+            let (batch, read): (LogBatch, Int) = try {
+                let rows = try layout.nextEvents(after: tx, seq, limit: limit.events, on: connection)
+                return (try LogBatch([rows], shardColumn: false, strings: &strings), rows.rowCount)
+            }()
+            guard read > 0 else { return StepOutcome(consumed: 0, more: false) }
+            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID,
+                                          rowsPerWrite: limit.rowsPerWrite, strings: &strings, on: connection)
+            try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(read)])
+            return StepOutcome(consumed: read, more: read == limit.events, impressions: impressions)
         case .citus(let log):
             // Each shard in its own order, an equal share of the step each.
             let shards = try log.shards(on: connection)
-            let perShard = max(limit / shards.count, 1)
+            let perShard = max(limit.events / shards.count, 1)
             let results = try log.nextEvents(shards, limit: perShard)
             let consumed = results.reduce(0) { $0 + $1.rowCount }
             guard consumed > 0 else { return StepOutcome(consumed: 0, more: false) }
             var strings = StringTable()
             let batch = try LogBatch(results, shardColumn: true, strings: &strings)
-            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId, strings: &strings,
-                                          on: connection)
+            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId,
+                                          rowsPerWrite: limit.rowsPerWrite, strings: &strings, on: connection)
             try log.advance(shards, to: batch.shardEnds, on: connection)
             try connection.query(ProjectorSQL.countProjected, [String(consumed)])
             return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard }, impressions: impressions)
@@ -202,11 +224,11 @@ public final class Projector: Service, Sendable {
 
     /// Folds a step's events into the projections (in the caller's transaction).
     private static func project(_ batch: LogBatch, ivtRules: Int, window: Duration, labellers: LabellerCache, rowKey: AdStateStore.RowKey,
-                                strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
+                                rowsPerWrite: Int, strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
         guard !batch.events.isEmpty else { return ImpressionTally() }
         let labeller = try labellers.labeller(version: ivtRules, on: connection)
         return try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
-                                        labeller: labeller, rowKey: rowKey, strings: &strings, on: connection)
+                                        labeller: labeller, rowKey: rowKey, rowsPerWrite: rowsPerWrite, strings: &strings, on: connection)
     }
 
     /// Locks the state row and returns the checkpoint and the invalid-traffic rule set of the

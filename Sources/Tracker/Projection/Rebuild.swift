@@ -31,14 +31,25 @@ public struct Rebuild: Sendable {
     /// at a time per core, a few files ahead of the `COPY`.
     private let eventsPerFile: Int
     public static let defaultEventsPerFile = 500_000
+    /// Projection rows a projecting thread holds before it adds them to the sum, and rows
+    /// written at a time.
+    private let rowsPerWrite: Int
+    /// Distinct projection rows the sum holds in memory (`RebuildSum`).
+    private let rowsInMemory: Int
+    /// About 48 MiB: a row is 0.37 KiB (a key and its measures), and under three quarters of
+    /// 2^17 rows the dictionary holding them keeps 2^17 buckets.
+    public static let defaultRowsInMemory = 96_000
     static let projectionTables = ["ad_state", "client_minutes"]
         + ProjectionTable.allCases.flatMap { table in ProjectionGrain.allCases.map { table.tableName($0) } }
         + ["projection_state"]
 
     public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow,
-                eventsPerFile: Int = Rebuild.defaultEventsPerFile, logger: Logger) {
+                eventsPerFile: Int = Rebuild.defaultEventsPerFile, rowsPerWrite: Int = Projector.defaultRowsPerWrite,
+                rowsInMemory: Int = Rebuild.defaultRowsInMemory, logger: Logger) {
         self.pool = pool
         self.eventsPerFile = max(1, eventsPerFile)
+        self.rowsPerWrite = max(1, rowsPerWrite)
+        self.rowsInMemory = max(1, rowsInMemory)
         self.attributionWindow = attributionWindow
         self.logger = logger
     }
@@ -51,9 +62,11 @@ public struct Rebuild: Sendable {
     public func run(discardingDroppedDays: Bool = false,
                     progress: @escaping @Sendable (RebuildProgress) -> Void = { _ in }) async throws -> Int {
         let (window, eventsPerFile, started, conninfo) = (attributionWindow, eventsPerFile, ContinuousClock.now, pool.conninfo)
+        let (rowsPerWrite, rowsInMemory) = (self.rowsPerWrite, self.rowsInMemory)
         return try await pool.withConnection { c in
             let phases = RebuildPhases(c: c, layout: try LogLayout.of(c, conninfo: conninfo), window: window,
-                                       eventsPerFile: eventsPerFile, started: started, progress: progress)
+                                       eventsPerFile: eventsPerFile, rowsPerWrite: rowsPerWrite, rowsInMemory: rowsInMemory,
+                                       started: started, progress: progress)
             return try phases.run(discardingDroppedDays: discardingDroppedDays)
         }
     }
@@ -65,6 +78,9 @@ private struct RebuildPhases {
     let layout: LogLayout
     let window: Duration
     let eventsPerFile: Int
+    /// Projection rows held before they are written, and rows the sum holds in memory (`RebuildSum`).
+    let rowsPerWrite: Int
+    let rowsInMemory: Int
     let started: ContinuousClock.Instant
     let progress: @Sendable (RebuildProgress) -> Void
 
@@ -176,11 +192,13 @@ private struct RebuildPhases {
 
     /// 3. "projecting": every ad's contribution and packed state, the spill files projected on
     /// every core (`RebuildPipeline`) and sent in order into the new `ad_state` by one binary
-    /// `COPY`. Returns the contributions' sum and the events projected.
-    func projectAds(_ buckets: RebuildBuckets, labels: RebuildLabels) throws -> (Contribution, Int) {
+    /// `COPY`. Returns the contributions' sum (in memory up to `rowsInMemory` rows, the rest
+    /// spilled) and the events projected.
+    func projectAds(_ buckets: RebuildBuckets, labels: RebuildLabels) throws -> (RebuildSum, Int) {
+        let sum = try RebuildSum(directory: buckets.directory, rowsInMemory: rowsInMemory)
         let pipeline = RebuildPipeline(buckets: buckets,
-                                       rules: AdContribution(attributionWindow: window, maxClicksPerAd: labels.labeller.rules.maxClicksPerAd))
-        var sum = Contribution()
+                                       rules: AdContribution(attributionWindow: window, maxClicksPerAd: labels.labeller.rules.maxClicksPerAd),
+                                       sum: sum, rowsPerWrite: rowsPerWrite)
         var (done, bucket, failure, sentHeader, finished) = (0, 0, (any Error)?.none, false, false)
         report("projecting", 0, buckets.eventsSpilled)
         // The COPY's header, each spill file's rows in order, its trailer.
@@ -196,7 +214,6 @@ private struct RebuildPhases {
             }
             switch pipeline.take(bucket) {
             case .success(let file):
-                sum.add(file.contribution)
                 done += file.events
                 bucket += 1
                 report("projecting", done, buckets.eventsSpilled)
@@ -213,18 +230,17 @@ private struct RebuildPhases {
             try c.copyIn("COPY tracker_rebuild.ad_state (request_id, events) FROM STDIN (FORMAT binary)", chunks: IteratorSequence(chunks))
         }
         if let failure { throw failure }
-        sum.removeZeros()
         return (sum, done)
     }
 
     /// The day and half-day tables, the projector's state at the horizon, and the `high_rate`
     /// groups that may still take events (so the projector goes on counting them).
-    func writeProjections(_ sum: Contribution, buckets: RebuildBuckets, horizons: Horizons, labels: RebuildLabels) throws {
+    func writeProjections(_ sum: RebuildSum, buckets: RebuildBuckets, horizons: Horizons, labels: RebuildLabels) throws {
         try c.transaction {
             // The copy ran without waiting for WAL flushes; the swap, which makes it live, does.
             try c.execute("SET LOCAL synchronous_commit = on")
             try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-            try ProjectionWriter.apply(sum, on: c)
+            try sum.write(rowsPerWrite: rowsPerWrite) { part in try ProjectionWriter.apply(part, on: c) }
             try c.query(RebuildSQL.initialState, [horizons.single, String(buckets.rowsRead), String(window.microseconds),
                                                   String(labels.labeller.version)])
             if layout.citus != nil { try horizons.storeShardCheckpoints(on: c) }
@@ -256,11 +272,12 @@ private struct RebuildPhases {
     func catchUpAndSwap(to head: LogHead?, read: Int, projected: Int) throws -> Int {
         report("catch-up+swap", read, projected)
         let labellers = LabellerCache()
-        let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: Projector.defaultBatchSize,
+        let limits = Projector.StepLimits(events: Projector.defaultBatchSize, rowsPerWrite: rowsPerWrite)
+        let caughtUp = try Projector.catchUp(on: c, layout: layout, to: head, window: window, limit: limits,
                                              pause: .milliseconds(50), labellers: labellers, searchPath: "tracker_rebuild, public")
         try c.transaction {
             try c.execute("SET LOCAL search_path = tracker_rebuild, public")
-            while try Projector.step(on: c, layout: layout, window: window, limit: Projector.defaultBatchSize, labellers: labellers).consumed > 0 {}
+            while try Projector.step(on: c, layout: layout, window: window, limit: limits, labellers: labellers).consumed > 0 {}
             try c.execute("SET LOCAL search_path = public")
             try c.execute("DROP SCHEMA IF EXISTS tracker_retired CASCADE")
             try c.execute("CREATE SCHEMA tracker_retired")

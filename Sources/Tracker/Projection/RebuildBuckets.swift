@@ -15,7 +15,8 @@ import TrackerPostgres
 /// in memory: reading it back and grouping by key gives each ad's and load's whole history.
 final class RebuildBuckets {
     let count: Int
-    private let directory: String
+    /// Where the spill files are (the rebuild's other spills, `RebuildSum`'s, go there too).
+    let directory: String
     private var files: [UnsafeMutablePointer<FILE>]
     private var buffers: [[UInt8]]
     private static let flushAt = 1 << 18

@@ -11,15 +11,14 @@ import Synchronization
 /// back, run `AdContribution` over its ads and encode their packed states as `COPY` rows, a
 /// few files ahead of the `COPY` that sends them; `take` hands the files out in order.
 ///
-/// Files are independent (each ad is in exactly one), so each file gets its own
-/// `Contribution`, summed by the caller. At most `lookahead` files are in memory, done or in
-/// progress: the first ones are queued at the start, and each file taken queues the one
-/// `lookahead` places after it.
+/// Files are independent (each ad is in exactly one): each thread adds its ads' contributions
+/// to `sum` every `rowsPerWrite` rows, so that distinct ad units and asset keys do not grow
+/// what a file holds. At most `lookahead` files are in memory, done or in progress: the first
+/// ones are queued at the start, and each file taken queues the one `lookahead` places after it.
 final class RebuildPipeline: @unchecked Sendable {
     struct Projected {
         /// `COPY … (FORMAT binary)` rows of `ad_state`: the file's ads and their packed states.
         var rows: [UInt8]
-        var contribution: Contribution
         var events: Int
     }
 
@@ -27,6 +26,8 @@ final class RebuildPipeline: @unchecked Sendable {
     // once), and the rest is synchronized by the mutexes and condition locks.
     private let buckets: RebuildBuckets
     private let rules: AdContribution
+    private let sum: RebuildSum
+    private let rowsPerWrite: Int
     private let lookahead: Int
     private let threads: NIOThreadPool
     private let results = Mutex<[Int: Result<Projected, any Error>]>([:])
@@ -37,9 +38,12 @@ final class RebuildPipeline: @unchecked Sendable {
     private let stringTables = Mutex<[StringTable]>([])
     private let stopped = Atomic<Bool>(false)
 
-    init(buckets: RebuildBuckets, rules: AdContribution, workers: Int = RebuildPipeline.cores, lookahead: Int? = nil) {
+    init(buckets: RebuildBuckets, rules: AdContribution, sum: RebuildSum, rowsPerWrite: Int = Projector.defaultRowsPerWrite,
+         workers: Int = RebuildPipeline.cores, lookahead: Int? = nil) {
         self.buckets = buckets
         self.rules = rules
+        self.sum = sum
+        self.rowsPerWrite = max(1, rowsPerWrite)
         let workers = max(1, workers)
         self.lookahead = max(1, lookahead ?? workers + 1)
         ready = (0..<buckets.count).map { _ in ConditionLock(value: false) }
@@ -92,8 +96,16 @@ final class RebuildPipeline: @unchecked Sendable {
         var contribution = Contribution()
         var state: [UInt8] = []
         var events = 0
-        for (ad, adEvents) in ads {
+        // In the order of the ads' first events: ads of the same hours follow one another, so
+        // `contribution` sums their rows before it is handed on, rather than hand on each ad's.
+        let ordered = ads.map { (ad: $0.key, events: $0.value, first: $0.value.lazy.map(\.correctedAt).min()!) }
+            .sorted { $0.first < $1.first }
+        for (ad, adEvents, _) in ordered {
             rules.accumulate(adEvents, into: &contribution)
+            if contribution.rows.count >= rowsPerWrite {
+                try sum.add(contribution)
+                contribution = Contribution()
+            }
             state.removeAll(keepingCapacity: true)
             AdState.encode(adEvents, into: &state)
             rows.beginRow(fields: 2)
@@ -101,6 +113,7 @@ final class RebuildPipeline: @unchecked Sendable {
             rows.append(bytes: state)
             events += adEvents.count
         }
-        return Projected(rows: rows.bytes, contribution: contribution, events: events)
+        try sum.add(contribution)
+        return Projected(rows: rows.bytes, events: events)
     }
 }

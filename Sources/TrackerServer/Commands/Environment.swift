@@ -119,6 +119,24 @@ struct Settings: Sendable {
         return ClientIdentity(trustedProxies: proxies, truncatesAddresses: truncates)
     }
 
+    /// A limit: `fallback` when unset, `nil` for `off`, else a positive integer.
+    func limit(_ name: String, default fallback: Int) throws -> Int? {
+        guard let value = values[name] else { return fallback }
+        if value.lowercased() == "off" { return nil }
+        guard let n = Int(value), n > 0 else { throw ValidationError("\(name) must be a positive integer or off, got '\(value)'") }
+        return n
+    }
+
+    /// `TRACKER_MAX_AD_UNITS_PER_DAY`, `TRACKER_MAX_FORMATS_PER_DAY`, `TRACKER_MAX_ASSET_KEYS_PER_DAY`
+    /// and `TRACKER_MAX_ADAPTERS_PER_DAY`: distinct values per ingest key and UTC day.
+    func dimensionLimits() throws -> DimensionBudget.Limits {
+        var limits = DimensionBudget.Limits(perDay: [:])
+        for dimension in DimensionBudget.Dimension.allCases {
+            limits.perDay[dimension] = try limit(dimension.setting, default: DimensionBudget.Limits.defaults.perDay[dimension]!)
+        }
+        return limits
+    }
+
     /// `TRACKER_METRICS`: whether `/metrics` is served.
     func metricsOn() throws -> Bool {
         switch values["TRACKER_METRICS"]?.lowercased() {

@@ -17,7 +17,9 @@ struct ServeConfiguration: Sendable {
     var poolSize = ServeDefaults.poolSize
     var writers = ServeDefaults.writers
     /// Events per second per key; `nil`: no limit.
-    var rateLimit: Int? = nil
+    var rateLimit: Int? = ServeDefaults.rateLimit
+    /// Distinct ad units, formats, asset keys and adapters per key and UTC day.
+    var dimensionLimits = DimensionBudget.Limits.defaults
     var attributionWindow = AdContribution.defaultAttributionWindow
     var runProjector = true
     var projectorBatchSize = Projector.defaultBatchSize
@@ -66,7 +68,8 @@ struct ServeConfiguration: Sendable {
         // Read once: the pool's size also bounds the connections the server accepts.
         poolSize = try settings.positiveInt("TRACKER_DB_POOL_SIZE") ?? poolSize
         writers = try settings.positiveInt("TRACKER_WRITERS") ?? writers
-        rateLimit = try settings.positiveInt("TRACKER_RATE_LIMIT")
+        rateLimit = try settings.limit("TRACKER_RATE_LIMIT", default: ServeDefaults.rateLimit)
+        dimensionLimits = try settings.dimensionLimits()
         attributionWindow = try settings.attributionWindow()
         runProjector = settings.string("TRACKER_PROJECTOR") != "off"
         projectorBatchSize = try settings.projectorBatchSize()
@@ -102,6 +105,8 @@ enum ServeDefaults {
     static let writers = 3
     static let maxConcurrentBatches = 256
     static let appendTimeoutSeconds = 8
+    /// Above what one node ingests (docs/OPERATIONS.md, "Limits", says why real apps never reach it).
+    static let rateLimit = 200_000
     static var attributionWindowSeconds: Int64 { AdContribution.defaultAttributionWindow.components.seconds }
     static var reportWaitSeconds: Int64 { LogCursor.defaultReportWait.components.seconds }
 }
@@ -162,8 +167,12 @@ struct ServeCommand: AsyncParsableCommand {
               TRACKER_APPEND_TIMEOUT [\(ServeDefaults.appendTimeoutSeconds)]
                   seconds for a batch to be committed, then 503
                   (statement_timeout and lock_timeout are 3/8 and 1/4 of it)
-              TRACKER_RATE_LIMIT [no limit]
-                  events per second per key
+              TRACKER_RATE_LIMIT [\(ServeDefaults.rateLimit)]
+                  events per second per key on this node; off: no limit
+              TRACKER_MAX_AD_UNITS_PER_DAY, TRACKER_MAX_FORMATS_PER_DAY [\(limit(.adUnit)), \(limit(.formatId))]
+              TRACKER_MAX_ASSET_KEYS_PER_DAY, TRACKER_MAX_ADAPTERS_PER_DAY [\(limit(.assetKey)), \(limit(.adapter))]
+                  distinct values per key and UTC day on this node; past one an event
+                  bringing a new value is rejected; off: no limit
               TRACKER_TRUSTED_PROXIES [none]
                   addresses or CIDR ranges whose X-Forwarded-For names the client
               TRACKER_IP_STORAGE [full]
@@ -227,6 +236,11 @@ struct ServeCommand: AsyncParsableCommand {
                                  + "(of an earlier 'make run': 'make stop' stops it); stop it, or listen elsewhere with TRACKER_PORT or --port")
         }
     }
+}
+
+/// A dimension's default limit per day, for the help.
+private func limit(_ dimension: DimensionBudget.Dimension) -> Int {
+    DimensionBudget.Limits.defaults.perDay[dimension] ?? 0
 }
 
 /// Raises the soft limit on open descriptors to the hard limit (at most 1 Mi) and returns it.

@@ -11,6 +11,8 @@ package struct IngestRoute: Sendable {
     let log: EventLog
     let decoder: BatchDecoder
     let rateLimiter: RateLimiter?
+    /// Distinct ad units, formats, asset keys and adapters per key and day; `nil`: no limit.
+    let dimensionBudget: DimensionBudget?
     /// Batches being decoded or written at once; more get `503` at once. A place is taken only
     /// once the body is in, so clients that send slowly or stall cannot hold the places.
     let admission: Admission
@@ -132,7 +134,8 @@ package struct IngestRoute: Sendable {
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
             (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server, networks: networks) }
         }
-        let batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
+        var batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
+        dimensionBudget?.admit(&batch, key: key, receivedAt: receivedAt)
         let carried = batch.accepted.count + batch.rejected.count
         metrics.parsed(events: carried, rejected: batch.rejected)
         if let rateLimiter, let reserved = charge {

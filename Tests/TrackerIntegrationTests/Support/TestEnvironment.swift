@@ -39,10 +39,27 @@ final class TestDatabase: Sendable {
         name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
         admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
         let name = self.name
-        try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") }
+        try await Self.retryingConnects { try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") } }
         url = try #require(TestDatabase.url(adminURL, database: name))
         pool = ConnectionPool(conninfo: url, maxConnections: 4, logger: TestEnvironment.logger)
-        _ = try await Migrator(migrations: migrations, logger: TestEnvironment.logger).migrate(pool)
+        let pool = self.pool
+        _ = try await Self.retryingConnects { try await Migrator(migrations: migrations, logger: TestEnvironment.logger).migrate(pool) }
+    }
+
+    /// Runs `body` again when it could not connect: the suite's hundred tests start at once on
+    /// one cluster, and on a loaded machine a connection's start can pass libpq's 3 s
+    /// `connect_timeout`. What failed for another reason, or five times, is the test's failure.
+    private static func retryingConnects<T>(_ body: () async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await body()
+            } catch let error as DatabaseError where error.code == .unavailable && attempt < 5 {
+                attempt += 1
+                TestEnvironment.logger.warning("test database: could not connect (\(error.serverMessage)); retrying")
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
     }
 
     /// `adminURL` with its database (the path after the host) replaced by `database`.
