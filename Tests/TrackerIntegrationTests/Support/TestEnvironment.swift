@@ -37,7 +37,8 @@ final class TestDatabase: Sendable {
     init(adminURL: String? = TestEnvironment.adminURL, migrations: [Migration] = Migration.all) async throws {
         let adminURL = try #require(adminURL, "run the integration tests through scripts/test.sh")
         name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
-        admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
+        let admin = ConnectionPool(conninfo: adminURL, maxConnections: 1, logger: TestEnvironment.logger)
+        self.admin = admin
         let name = self.name
         try await Self.retryingConnects { try await admin.withConnection { try $0.execute("CREATE DATABASE \(name)") } }
         url = try #require(TestDatabase.url(adminURL, database: name))
