@@ -17,7 +17,8 @@ struct AdAuditTests {
             let chosen = Set(ads)
             try await db.append(stream.filter { chosen.contains($0.requestId ?? "") })
             let key = try await db.createKey("ops", scope: .report)
-            try await withInProcessTracker(db) { tracker in
+            // The audit waits for the projector as a report does: 60 s, for a machine busy with the rest of the suite.
+            try await withInProcessTracker(db, environment: ["TRACKER_REPORT_WAIT": "60"]) { tracker in
                 for includeTest in [false, true] {
                     var summed = ReportRows()
                     for ad in ads {
@@ -48,7 +49,8 @@ struct AdAuditTests {
             let double = Events.make(.click, ad: ad, at: Events.at(10, 0, 2, micros: 500_000), asset: "Headline", source: .sdk)
             try await db.append([impression, click, double])
             let key = try await db.createKey("ops", scope: .report)
-            try await withInProcessTracker(db) { tracker in
+            // The audit waits for the projector as a report does: 60 s, for a machine busy with the rest of the suite.
+            try await withInProcessTracker(db, environment: ["TRACKER_REPORT_WAIT": "60"]) { tracker in
                 let auth = ["Authorization": "Bearer \(key)"]
                 let r = try await tracker.request("GET", "/v1/ads/slot%2F1%20%C3%BC", headers: auth)
                 try #require(r.status == 200, "\(r.text)")

@@ -39,8 +39,9 @@ enum LogHead: Sendable {
 }
 
 /// How far the projections got toward a head: whether they reached it, the checkpoint (to see
-/// it move), and whether events past it are readable now (else the projector waits for an
-/// older transaction).
+/// it move), and whether events past it are readable now with no projector in a step: only
+/// then does a wait count toward its stall limit (else the projector waits for an older
+/// transaction, or is projecting them).
 struct LogProgress {
     var reached: Bool
     var checkpoint: String?
@@ -165,11 +166,16 @@ public struct LogCursor: Sendable {
         static let head = PreparedStatement(name: "tracker_log_head", sql: "SELECT tx::text, seq FROM events ORDER BY events.tx DESC, events.seq DESC LIMIT 1")
 
         /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
-        /// events beyond it are readable now (else the projector waits for an older transaction).
+        /// events beyond it are readable now (else the projector waits for an older transaction)
+        /// while no projector is in a step (one that holds `Projector`'s lock is projecting them,
+        /// however long its step takes on a busy machine).
         static let reached = PreparedStatement(name: "tracker_log_reached", sql: """
             SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
                    EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
                                                    AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))
+                   AND NOT EXISTS (SELECT 1 FROM pg_locks l
+                                   WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+                                     AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext('\(ProjectorSQL.lock)')::bigint)
             FROM projection_state s
             """)
 
