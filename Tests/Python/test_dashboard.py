@@ -1432,7 +1432,12 @@ def test_givt_is_shown_beside_the_net_numbers_by_label_with_its_rule_set(browser
         rows = table(page, "ad-events")
         assert [r["data"]["label"] for r in rows] == [e["label"] for e in trail["events"]]
         assert [r["data"]["kind"] for r in rows] == ["invalid_traffic", "invalid_traffic"]
-        assert all(r["cells"]["outcome"] == "invalid traffic (declared bot), left out of every measure" for r in rows)
+        # The outcome names the rule behind the label, as the trail's labelledBy does.
+        assert all(e["labelledBy"]["pattern"] for e in trail["events"])
+        assert [r["cells"]["outcome"] for r in rows] == [
+            "invalid traffic (declared bot), left out of every measure by pattern " + e["labelledBy"]["pattern"]
+            + (f" ({e['labelledBy']['name']})" if e["labelledBy"].get("name") else "")
+            for e in trail["events"]]
         page.click("#ad-back")
         wait_ready(page)
 
