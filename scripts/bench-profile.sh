@@ -20,7 +20,7 @@
 # (scripts/bench/perf-parts.py: CPU by part and by piece of the request path, in µs per
 # request) and pass 3 under `perf trace -s` (syscalls per request by name). Everything goes
 # to bench-results/profile/; the summary also to bench-results/profile/summary.txt.
-# PROFILE_LOADS="healthz single" runs only those loads. Installs linux-perf, nginx and wrk.
+# PROFILE_LOADS="healthz single" runs only those loads. Installs linux-perf, python3, nginx and wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-10}
@@ -31,8 +31,8 @@ bench_setup profile
 . scripts/bench/floor.sh
 floor_prepare
 # perf reads other processes' counters and traces their syscalls (as root).
-need_packages linux-perf
-require_commands perf=linux-perf
+need_packages linux-perf python3
+require_commands perf=linux-perf python3=python3
 out=bench-results/profile; mkdir -p "$out"
 summary="$out/summary.txt"
 perf_pid=""

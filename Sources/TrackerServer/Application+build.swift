@@ -59,7 +59,7 @@ struct ServerDependencies: Sendable {
     var audit: AdAudit
     var rateLimiter: RateLimiter?
     var dimensionBudget: DimensionBudget?
-    /// The ingest admission places, shared with each connection's `ConnectionGuard` (which
+    /// The ingest admission places, shared with each connection's `QuickAnswers` (which
     /// refuses a batch at its head when all are taken).
     var admission: Admission
     /// A batch's limits: the ingest route decodes by them, and `QuickAnswers` reckons from them

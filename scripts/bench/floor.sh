@@ -41,9 +41,10 @@ free_port() {
 }
 
 # nginx as a pixel tracker would run it: the request is logged and answered, its body read and
-# dropped. A prefix of its own, so nothing of the system's nginx (its configuration, its
-# service, its logs) is read or touched; as root its workers run as root too (not nobody), so
-# the three servers run as the same user.
+# dropped. A prefix and a port of its own, so the system's nginx configuration and logs are
+# neither read nor written (installing the Debian package starts the system's service on port
+# 80 where an init system runs it; the benchmark leaves it as it is). As root its workers run
+# as root too (not nobody), so the three servers run as the same user.
 start_nginx() {
   local port=$1 prefix="$dir/nginx" user=""
   mkdir -p "$prefix"

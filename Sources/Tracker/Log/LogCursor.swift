@@ -91,7 +91,7 @@ public struct LogCursor: Sendable {
             return LogProgress(reached: false, checkpoint: behind.map { "\($0.cursor):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
                                readable: behind.contains { backlog[$0.cursor]?.readable ?? false })
         case (_, .single(let position)):
-            let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq)])
+            let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq), .text(ProjectorSQL.lock)])
             return LogProgress(reached: r.bool(0, 0) ?? true, checkpoint: r.string(0, 1), readable: r.bool(0, 2) ?? false)
         case (.singleNode, .shards), (.coordinator, .shards):
             return LogProgress(reached: true, checkpoint: nil, readable: false)
@@ -167,15 +167,16 @@ public struct LogCursor: Sendable {
 
         /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
         /// events beyond it are readable now (else the projector waits for an older transaction)
-        /// while no projector is in a step (one that holds `Projector`'s lock is projecting them,
-        /// however long its step takes on a busy machine).
+        /// while no projector of this database is in a step (one that holds `Projector`'s lock,
+        /// `$3`, is projecting them, however long its step takes on a busy machine).
         static let reached = PreparedStatement(name: "tracker_log_reached", sql: """
             SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
                    EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
                                                    AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))
                    AND NOT EXISTS (SELECT 1 FROM pg_locks l
                                    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-                                     AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext('\(ProjectorSQL.lock)')::bigint)
+                                     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                                     AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext($3)::bigint)
             FROM projection_state s
             """)
 

@@ -329,10 +329,12 @@ struct RebuildLabels: Sendable {
 
     /// A log row's label, by the rule the incremental projector follows (`IVTLabel.of`).
     func label(_ row: AdEventRow) -> IVTLabel? {
-        IVTLabel.of(client: labeller.label(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel,
-                                           declaredBots: declaredBots),
-                    group: ClientGroup(receivedAt: row.receivedAt, userAgent: row.userAgentId, address: row.clientIP.map(Array.init)),
-                    overLimit: highRate.contains)
+        let client = labeller.label(userAgent: row.userAgentId, address: row.clientAddress, channel: row.channel, declaredBots: declaredBots)
+        // Without groups over the limit no row needs its group (an allocation per row otherwise).
+        guard !highRate.isEmpty else { return client }
+        return IVTLabel.of(client: client,
+                           group: ClientGroup(receivedAt: row.receivedAt, userAgent: row.userAgentId, address: row.clientIP.map(Array.init)),
+                           overLimit: highRate.contains)
     }
 }
 

@@ -46,7 +46,7 @@ final class Admission: Sendable {
         inProgress.subtract(1, ordering: .relaxed)
     }
 
-    /// Every place is taken now (`ConnectionGuard` refuses a batch's head then, on the event loop).
+    /// Every place is taken now (`QuickAnswers` refuses a batch's head then, on the event loop).
     var isFull: Bool { inProgress.load(ordering: .relaxed) >= limit }
 
     /// The refusal of a batch when every place is taken, wherever it is refused.
