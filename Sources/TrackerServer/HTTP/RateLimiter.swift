@@ -4,8 +4,8 @@ import Synchronization
 /// A token bucket per key: `eventsPerSecond` sustained, one second of burst, refused at the
 /// request head.
 ///
-/// `TRACKER_RATE_LIMIT` events per second per key on each node (200 000 unless set; `off`: no
-/// limit). The one decision is made before the body is read:
+/// `TRACKER_RATE_LIMIT` events per second per key on each node (`ServeDefaults.rateLimit`
+/// unless set; `off`: no limit). The one decision is made before the body is read:
 /// a key with less than one event left gets `429` with `Retry-After`. A request let through
 /// reserves at once the valid events its body can carry at most (from its length, at most a
 /// batch's limit), so requests in flight together cannot pass the key's limit with valid
