@@ -106,7 +106,8 @@ struct InvalidTrafficIngestTests {
             let app = try await db.createKey("app", scope: .ingest)
             let server = try await APIKeys(pool: db.pool).create(name: "s2s", scope: .ingest, server: true)
             let analyst = try await db.createKey("analyst", scope: .report)
-            try await withInProcessTracker(db) { tracker in
+            // The wait is 60 s: other tests' open transactions may hold the projector back.
+            try await withInProcessTracker(db, environment: ["TRACKER_REPORT_WAIT": "60"]) { tracker in
                 // Projections with nothing in them took rule set 1.
                 let events: [[String: Any]] = [
                     Wire.event(requestId: "bot"), Wire.event(type: "click", requestId: "bot", assetKey: "MainImage"),

@@ -39,9 +39,9 @@ enum LogHead: Sendable {
 }
 
 /// How far the projections got toward a head: whether they reached it, the checkpoint (to see
-/// it move), and whether events past it are readable now with no projector in a step: only
+/// it move), and whether events past it are readable now with no projector running: only
 /// then does a wait count toward its stall limit (else the projector waits for an older
-/// transaction, or is projecting them).
+/// transaction, or will project them, however slowly a loaded machine lets it).
 struct LogProgress {
     var reached: Bool
     var checkpoint: String?
@@ -88,10 +88,11 @@ public struct LogCursor: Sendable {
             // Every shard is asked (one statement text per worker, prepared once), the answer
             // read for the shards behind.
             let backlog = try log.backlog(shards, cap: 1)
+            let runs = try connection.query(SQL.projectorRunning, [.text(ProjectorSQL.lock), .text(ProjectorSQL.running)]).bool(0, 0) ?? false
             return LogProgress(reached: false, checkpoint: behind.map { "\($0.cursor):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
-                               readable: behind.contains { backlog[$0.cursor]?.readable ?? false })
+                               readable: !runs && behind.contains { backlog[$0.cursor]?.readable ?? false })
         case (_, .single(let position)):
-            let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq), .text(ProjectorSQL.lock)])
+            let r = try connection.query(SQL.reached, [.text(position.tx), .text(position.seq), .text(ProjectorSQL.lock), .text(ProjectorSQL.running)])
             return LogProgress(reached: r.bool(0, 0) ?? true, checkpoint: r.string(0, 1), readable: r.bool(0, 2) ?? false)
         case (.singleNode, .shards), (.coordinator, .shards):
             return LogProgress(reached: true, checkpoint: nil, readable: false)
@@ -131,9 +132,10 @@ public struct LogCursor: Sendable {
     }
 
     /// Waits (at most `maxWait`) until the projections hold every event committed when it was
-    /// called. It stops early when events are ready for the projector but the checkpoint has
-    /// not moved for `stallLimit` (no projector runs); while the projector waits for a
-    /// transaction open elsewhere (the log's ordering rule), it waits too.
+    /// called. It stops early when events are ready, no projector runs (none holds its step
+    /// lock or the lock a running projector holds for its life) and the checkpoint has not
+    /// moved for `stallLimit`; while a projector runs, or waits for a transaction open
+    /// elsewhere (the log's ordering rule), it waits up to `maxWait`.
     func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws {
         guard maxWait > .zero else { return }
         let conninfo = pool.conninfo
@@ -167,18 +169,30 @@ public struct LogCursor: Sendable {
 
         /// Whether the checkpoint reached `($1, $2)`; the checkpoint (to see it move); whether
         /// events beyond it are readable now (else the projector waits for an older transaction)
-        /// while no projector of this database is in a step (one that holds `Projector`'s lock,
-        /// `$3`, is projecting them, however long its step takes on a busy machine).
+        /// while no projector of this database runs (`projectorRuns`).
         static let reached = PreparedStatement(name: "tracker_log_reached", sql: """
             SELECT (s.checkpoint_tx, s.checkpoint_seq) >= ($1::xid8, $2::bigint), s.checkpoint_tx::text || '/' || s.checkpoint_seq,
                    EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (s.checkpoint_tx, s.checkpoint_seq)
                                                    AND e.tx < pg_snapshot_xmin(pg_current_snapshot()))
-                   AND NOT EXISTS (SELECT 1 FROM pg_locks l
-                                   WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-                                     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                                     AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext($3)::bigint)
+                   AND NOT \(projectorRuns(step: "$3", running: "$4"))
             FROM projection_state s
             """)
+
+        /// Whether a projector of this database runs: one holds `Projector`'s step lock (`step`,
+        /// however long its step takes on a busy machine) or the lock a running projector holds
+        /// for its life (`running`, however long it is starved between steps).
+        static func projectorRuns(step: String, running: String) -> String {
+            """
+            EXISTS (SELECT 1 FROM pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+                      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                      AND ((l.classid::bigint << 32) | l.objid::bigint) IN (hashtext(\(step))::bigint, hashtext(\(running))::bigint))
+            """
+        }
+
+        /// `projectorRuns` alone, on the coordinator of a Citus cluster.
+        static let projectorRunning = PreparedStatement(name: "tracker_log_projector_runs",
+                                                        sql: "SELECT \(projectorRuns(step: "$1", running: "$2"))")
 
         /// The checkpoint goes in as scalar subqueries, which the planner turns into parameters
         /// of an index condition on (tx, seq); joined in as a row it scanned the whole log.

@@ -29,6 +29,9 @@ public final class Projector: Service, Sendable {
     public let status: ProjectorStatus
     /// The invalid-traffic rules of the projections, compiled once and kept between steps.
     private let labellers = LabellerCache()
+    /// Held while `run()` projects: how a report waiting for its writes tells a projector that
+    /// is slow between steps from none at all (`LogCursor.SQL.reached`).
+    private let presence: PresenceLock
 
     /// Projection rows a step holds before it writes them (`ProjectionChanges`).
     public let rowsPerWrite: Int
@@ -52,6 +55,7 @@ public final class Projector: Service, Sendable {
         self.pollInterval = pollInterval
         self.status = status
         self.logger = logger
+        presence = PresenceLock(conninfo: pool.conninfo, name: ProjectorSQL.running, applicationName: "tracker projector")
         let labels: [IVTLabel?] = [nil] + IVTLabel.stored.map { $0 }
         impressions = Dictionary(uniqueKeysWithValues: labels.map { label in
             (label, Counter(label: "tracker_projector_impressions_total", dimensions: [("ivt", label?.rawValue ?? "none")]))
@@ -71,6 +75,7 @@ public final class Projector: Service, Sendable {
         let stopped: ProjectorError? = await cancelWhenGracefulShutdown {
             var windowChecked = false
             while !Task.isCancelled {
+                await self.presence.hold()
                 do {
                     if !windowChecked {
                         try await self.checkWindow()
@@ -82,6 +87,7 @@ public final class Projector: Service, Sendable {
                 } catch let error as ProjectorError {
                     self.logger.critical("projector stopped; ingestion and reports go on, reports no longer advance", metadata: ["tracker.error": "\(error)"])
                     self.status.stop(error)
+                    self.presence.release()
                     // Alone (`tracker project`), the process ends with the error. Inside `tracker serve`
                     // it waits for the shutdown and the server goes on: nothing here changes by itself.
                     if self.status.endsTheRun { return error }
@@ -93,6 +99,7 @@ public final class Projector: Service, Sendable {
             }
             return nil
         }
+        presence.release()
         if let stopped { throw stopped }
     }
 
@@ -322,6 +329,8 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
 enum ProjectorSQL {
     /// The advisory lock projectors on one database take turns on, one step at a time.
     static let lock = "tracker.projector"
+    /// The shared lock each running projector holds for its life (`PresenceLock`).
+    static let running = "tracker.projector.running"
 
     /// Every statement of a step wants its index: the log in (tx, seq) order, `ad_state` by
     /// request id or ctid, the day tables by primary key. The planner does not always see it:

@@ -1,0 +1,61 @@
+import Foundation
+import Testing
+import Tracker
+import TrackerPostgres
+
+/// How a report tells a projector that runs, however starved between its steps, from none at
+/// all: the shared lock a running projector holds for its life.
+@Suite(.enabled(if: TestEnvironment.isAvailable, "needs scripts/test.sh"))
+struct ProjectorPresenceTests {
+    /// With events waiting and the checkpoint still, a report waits its whole
+    /// `TRACKER_REPORT_WAIT` while a projector holds the lock, and stops after the 1 s stall
+    /// limit once none does.
+    @Test func aReportWaitsForAProjectorThatRunsAndNotForNone() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("analyst", scope: .report)
+            try await withInProcessTracker(db, environment: ["TRACKER_PROJECTOR": "off", "TRACKER_REPORT_WAIT": "6"]) { tracker in
+                try await db.append([Events.make(.impression, ad: "waiting", at: Events.at(9))])
+                func timedReport() async throws -> (Duration, HTTPClient.Response) {
+                    let start = ContinuousClock.now
+                    let r = try await tracker.request("GET", "/v1/reports/summary?from=\(Events.day0)&to=\(Events.day0)",
+                                                      headers: ["Authorization": "Bearer \(key)"])
+                    return (ContinuousClock.now - start, r)
+                }
+                let presence = PresenceLock(conninfo: db.url, name: "tracker.projector.running", applicationName: "test projector")
+                #expect(await presence.hold())
+                let (waited, held) = try await timedReport()
+                #expect(waited >= .seconds(6), "a running projector is waited for: \(waited)")
+                #expect(held.headers["x-projection-lag-events"] == "1")
+                presence.release()
+                let (stopped, none) = try await timedReport()
+                #expect(stopped >= .seconds(1) && stopped < .seconds(5), "no projector: the stall limit ends the wait: \(stopped)")
+                #expect(none.headers["x-projection-lag-events"] == "1")
+            }
+        }
+    }
+
+    /// The projector of `tracker serve` holds the lock while it runs and lets it go when it stops.
+    @Test func aServingProjectorHoldsTheLockWhileItRuns() async throws {
+        try await withTestDatabase { db in
+            let holders = """
+                SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'tracker projector'
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                """
+            try await withInProcessTracker(db) { _ in
+                var seen = "0"
+                for _ in 0..<200 where seen == "0" {
+                    seen = try await db.scalar(holders) ?? "0"
+                    if seen == "0" { try await Task.sleep(for: .milliseconds(50)) }
+                }
+                #expect(seen == "1")
+            }
+            var left = "1"
+            for _ in 0..<200 where left != "0" {
+                left = try await db.scalar(holders) ?? "1"
+                if left != "0" { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(left == "0", "the lock goes with the projector")
+        }
+    }
+}
