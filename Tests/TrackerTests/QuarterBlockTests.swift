@@ -65,3 +65,14 @@ struct MeasureLaneTests {
                 "\(table): \(table.measureColumns.count) measures, \(Measures.scalarCount) lanes")
     }
 }
+
+/// A table whose full half-day row goes to TOAST keeps its totals inline: without them a report
+/// by local day pays two lookups in TOAST per row (docs/PERFORMANCE.md, "Reports").
+struct InlineTotalsTests {
+    @Test(arguments: ProjectionTable.allCases)
+    func wideRowsKeepTheirTotalsInline(_ table: ProjectionTable) {
+        let fullRow = Int(QuarterBlock.quarters) * table.measureColumns.count * 8
+        #expect(table.keepsTotalsInline == (fullRow > 8160 - 200),
+                "\(table): a full row's counts take \(fullRow) bytes; keepsTotalsInline is \(table.keepsTotalsInline)")
+    }
+}

@@ -53,6 +53,12 @@ extension ProjectionTable {
 
     /// The key columns' names after the traffic class and time.
     public var dimensionColumns: [String] { dimensions.map(\.column) }
+
+    /// Whether the table's half-day rows keep their totals (the last running count) in a column
+    /// of their own, `totals` (sql/018_inline_totals.sql): the tables whose full rows are past
+    /// the 8160 bytes PostgreSQL keeps inline, so that a report by local day finds a total
+    /// without an index lookup in TOAST.
+    public var keepsTotalsInline: Bool { self == .funnel || self == .waterfall }
 }
 
 /// Which events a row was computed from, so that reports can leave test traffic out exactly.

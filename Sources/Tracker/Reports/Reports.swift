@@ -320,12 +320,16 @@ enum ReportSQL {
         // row, which for a month of rows would be megabytes to receive for a few hundred sums.
         // The cut's entry is found from the mask as QuarterBlock.entry does (the count of set
         // bits below the cut); a cut before the row's first entry is all zeros.
+        // Where a table keeps its totals inline, a cut at the row's last entry (a half day the
+        // local day takes whole) is its total too, and neither reads the counts in TOAST.
         let element = M.allCases.count * 8
         let zeros = "'\\x" + String(repeating: "00", count: element) + "'::bytea"
+        let total = M.table.keepsTotalsInline ? "q.totals" : "substring(q.counts FROM octet_length(q.counts) - \(element - 1) FOR \(element))"
+        let lastEntry = M.table.keepsTotalsInline ? "WHEN c.n * \(element) = octet_length(q.counts) THEN q.totals " : ""
         let localCuts = """
             SELECT q.quarters_from, \(keyColumns),
-                   CASE WHEN c.n = 0 THEN \(zeros) ELSE substring(q.counts FROM (c.n - 1) * \(element) + 1 FOR \(element)) END
-                   || substring(q.counts FROM octet_length(q.counts) - \(element - 1) FOR \(element))
+                   CASE WHEN c.n = 0 THEN \(zeros) \(lastEntry)ELSE substring(q.counts FROM (c.n - 1) * \(element) + 1 FOR \(element)) END
+                   || \(total)
             FROM \(M.table.tableName(.quarters)) AS q,
                  LATERAL (SELECT bit_count((q.mask & ((1::int8 << ($10::int4[])[(extract(epoch FROM q.quarters_from) / 43200)::int8 - $8::int8 + 1])
                                                      - 1))::bit(64))::int4 AS n) AS c
