@@ -1,4 +1,4 @@
-import NIOPosix
+import Dispatch
 import Synchronization
 
 /// A shared advisory lock a process holds on a connection of its own for as long as it runs,
@@ -16,6 +16,7 @@ public final class PresenceLock: Sendable {
     private let name: String
     private let applicationName: String
     private let connection = Mutex<Connection?>(nil)
+    private let queue = DispatchQueue(label: "tracker.presence-lock")
 
     /// - Parameters:
     ///   - conninfo: the database to hold it on (a `key=value` string or a URL).
@@ -33,8 +34,10 @@ public final class PresenceLock: Sendable {
     @discardableResult
     public func hold() async -> Bool {
         let (conninfo, name, applicationName) = (self.conninfo, self.name, self.applicationName)
-        return (try? await NIOThreadPool.singleton.runIfActive { () -> Bool in
-            self.connection.withLock { held in
+        // A queue of its own: opening a connection to a database that is down can block for the
+        // connect timeout, which must not hold a thread other work shares.
+        return await withCheckedContinuation { continuation in
+            queue.async { continuation.resume(returning: self.connection.withLock { held in
                 if let c = held, c.isHealthy { return true }
                 held?.close()
                 held = nil
@@ -46,8 +49,8 @@ public final class PresenceLock: Sendable {
                 } catch {
                     return false
                 }
-            }
-        }) ?? false
+            }) }
+        }
     }
 
     /// Lets the lock go (its connection closes); `hold()` takes it again.
