@@ -46,6 +46,7 @@ public struct Reports: Sendable {
         }
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
         let spec = ReportSQL.specs[query.kind]!
+        let statements = spec.statements(query.kind)
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         var parameters: [Parameter] = [.text(query.from.description), .text(query.to.description), .text(classes),
                                        query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null,
@@ -70,12 +71,12 @@ public struct Reports: Sendable {
             let ivtRules = Int(state.int64(0, 1) ?? 0)
             var out: [[ReportValue]] = []
             if let local {
-                let r = try connection.query(local.cutsOfBlock == nil ? spec.localRows : spec.localCuts, arguments, binaryResults: true)
+                let r = try connection.query(local.cutsOfBlock == nil ? statements.rows : statements.cuts, arguments, binaryResults: true)
                 out = try local.sum(r, dimensions: Array(spec.textDimensions.dropFirst()), lanes: spec.lanes, width: spec.width,
                                     columns: columnCount, appendMeasures: spec.appendMeasures)
                 return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
             }
-            let r = try connection.query(spec.sql, arguments, binaryResults: false)
+            let r = try connection.query(statements.days, arguments, binaryResults: false)
             let columns = spec.dimensions.count
             out.reserveCapacity(r.rowCount)
             for row in 0..<r.rowCount {
@@ -176,6 +177,14 @@ enum ReportSQL {
         var width: Int
         /// Appends the report's measures, made of the summed counts (in SELECT order), to a row.
         var appendMeasures: @Sendable (ArraySlice<Int64>, inout [ReportValue]) -> Void
+
+        /// The three statements, named after the report `kind`: each is prepared once per
+        /// connection, where run unnamed it was parsed and analysed anew by every report.
+        func statements(_ kind: ReportKind) -> (days: PreparedStatement, rows: PreparedStatement, cuts: PreparedStatement) {
+            (PreparedStatement(name: "tracker_report_\(kind.rawValue)_days", sql: sql),
+             PreparedStatement(name: "tracker_report_\(kind.rawValue)_rows", sql: localRows),
+             PreparedStatement(name: "tracker_report_\(kind.rawValue)_cuts", sql: localCuts))
+        }
     }
 
     /// One of a report's measure columns: a measure of the table, summed over the report's
