@@ -19,7 +19,9 @@ What it checks, against the real binary and real clusters:
   over the raw log) and a single-node tracker's reports over a copy of the same log, in UTC
   and in a time zone by hour;
 - the projections equal a rebuild, with an invalid-traffic rule set that labels events too;
-- the lag is never 0 while events wait (no projector running; a 503 is never read as a lag);
+- the lag is never 0 while events wait (no projector running), and /readyz answers it with every
+  waiting event when a shard moves between its listing of the shards and its read on the worker
+  and Citus drops the old placement in between (a 503 is never read as a lag);
 - retention drops an old day on every shard, and its ids, once projected;
 - every process connects as its least-privilege role (tracker_ingest, _projector, _report).
 """
@@ -30,6 +32,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -318,6 +321,84 @@ def in_doubt_commit(checks, binary, coordinator, ports, rng, trackers):
         projector.kill()
         projector.wait()
         psql_at(int(node), database, "ROLLBACK PREPARED 'citus_suite_in_doubt'", check=False)
+
+
+class Session:
+    """A psql session kept open, one statement at a time: a transaction held across the steps
+    of a scenario."""
+
+    def __init__(self, port, database):
+        self.process = subprocess.Popen(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                                         f"postgresql://postgres@127.0.0.1:{port}/{database}"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+
+    def run(self, sql):
+        """Runs `sql` and waits until it ended (psql answers a marker after it)."""
+        self.process.stdin.write(f"{sql};\nSELECT 'session-step-done';\n")
+        self.process.stdin.flush()
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"psql session ended: {self.process.stderr.read().strip()}\n{sql}")
+            if line.strip() == "session-step-done":
+                return
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def lag_across_a_move(checks, binary, coordinator, ports, rng, trackers):
+    """A lag read that lists a shard on the worker it is leaving and reaches that worker only after
+    the move committed and Citus dropped the old placement, as the rebalancer's next move does at
+    its start: /readyz still answers with every waiting event. The read is held at the worker by
+    a lock on the worker's first shard (which stays), so the order of events is certain."""
+    part, database = "lag-across-a-move", "moving"
+    url = add_database(ports, database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    key = s.create_key(binary, url, "citus-moving", "ingest")
+    port = s.free_port()
+    trackers.append(s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-moving").start())
+    send(port, key, [s.random_event(rng) for _ in range(300)])
+    logged = int(coordinator.psql("SELECT count(*) FROM events", database)[0][0])
+    source, target = ports[1], ports[2]
+    on_source = [(int(r[0]), r[1]) for r in coordinator.psql(
+        f"SELECT s.shardid, shard_name('events'::regclass, s.shardid) FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) "
+        f"JOIN pg_dist_node n USING (groupid) WHERE s.logicalrelid = 'events'::regclass AND n.nodeport = {source} ORDER BY 1", database)]
+    (_, first), (moving, moving_table) = on_source[0], max(
+        on_source[1:], key=lambda shard: int(psql_at(source, database, f"SELECT count(*) FROM {shard[1]}")[0][0]))
+    before = readyz_lag(port)
+    mover, holder = Session(ports[0], database), Session(source, database)
+    reader = {}
+    try:
+        # The move, made but not committed: the read's listing still names the source.
+        mover.run("BEGIN")
+        mover.run(f"SELECT citus_move_shard_placement({moving}, '127.0.0.1', {source}, '127.0.0.1', {target}, "
+                  "shard_transfer_mode => 'block_writes')")
+        holder.run("BEGIN")
+        holder.run("SET LOCAL citus.enable_manual_changes_to_shards = on")
+        holder.run(f"LOCK TABLE {first} IN ACCESS EXCLUSIVE MODE")
+        asking = threading.Thread(target=lambda: reader.update(lag=readyz_lag(port)))
+        asking.start()
+        deadline, waiting = time.time() + 10, False
+        while time.time() < deadline and not waiting:
+            time.sleep(0.02)
+            waiting = psql_at(source, database, f"SELECT count(*) FROM pg_locks WHERE relation = '{first}'::regclass AND NOT granted")[0][0] != "0"
+        mover.run("COMMIT")
+        coordinator.psql("CALL citus_cleanup_orphaned_resources()", database)
+        dropped = psql_at(source, database, f"SELECT to_regclass('{moving_table}') IS NULL")[0][0] == "t"
+        holder.run("COMMIT")
+        asking.join(timeout=30)
+    finally:
+        mover.close()
+        holder.close()
+    checks.check(f"{part}.the-read-reaches-the-source-after-the-old-placement-is-dropped", waiting and dropped,
+                 f"the read waited at {first}: {waiting}; {moving_table} on {source} dropped before it went on: {dropped}")
+    checks.check(f"{part}.readyz-counts-every-waiting-event", before == logged and reader.get("lag") == logged,
+                 f"{logged} events waiting; /readyz said {before} before the move and {reader.get('lag')} across it")
+    after = readyz_lag(port)
+    checks.check(f"{part}.the-moved-shard-is-counted-on-its-new-worker", after == logged,
+                 f"{logged} events waiting; /readyz says {after} once shard {moving} is on {target}")
 
 
 def read_your_writes(checks, binary, coordinator, ports, rng, trackers):
@@ -734,7 +815,8 @@ def base(checks, binary, coordinator, worker, ports, rng, trackers):
                  f"{ids_before - ids_after} ids forgotten; the day's impressions still {old_impressions}")
 
 
-PARTS = ["base", "worker-restart", "in-doubt-commit", "read-your-writes", "distribute-in-place", "rebalance-under-load"]
+PARTS = ["base", "worker-restart", "in-doubt-commit", "read-your-writes", "lag-across-a-move", "distribute-in-place",
+         "rebalance-under-load"]
 
 
 def main():
@@ -763,6 +845,8 @@ def main():
                     in_doubt_commit(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "read-your-writes":
                     read_your_writes(checks, binary, coordinator, ports, rng, trackers)
+                elif part == "lag-across-a-move":
+                    lag_across_a_move(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "distribute-in-place":
                     distribute_in_place(checks, binary, clusters, rng, trackers)
                 elif part == "rebalance-under-load":
