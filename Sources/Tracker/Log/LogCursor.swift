@@ -73,7 +73,7 @@ public struct LogCursor: Sendable {
             guard r.rowCount == 1, let tx = r.string(0, 0), let seq = r.string(0, 1) else { return nil }
             return .single(LogPosition(tx: tx, seq: seq))
         case .citus(let log):
-            let heads = try log.heads(try log.shards(on: connection))
+            let heads = try log.reading(on: connection) { try log.heads($0) }
             return heads.isEmpty ? nil : .shards(heads)
         }
     }
@@ -82,12 +82,14 @@ public struct LogCursor: Sendable {
     static func progress(on connection: Connection, layout: LogLayout, toward head: LogHead) throws -> LogProgress {
         switch (layout, head) {
         case (.citus(let log), .shards(let heads)):
-            let shards = try log.shards(on: connection)
-            let behind = shards.all.filter { shard in heads[shard.cursor].map { !shard.checkpoint.reaches($0) } ?? false }
+            let (behind, backlog) = try log.reading(on: connection) { shards -> ([LogShard], [Int64: ShardBacklog]) in
+                let behind = shards.all.filter { shard in heads[shard.cursor].map { !shard.checkpoint.reaches($0) } ?? false }
+                if behind.isEmpty { return ([], [:]) }
+                // Every shard is asked (one statement text per worker, prepared once), the answer
+                // read for the shards behind.
+                return (behind, try log.backlog(shards, cap: 1))
+            }
             if behind.isEmpty { return LogProgress(reached: true, checkpoint: nil, readable: false) }
-            // Every shard is asked (one statement text per worker, prepared once), the answer
-            // read for the shards behind.
-            let backlog = try log.backlog(shards, cap: 1)
             let runs = try connection.query(SQL.projectorRunning, [.text(ProjectorSQL.lock), .text(ProjectorSQL.running)]).bool(0, 0) ?? false
             return LogProgress(reached: false, checkpoint: behind.map { "\($0.cursor):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
                                readable: !runs && behind.contains { backlog[$0.cursor]?.readable ?? false })
@@ -125,7 +127,7 @@ public struct LogCursor: Sendable {
                                  seconds: Double(r.string(0, 1) ?? "0") ?? 0)
         case .citus(let log):
             // Counted up to the cap on each shard: never 0 while an event waits anywhere.
-            let backlog = try log.backlog(try log.shards(on: connection), cap: ProjectionLag.cap, networks: networks).values
+            let backlog = try log.reading(on: connection) { try log.backlog($0, cap: ProjectionLag.cap, networks: networks) }.values
             return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events },
                                  seconds: backlog.compactMap(\.seconds).max() ?? 0)
         }

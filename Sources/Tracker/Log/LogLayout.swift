@@ -197,6 +197,26 @@ final class CitusLog: Sendable {
         return LogShards(all: shards, taken: taken, workerOrderDue: r.bool(0, 12) ?? false)
     }
 
+    /// `read` over the cursors as a listing finds them, listed again (up to three listings) while
+    /// a worker no longer has a listed shard's table. A listing names where a shard was; if the
+    /// shard moves before the read reaches its worker and Citus drops the old placement (the
+    /// rebalancer's next move drops the last one's as it starts, a fraction of a second after
+    /// its commit), that read fails with `undefinedTable`, and only a newer listing says where
+    /// the rows are. A read that succeeds on an old placement not yet dropped is right all the
+    /// same: the rows committed before the listing are there, as on the new one. (A projector
+    /// step needs none of this: it fails whole, commits nothing, and is stepped again.)
+    func reading<T>(on coordinator: Connection, _ read: (LogShards) throws -> T) throws -> T {
+        var listings = 1
+        while true {
+            let shards = try shards(on: coordinator)
+            do {
+                return try read(shards)
+            } catch let error as DatabaseError where error.state == .undefinedTable && listings < 3 {
+                listings += 1
+            }
+        }
+    }
+
     /// How long a reader waits for the workers' prepared transactions before it reads below an
     /// older horizon (a projector step: a few milliseconds, it steps again soon) or gives up on
     /// the newest (a rebuild: longer than Citus's recovery of an in-doubt commit).
