@@ -7,7 +7,8 @@ import Synchronization
 /// What a lock held only during a unit of work cannot tell: a process starved of CPU, or
 /// waiting for a pooled connection, holds nothing between its units, and looks gone to
 /// anyone watching the clock. This lock stays held until the process lets it go or its
-/// connection dies (a restart of the server, a crash of the process).
+/// connection ends: a restart of the server, a crash of the process, or its host vanishing
+/// (the session's TCP keepalives end it within about 30 s).
 ///
 /// Shared, so that every holder of the same name holds it at once. Failing to take it is not
 /// an error for the holder: readers then only lack the signal.
@@ -43,6 +44,9 @@ public final class PresenceLock: Sendable {
                 held = nil
                 do {
                     let c = try Connection.open(conninfo, applicationName: applicationName)
+                    // The server's own keepalives end the session, and the lock, within about
+                    // 30 s of the holder's host vanishing (the kernel's default is two hours).
+                    try c.execute("SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3")
                     _ = try c.query("SELECT pg_advisory_lock_shared(hashtext($1))", [name])
                     held = c
                     return true

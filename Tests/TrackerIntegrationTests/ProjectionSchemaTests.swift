@@ -30,6 +30,17 @@ struct ProjectionSchemaTests {
                 let storage = try await db.scalar("SELECT attstorage::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'counts'",
                                                   [table.tableName(grain)])
                 #expect(storage == "e", "\(table.tableName(grain)).counts is stored uncompressed")
+                if table.keepsTotalsInline {
+                    // The generated totals are the last element of counts: as wide as the catalogue's measures.
+                    let width = table.measureColumns.count * 8
+                    let totals = try await db.scalar("""
+                        SELECT pg_get_expr(d.adbin, d.adrelid) || ' ' || a.attstorage::text FROM pg_attrdef d
+                        JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                        WHERE d.adrelid = $1::regclass AND a.attname = 'totals'
+                        """, [table.tableName(grain)]) ?? ""
+                    #expect(totals.contains("octet_length(counts) - \(width - 1)") && totals.contains("\(width))") && totals.hasSuffix(" p"),
+                            "\(table.tableName(grain)).totals: \(totals)")
+                }
                 let options = try await db.scalar("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = $1::regclass",
                                                   [table.tableName(grain)])
                 #expect(options == "toast_tuple_target=8160", "\(table.tableName(grain)) keeps its key texts in the row")

@@ -74,14 +74,18 @@ public final class Projector: Service, Sendable {
     public func run() async throws {
         let stopped: ProjectorError? = await cancelWhenGracefulShutdown {
             var windowChecked = false
+            // A projector whose steps fail is not projecting: reports should not wait for it.
+            var stepping = true
             while !Task.isCancelled {
-                await self.presence.hold()
+                if stepping { await self.presence.hold() }
                 do {
                     if !windowChecked {
                         try await self.checkWindow()
                         windowChecked = true
                     }
-                    if try await self.stepOutcome().more == false {
+                    let more = try await self.stepOutcome().more
+                    stepping = true
+                    if !more {
                         try? await Task.sleep(for: self.pollInterval)
                     }
                 } catch let error as ProjectorError {
@@ -94,6 +98,8 @@ public final class Projector: Service, Sendable {
                     while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
                 } catch {
                     self.logger.warning("projection step failed; retrying", metadata: ["tracker.error": "\(String(reflecting: error))"])
+                    stepping = false
+                    self.presence.release()
                     try? await Task.sleep(for: .seconds(1))
                 }
             }
