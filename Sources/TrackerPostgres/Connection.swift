@@ -14,6 +14,9 @@ public final class Connection {
     private var closed = false
     /// The `PreparedStatement`s this connection has prepared, by name.
     private var prepared: Set<String> = []
+    /// Those the session still holds in a form PostgreSQL refuses to run: deallocated before
+    /// they are prepared again.
+    private var stale: Set<String> = []
     /// What the connection was opened with: how the tracker reaches the other servers of a
     /// Citus cluster with the same login and options.
     public let conninfo: String
@@ -131,12 +134,24 @@ public final class Connection {
             // Gone from the session (a DISCARD by someone sharing it): prepare it again, once.
             prepared.remove(statement.name)
             return try runPrepared(statement, parameters, binaryResults: binaryResults)
+        } catch where error.state == .featureNotSupported && error.serverMessage.contains("cached plan must not change result type") {
+            // A table it reads changed the columns it returns (a migration while this process
+            // serves): PostgreSQL keeps refusing the old statement, so it is made anew, once.
+            // In a transaction the error has aborted, the next run remakes it instead.
+            prepared.remove(statement.name)
+            stale.insert(statement.name)
+            guard PQtransactionStatus(handle) == PQTRANS_IDLE else { throw error }
+            return try runPrepared(statement, parameters, binaryResults: binaryResults)
         }
     }
 
     private func runPrepared(_ statement: PreparedStatement, _ parameters: [Parameter], binaryResults: Bool) throws(DatabaseError) -> QueryResult {
         let marshalled = MarshalledParameters(parameters)
         if !prepared.contains(statement.name) {
+            if stale.contains(statement.name) {
+                _ = try check(PQexec(handle, "DEALLOCATE \"\(statement.name)\""), sql: "DEALLOCATE")
+                stale.remove(statement.name)
+            }
             _ = try check(PQprepare(handle, statement.name, statement.sql, marshalled.count, marshalled.types), sql: statement.sql)
             prepared.insert(statement.name)
         }

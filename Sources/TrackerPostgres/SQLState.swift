@@ -12,6 +12,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
 
     public var description: String { rawValue }
 
+    // Class 0A, feature not supported (also a prepared statement whose result type changed).
+    public static let featureNotSupported = SQLState(rawValue: "0A000")
     // Class 22, data exception.
     public static let stringDataRightTruncation = SQLState(rawValue: "22001")
     public static let numericValueOutOfRange = SQLState(rawValue: "22003")

@@ -25,6 +25,24 @@ struct PreparedStatementTests {
         #expect(try connection.query(Self.statement, [.text("2"), .text("2")]).string(0, 0) == "4")
     }
 
+    /// A migration that adds a column to a table a statement reads whole changes its result
+    /// type: the statement is made anew, outside a transaction and after one it aborted.
+    @Test func aStatementWhoseResultTypeChangedIsPreparedAgain() throws {
+        let connection = try Connection.open(TestEnvironment.adminURL!)
+        defer { connection.close() }
+        let table = "prepared_\(UUID().uuidString.prefix(8).lowercased())"
+        try connection.execute("CREATE TEMPORARY TABLE \(table) (a int); INSERT INTO \(table) VALUES (1)")
+        let statement = PreparedStatement(name: "test_whole_\(table)", sql: "SELECT * FROM \(table)")
+        #expect(try connection.query(statement, []).columnCount == 1)
+        try connection.execute("ALTER TABLE \(table) ADD COLUMN b int DEFAULT 2")
+        #expect(try connection.query(statement, []).columnCount == 2)
+        try connection.execute("ALTER TABLE \(table) ADD COLUMN c int DEFAULT 3")
+        try connection.execute("BEGIN")
+        #expect(throws: DatabaseError.self) { try connection.query(statement, []) }
+        try connection.execute("ROLLBACK")
+        #expect(try connection.query(statement, []).columnCount == 3)
+    }
+
     @Test func aFailedRunLeavesTheStatementUsable() throws {
         let connection = try Connection.open(TestEnvironment.adminURL!)
         defer { connection.close() }
