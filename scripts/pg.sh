@@ -19,11 +19,13 @@ case "$cmd" in
     if [ ! -f "$data/PG_VERSION" ]; then
       as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; exit 1; }
+      # max_connections: make test runs dozens of trackers in process at once, each with its
+      # pools, its log sessions and its projector's presence connection.
       cat >>"$data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
-max_connections = 200
+max_connections = 400
 shared_buffers = 512MB
 wal_buffers = 16MB
 max_wal_size = 4GB
