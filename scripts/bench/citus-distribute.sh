@@ -17,7 +17,8 @@ pkglibdir=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir 2>/dev/null || echo
 [ -f "$pkglibdir/citus.so" ] || { echo "citus-distribute needs the citus extension for PostgreSQL 15; see scripts/test-citus.sh for how to install it" >&2; exit 1; }
 scripts/setup.sh
 . scripts/lib/packages.sh
-need_packages wrk bc git procps
+# wrk drives the appends, bc the arithmetic, curl reads /readyz, util-linux gives pg.sh its runuser.
+need_packages wrk bc git procps curl util-linux
 if [ -n "${BENCH_BIN:-}" ]; then
   bin=$BENCH_BIN
 else
