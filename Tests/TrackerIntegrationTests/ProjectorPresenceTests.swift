@@ -42,19 +42,21 @@ struct ProjectorPresenceTests {
                 WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'tracker projector'
                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                 """
-            try await withInProcessTracker(db) { _ in
-                var seen = "0"
-                for _ in 0..<200 where seen == "0" {
-                    seen = try await db.scalar(holders) ?? "0"
-                    if seen == "0" { try await Task.sleep(for: .milliseconds(50)) }
+            // The holders' count once it is `wanted`, or the last one read after 10 s.
+            @Sendable func holdersOnce(_ wanted: String) async throws -> String {
+                var count = ""
+                for _ in 0..<200 {
+                    count = try await db.scalar(holders) ?? ""
+                    if count == wanted { break }
+                    try await Task.sleep(for: .milliseconds(50))
                 }
-                #expect(seen == "1")
+                return count
             }
-            var left = "1"
-            for _ in 0..<200 where left != "0" {
-                left = try await db.scalar(holders) ?? "1"
-                if left != "0" { try await Task.sleep(for: .milliseconds(50)) }
+            try await withInProcessTracker(db) { _ in
+                let held = try await holdersOnce("1")
+                #expect(held == "1", "the projector holds the lock while it runs")
             }
+            let left = try await holdersOnce("0")
             #expect(left == "0", "the lock goes with the projector")
         }
     }

@@ -46,7 +46,7 @@ public struct Reports: Sendable {
         }
         try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
         let spec = ReportSQL.specs[query.kind]!
-        let statements = spec.statements(query.kind)
+        let statements = ReportSQL.statements[query.kind]!
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
         var parameters: [Parameter] = [.text(query.from.description), .text(query.to.description), .text(classes),
                                        query.adUnit.map(Parameter.text) ?? .null, query.formatId.map(Parameter.text) ?? .null,
@@ -177,14 +177,6 @@ enum ReportSQL {
         var width: Int
         /// Appends the report's measures, made of the summed counts (in SELECT order), to a row.
         var appendMeasures: @Sendable (ArraySlice<Int64>, inout [ReportValue]) -> Void
-
-        /// The three statements, named after the report `kind`: each is prepared once per
-        /// connection, where run unnamed it was parsed and analysed anew by every report.
-        func statements(_ kind: ReportKind) -> (days: PreparedStatement, rows: PreparedStatement, cuts: PreparedStatement) {
-            (PreparedStatement(name: "tracker_report_\(kind.rawValue)_days", sql: sql),
-             PreparedStatement(name: "tracker_report_\(kind.rawValue)_rows", sql: localRows),
-             PreparedStatement(name: "tracker_report_\(kind.rawValue)_cuts", sql: localCuts))
-        }
     }
 
     /// One of a report's measure columns: a measure of the table, summed over the report's
@@ -241,6 +233,15 @@ enum ReportSQL {
 
     /// Every report's spec, made once.
     static let specs = Dictionary(uniqueKeysWithValues: ReportKind.allCases.map { ($0, spec($0)) })
+
+    /// Each report's three statements (UTC days, whole half-day rows, their cuts), named after
+    /// it so that each is prepared once per connection rather than parsed and analysed on
+    /// every call.
+    static let statements = Dictionary(uniqueKeysWithValues: specs.map { kind, spec in
+        (kind, (days: PreparedStatement(name: "tracker_report_\(kind.rawValue)_days", sql: spec.sql),
+                rows: PreparedStatement(name: "tracker_report_\(kind.rawValue)_rows", sql: spec.localRows),
+                cuts: PreparedStatement(name: "tracker_report_\(kind.rawValue)_cuts", sql: spec.localCuts)))
+    })
 
     static func spec(_ kind: ReportKind) -> Spec {
         switch kind {
