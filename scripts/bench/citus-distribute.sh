@@ -30,8 +30,8 @@ say() { echo "$*" | tee -a "$report"; }
 now() { date +%s.%N; }
 
 # The settings a distribution in place needs on every node (docs/OPERATIONS.md, "On Citus"),
-# and room for the copy's connections: Citus copies every partition of every shard at once,
-# and a month of daily partitions over 200 connections.
+# and room for the copy's connections: with 1 000, tracker migrate copies 16 partitions at once,
+# a connection per shard each (fewer at once on workers with fewer connections free).
 conf=$'shared_preload_libraries = \'citus\'\nmax_connections = 1000\nmax_prepared_transactions = 1000\nwal_level = logical
 output_plugin_libraries = \'pgoutput, test_decoding, citus\'\nmax_worker_processes = 32
 max_replication_slots = 16\nmax_wal_senders = 16'

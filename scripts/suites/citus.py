@@ -492,6 +492,14 @@ def migrate_killed_after_each_step(binary, url):
     raise RuntimeError(f"tracker migrate did not finish after {len(outputs)} runs: {outputs[-1]}")
 
 
+def set_workers_max_connections(workers, value):
+    """Restarts the workers with max_connections at value (None: the suite's own again)."""
+    for w in workers:
+        w.psql("ALTER SYSTEM RESET max_connections" if value is None else f"ALTER SYSTEM SET max_connections = {int(value)}")
+        w.stop("fast")
+        w.start()
+
+
 def distribute_in_place(checks, binary, clusters, rng, trackers):
     """A single-node tracker database with events, projections, keys and a rule set becomes a
     Citus coordinator with workers while a retrying load goes on and the projector runs:
@@ -534,6 +542,20 @@ def distribute_in_place(checks, binary, clusters, rng, trackers):
                      refused.returncode != 0 and f":{workers[1].port}" in refused.stderr and distributed == "0",
                      f"exit {refused.returncode}: {refused.stderr.strip()[-300:]}; {distributed} tables distributed")
 
+        # The copy holds a connection per shard on every worker for each partition it copies
+        # at once: a worker without room for one copy is named before anything changes, and
+        # PostgreSQL's default of 100 connections is room enough.
+        set_workers_max_connections(workers, 28)
+        try:
+            crowded = subprocess.run([binary, "migrate"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                                     capture_output=True, text=True, timeout=300)
+            distributed = coordinator.psql("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text IN "
+                                           "('events', 'event_ids', 'ad_state', 'user_agents')", database)[0][0]
+            checks.check(f"{part}.a-worker-without-connections-for-the-copy-is-named-and-nothing-changes",
+                         crowded.returncode != 0 and "max_connections" in crowded.stderr and distributed == "0",
+                         f"exit {crowded.returncode}: {crowded.stderr.strip()[-300:]}; {distributed} tables distributed")
+        finally:
+            set_workers_max_connections(workers, 100)
         started = time.time()
         outputs = migrate_killed_after_each_step(binary, url)
         checks.figure("distribute_in_place_seconds", round(time.time() - started, 1))
@@ -848,7 +870,14 @@ def main():
                 elif part == "lag-across-a-move":
                     lag_across_a_move(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "distribute-in-place":
-                    distribute_in_place(checks, binary, clusters, rng, trackers)
+                    try:
+                        distribute_in_place(checks, binary, clusters, rng, trackers)
+                    finally:
+                        # Back to the suite's own max_connections once nothing writes: a
+                        # worker restarted under appends leaves commits in doubt for a while.
+                        for t in trackers:
+                            t.kill(signal.SIGTERM)
+                        set_workers_max_connections(clusters[1:3], None)
                 elif part == "rebalance-under-load":
                     rebalance_under_load(checks, binary, clusters, rng, trackers)
             except Exception as error:  # a part that could not run is a failed check, with its reason

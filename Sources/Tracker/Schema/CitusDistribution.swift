@@ -29,6 +29,32 @@ public enum DistributionStep: String, CaseIterable, Sendable, CustomStringConver
     public var description: String { rawValue }
 }
 
+/// How many of the log's partitions a distribution of a log that holds events copies at once.
+/// Citus splits each partition into every shard with a connection per shard on the worker that
+/// takes it, and runs `citus.max_adaptive_executor_pool_size` (16) such copies at once: with a
+/// month of daily partitions that was 247 connections on one of two workers, past the 200 it
+/// allowed. The copies take the connections the fullest worker has free, less
+/// `servingHeadroom` for what the trackers write and read meanwhile.
+struct CopyParallelism: Equatable, Sendable {
+    /// Citus's default for `citus.max_adaptive_executor_pool_size`: the most copies at once.
+    static let citusDefault = 16
+    /// Connections a worker keeps for the appends and reads served while the log is copied.
+    static let servingHeadroom = 10
+
+    /// The shards the busiest worker takes.
+    let shardsPerWorker: Int
+    /// Partitions copied at once; 0 when the worker cannot take a single copy.
+    let copies: Int
+    /// The free connections a worker needs for one copy.
+    var leastFree: Int { shardsPerWorker + Self.servingHeadroom }
+
+    init(shardCount: Int, workers: Int, freeConnections: Int) {
+        let workers = max(workers, 1)
+        shardsPerWorker = max(1, (shardCount + workers - 1) / workers)
+        copies = min(Self.citusDefault, max(0, freeConnections - Self.servingHeadroom) / shardsPerWorker)
+    }
+}
+
 /// What Citus's catalog says about a distribution, read before each run.
 struct DistributionFacts: Sendable, Equatable {
     var requestIdCollatedC: Bool
@@ -101,18 +127,20 @@ struct CitusDistribution {
         let remaining = facts.remaining
         guard !remaining.isEmpty else { return false }
         let populated = try connection.query(Self.populated).bool(0, 0) ?? true
-        try preflight(workers: workers, concurrent: populated)
+        let copies = try preflight(workers: workers, concurrent: populated)
         var done = DistributionStep.allCases.filter { !remaining.contains($0) }
         if !done.isEmpty { report("resuming the distribution: already done \(done.map(\.rawValue).joined(separator: ", "))") }
         for step in remaining {
             let started = ContinuousClock.now
             do {
-                try run(step, populated: populated)
+                try run(step, populated: populated, copies: copies)
             } catch let error as DistributionError {
                 throw error
             } catch {
+                // The operator runs this command: the server's own words say what to mend.
+                let reason = (error as? DatabaseError)?.debugDescription ?? "\(error)"
                 throw DistributionError.stepFailed(step: step, done: done, remaining: Array(remaining.drop(while: { $0 != step })),
-                                                   reason: "\(error)")
+                                                   reason: reason)
             }
             done.append(step)
             let tenths = (ContinuousClock.now - started) / .milliseconds(100)
@@ -137,29 +165,39 @@ struct CitusDistribution {
     }
 
     /// Every worker answers, and the settings this distribution needs hold; changes nothing.
-    private func preflight(workers: [WorkerNode], concurrent: Bool) throws {
+    /// Returns how many partitions the copy may split at once (`CopyParallelism`).
+    private func preflight(workers: [WorkerNode], concurrent: Bool) throws -> Int {
         let answers = try connection.query(Self.workerSettings)
+        let own = try connection.query(Self.coordinatorSettings)
+        let shardCount = Int(own.string(0, 4) ?? "") ?? 32
+        var copies = CopyParallelism.citusDefault
         for row in 0..<answers.rowCount {
             let node = "\(answers.string(row, 0) ?? "?"):\(answers.string(row, 1) ?? "?")"
             guard answers.bool(row, 2) == true, let result = answers.string(row, 3) else {
                 throw DistributionError.unreachable(node: node, reason: answers.string(row, 3) ?? "no answer")
             }
-            let free = Int(result.split(separator: " ").last ?? "") ?? 0
-            if concurrent && free < 2 {
-                throw DistributionError.setting(node: node, name: "max_worker_processes", has: "\(free) free background workers",
+            let counts = result.split(separator: " ").map { Int($0) ?? 0 }
+            let freeWorkers = counts.first ?? 0, freeConnections = counts.dropFirst().first ?? 0
+            if concurrent && freeWorkers < 2 {
+                throw DistributionError.setting(node: node, name: "max_worker_processes", has: "\(freeWorkers) free background workers",
                                                 needs: "at least 2 free, for the logical replication that copies the log (raise max_worker_processes and restart)")
             }
+            let plan = CopyParallelism(shardCount: shardCount, workers: workers.count, freeConnections: freeConnections)
+            if concurrent && plan.copies < 1 {
+                throw DistributionError.setting(node: node, name: "max_connections", has: "\(freeConnections) connections free",
+                                                needs: "at least \(plan.leastFree) free: the copy writes each partition into the node's \(plan.shardsPerWorker) shards at once, a connection each, beside the traffic served meanwhile (raise max_connections and restart)")
+            }
+            copies = min(copies, max(plan.copies, 1))
         }
         if answers.rowCount < workers.count {
             throw DistributionError.unreachable(node: workers.map(\.description).joined(separator: ", "), reason: "not all workers answered")
         }
-        let own = try connection.query(Self.coordinatorSettings)
         let node = "the coordinator"
         if own.string(0, 0) != "1" {
             throw DistributionError.setting(node: node, name: "citus.shard_replication_factor", has: own.string(0, 0) ?? "",
                                             needs: "1 (one placement per shard: each is read on one worker)")
         }
-        guard concurrent else { return }
+        guard concurrent else { return copies }
         if own.string(0, 1) != "logical" {
             throw DistributionError.setting(node: node, name: "wal_level", has: own.string(0, 1) ?? "", needs: "'logical' (set it and restart)")
         }
@@ -171,9 +209,10 @@ struct CitusDistribution {
             throw DistributionError.setting(node: node, name: "max_replication_slots", has: "\(own.string(0, 3) ?? "0") free",
                                             needs: "one free slot per worker (\(workers.count))")
         }
+        return copies
     }
 
-    private func run(_ step: DistributionStep, populated: Bool) throws {
+    private func run(_ step: DistributionStep, populated: Bool, copies: Int) throws {
         switch step {
         case .collation:
             try connection.transaction { try connection.execute(Self.collation) }
@@ -187,7 +226,12 @@ struct CitusDistribution {
             // The log's triggers touch only their own row (Citus calls triggers on distributed
             // tables unsafe because one that reached other shards would be).
             try connection.execute("SET citus.enable_unsafe_triggers = on")
-            defer { try? connection.execute("RESET citus.enable_unsafe_triggers") }
+            // Each partition copied at once holds a connection per shard on every worker.
+            try connection.execute("SET citus.max_adaptive_executor_pool_size = \(copies)")
+            defer {
+                try? connection.execute("RESET citus.enable_unsafe_triggers")
+                try? connection.execute("RESET citus.max_adaptive_executor_pool_size")
+            }
             if populated {
                 // Half-made shards of an interrupted run go first; the copy itself cannot run
                 // inside a transaction block.
@@ -265,22 +309,28 @@ struct CitusDistribution {
         """
 
     /// Asks every worker, through the coordinator: 0-1 the node, 2 whether it answered, 3 its
-    /// free background workers (or the error). Background workers are every backend that is not
-    /// one of PostgreSQL's own processes.
+    /// free background workers and its free connections, space-separated (or the error).
+    /// Background workers are every backend that is not one of PostgreSQL's own processes; free
+    /// connections are those a role without superuser's reserve may still open.
     static let workerSettings = """
         SELECT nodename, nodeport, success, result FROM run_command_on_workers($cmd$
-            SELECT (current_setting('max_worker_processes')::int - count(*))::text FROM pg_stat_activity
-            WHERE backend_type NOT IN ('client backend', 'autovacuum launcher', 'autovacuum worker', 'background writer',
-                                       'checkpointer', 'archiver', 'startup', 'walreceiver', 'walsender', 'walwriter')
+            SELECT (current_setting('max_worker_processes')::int
+                    - count(*) FILTER (WHERE backend_type NOT IN ('client backend', 'autovacuum launcher', 'autovacuum worker',
+                                                                  'background writer', 'checkpointer', 'archiver', 'startup',
+                                                                  'walreceiver', 'walsender', 'walwriter')))::text
+                   || ' ' || (current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+                              - count(*) FILTER (WHERE backend_type = 'client backend'))::text
+            FROM pg_stat_activity
             $cmd$)
         """
 
     /// Columns: 0 citus.shard_replication_factor, 1 wal_level, 2 output_plugin_libraries (NULL
-    /// where PostgreSQL has no such setting), 3 free replication slots.
+    /// where PostgreSQL has no such setting), 3 free replication slots, 4 citus.shard_count.
     static let coordinatorSettings = """
         SELECT current_setting('citus.shard_replication_factor'), current_setting('wal_level'),
                current_setting('output_plugin_libraries', true),
-               current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)
+               current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots),
+               current_setting('citus.shard_count')
         """
 
     /// `events.request_id` to "C"; the ad_events view depends on the column, so it is made again
