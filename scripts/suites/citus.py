@@ -162,9 +162,11 @@ def send(port, key, events, user_agent=None):
     return r.json()
 
 
-def send_until_stored(port, key, events, seconds=60):
+def send_until_stored(port, key, events, seconds=180):
     """`send`, retried as SPEC 1 tells a client to retry a 503 (after its Retry-After): a move's
-    last phase holds the writes to its shards for a moment, and the tracker answers 503 then."""
+    last phase holds the writes to its shards, and the tracker answers 503 then. With the new
+    worker restarted in the middle of a move, on a loaded machine, that phase held them for
+    over a minute."""
     deadline = time.time() + seconds
     while True:
         r = s.post_batch(port, key, s.batch_body(events))
@@ -260,6 +262,20 @@ def readyz_lag(port):
     if isinstance(lag, int):
         return lag
     return f"{r.status} after {time.time() - started:.2f} s: {r.body[:300].decode(errors='replace')}"
+
+
+def readyz_lag_when_ready(port, refusals, seconds=30):
+    """`readyz_lag`, asked again a second later as a readiness probe does: while a worker
+    restarts or a move ends, the lag cannot be read and /readyz says so (never a lag of 0).
+    Each such answer goes to `refusals`; what is returned is the first lag read, or the last
+    answer when none came within `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        answer = readyz_lag(port)
+        if isinstance(answer, int) or time.time() > deadline:
+            return answer
+        refusals.append(answer)
+        time.sleep(1)
 
 
 def in_doubt_commit(checks, binary, coordinator, ports, rng, trackers):
@@ -618,7 +634,7 @@ def rebalance_under_load(checks, binary, clusters, rng, trackers):
     clusters.append(added)
     load = s.RetryingLoad(lambda: port, key, workers=3, batch_sizes=(1, 60), seed=rng.random())
     load.start()
-    samples, restarted, probes = [], False, set()
+    samples, unready, restarted, probes = [], [], False, set()
     try:
         time.sleep(3)
         added.psql(f"CREATE DATABASE {database}")
@@ -651,12 +667,13 @@ def rebalance_under_load(checks, binary, clusters, rng, trackers):
                 probe = [s.random_event(rng) for _ in range(3)]
                 probes.update(e["id"] for e in probe)
                 send_until_stored(port, key, probe)
-                samples.append(readyz_lag(port))
+                samples.append(readyz_lag_when_ready(port, unready))
             finally:
                 os.kill(projector.pid, signal.SIGCONT)
             time.sleep(1)
         checks.figure("rebalance_seconds", round(time.time() - started, 1))
         checks.figure("rebalance_starts", starts)
+        checks.figure("rebalance_readyz_not_ready", len(unready))
         time.sleep(2)
     finally:
         load.stop()
