@@ -75,12 +75,16 @@ enum AdState {
     }
 
     /// Appends one record: the one place the layout is written, for the projector's states
-    /// (`encode`) and the rebuild's spill files (`RebuildBuckets`). `unit` and `format` are
-    /// `nil` when they equal the previous record's of the same value.
-    static func appendRecord<Text: Collection<UInt8>>(type: EventType, source: EventSource, eea: Bool, reservation: Bool, test: Bool,
-                                                      label: IVTLabel?, id: PackedUUID, correctedAt: Timestamp,
-                                                      unitAndFormat: (unit: Text, format: Text)?, assetKey: Text?, adapter: Text?,
-                                                      funnel: FunnelPart, into out: inout [UInt8]) {
+    /// (`encode`) and the rebuild's spill files (`RebuildBuckets`). `sameUnitAndFormat` leaves out
+    /// the ad unit and format, equal to the previous record's of the same value; `loadReference`
+    /// marks the record an `ad_loaded` leaves behind its load's key.
+    static func appendRecord(_ e: some AdStateRecordSource, label: IVTLabel?, sameUnitAndFormat: Bool, loadReference: Bool,
+                             into out: inout [UInt8]) {
+        let (type, source, eea, reservation, test) = (e.type, e.source, e.eea, e.reservation, e.isTest)
+        let (id, correctedAt, assetKey, adapter) = (e.packedId, e.correctedAt, e.assetKeyBytes, e.adapterBytes)
+        let unitAndFormat = sameUnitAndFormat ? nil : (unit: e.adUnitBytes, format: e.formatIdBytes)
+        var funnel = e.funnelPart
+        funnel.loadReference = loadReference
         out.append(UInt8(truncatingIfNeeded: types.firstIndex(of: type) ?? 0))
         out.append(UInt8(truncatingIfNeeded: sources.firstIndex(of: source) ?? 0))
         var flags: UInt8 = 0
@@ -97,7 +101,7 @@ enum AdState {
         out.appendBigEndian(id.high)
         out.appendBigEndian(id.low)
         out.appendBigEndian(correctedAt.microseconds)
-        func appendText(_ text: Text) {
+        func appendText(_ text: some Collection<UInt8>) {
             out.appendBigEndian(UInt16(truncatingIfNeeded: text.count))
             out.append(contentsOf: text)
         }
@@ -131,9 +135,7 @@ enum AdState {
         for e in sorted {
             // By bytes: `String ==` would call two spellings of one text the same and store only the first.
             let same = previous.map { $0.adUnit.hasSameBytes(as: e.adUnit) && $0.formatId.hasSameBytes(as: e.formatId) } ?? false
-            appendRecord(type: e.type, source: e.source, eea: e.eea, reservation: e.reservation, test: e.isTest, label: e.label,
-                         id: e.id, correctedAt: e.correctedAt, unitAndFormat: same ? nil : (e.adUnit.utf8, e.formatId.utf8),
-                         assetKey: e.assetKey?.utf8, adapter: e.adapter?.utf8, funnel: FunnelPart(e), into: &out)
+            appendRecord(e, label: e.label, sameUnitAndFormat: same, loadReference: e.isLoadReference, into: &out)
             previous = e
         }
     }
@@ -317,4 +319,41 @@ extension PackedUUID {
         var reader = ByteReader(binary)
         self = reader.uuid()!
     }
+}
+
+/// What `AdState`'s record holds of one event. The projector's `AdEvent` and the rebuild's
+/// `AdEventRow` each give it, so a field the record gains is packed in one place
+/// (`AdState.appendRecord`) for both.
+protocol AdStateRecordSource {
+    associatedtype Text: Collection<UInt8>
+    var type: EventType { get }
+    var source: EventSource { get }
+    var eea: Bool { get }
+    var reservation: Bool { get }
+    var isTest: Bool { get }
+    var packedId: PackedUUID { get }
+    var correctedAt: Timestamp { get }
+    var adUnitBytes: Text { get }
+    var formatIdBytes: Text { get }
+    var assetKeyBytes: Text? { get }
+    var adapterBytes: Text? { get }
+    var funnelPart: AdState.FunnelPart { get }
+}
+
+extension AdEvent: AdStateRecordSource {
+    var packedId: PackedUUID { id }
+    var adUnitBytes: String.UTF8View { adUnit.utf8 }
+    var formatIdBytes: String.UTF8View { formatId.utf8 }
+    var assetKeyBytes: String.UTF8View? { assetKey?.utf8 }
+    var adapterBytes: String.UTF8View? { adapter?.utf8 }
+    var funnelPart: AdState.FunnelPart { AdState.FunnelPart(self) }
+}
+
+extension AdEventRow: AdStateRecordSource {
+    var packedId: PackedUUID { PackedUUID(binary: id) }
+    var adUnitBytes: UnsafeRawBufferPointer { adUnit }
+    var formatIdBytes: UnsafeRawBufferPointer { formatId }
+    var assetKeyBytes: UnsafeRawBufferPointer? { assetKey }
+    var adapterBytes: UnsafeRawBufferPointer? { adapter }
+    var funnelPart: AdState.FunnelPart { funnel }
 }

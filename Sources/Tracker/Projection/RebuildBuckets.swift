@@ -113,12 +113,7 @@ final class RebuildBuckets {
         buffers[bucket] = []
         Self.appendU16(key.count, &out)
         out.append(contentsOf: key)
-        var funnel = row.funnel
-        funnel.loadReference = reference
-        AdState.appendRecord(type: row.type, source: row.source, eea: row.eea, reservation: row.reservation, test: row.isTest,
-                             label: label, id: PackedUUID(binary: row.id), correctedAt: row.correctedAt,
-                             unitAndFormat: (row.adUnit, row.formatId), assetKey: row.assetKey, adapter: row.adapter,
-                             funnel: funnel, into: &out)
+        AdState.appendRecord(row, label: label, sameUnitAndFormat: false, loadReference: reference, into: &out)
         if out.count >= Self.flushAt {
             try write(out, to: bucket)
             out.removeAll(keepingCapacity: true)
