@@ -1535,6 +1535,9 @@ def test_a_failed_request_blanks_every_number_it_would_have_replaced(browser, si
         assert fragment(page)["tz"] == "Europe/Atlantis" and page.input_value("#tz") == "Europe/Atlantis"
         assert re.fullmatch(r"The server cannot answer for these filters: the time zone [^.]*'Europe/Atlantis'[^.]*\.", message), message
         assert "invalid_parameter" not in page.inner_text("body")
+        # For docs/OPERATIONS.md: what the screen shows of the refused zone.
+        RESULTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(RESULTS / f"dashboard-unknown-zone-{'phone' if viewport == PHONE else 'desktop'}.png"))
 
         # The same sentence whichever report's refusal arrives first: the summary's, then the ivt report's.
         for first_answer in ("summary", "ivt"):

@@ -6,6 +6,7 @@ to, and the audit trail names the pattern behind each label.
 
 import datetime
 import os
+import re
 import subprocess
 import time
 import urllib.parse
@@ -17,10 +18,12 @@ from conftest import BEACON_SECRET, REPOSITORY, Database, required_env
 from events import API, event
 from openapi_contract import Contract
 
-# The defaults of the HTTP clients apps send events with (scripts/ivt/default_rule_set.py).
+# The defaults of the HTTP clients apps send events with (scripts/ivt/default_rule_set.py), and
+# the user agents of the app frameworks built on them.
 APP_CLIENTS = {
     "okhttp": "okhttp/4.12.0",
     "okhttp3": "okhttp/3.14.9",
+    "react-native": "okhttp/4.9.2",
     "requests": "python-requests/2.31.0",
     "go": "Go-http-client/1.1",
     "go2": "Go-http-client/2.0",
@@ -29,13 +32,30 @@ APP_CLIENTS = {
     "axios": "axios/1.6.8",
     "dalvik": "Dalvik/2.1.0 (Linux; U; Android 14; Pixel 8 Build/AP1A.240405.002)",
     "cfnetwork": "MyApp/1.0 CFNetwork/1494.0.7 Darwin/23.4.0",
+    "alamofire": "MyApp/1.0 (com.example.app; build:1; iOS 17.4.0) Alamofire/5.9.0",
     "dart": "Dart/3.3 (dart:io)",
+    "flutter": "Dart/3.2 (dart:io)",
+    "ktor": "Ktor client",
+    "java": "Java/17.0.10",
+    "unity": "UnityPlayer/2022.3 (UnityWebRequest/1.0, libcurl/8.5.0-DEV)",
+    "webview": "Mozilla/5.0 (Linux; Android 14; Pixel 8 Build/AP1A; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+               "Version/4.0 Chrome/120.0.0.0 Mobile Safari/537.36",
+    # The README's Try and the example `make run` prints send this one: their impression counts.
+    "readme": re.search(r"curl -s -A '([^']+)' ", (REPOSITORY / "README.md").read_text())[1],
 }
 # Declared crawlers, each with the list's pattern that labels it.
 CRAWLERS = {
     "googlebot": ("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", "Googlebot\\/"),
+    "googlebot-phone": ("Mozilla/5.0 (Linux; Android 6.0.1; Nexus 5X Build/MMB29P) AppleWebKit/537.36 (KHTML, like Gecko) "
+                        "Chrome/120.0.6099.216 Mobile Safari/537.36 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+                        "Googlebot\\/"),
+    "adsbot": ("AdsBot-Google (+http://www.google.com/adsbot.html)", "AdsBot-Google([^-]|$)"),
     "bingbot": ("Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)", "bingbot"),
     "ahrefs": ("Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)", "Ahrefs(Bot|SiteAudit)"),
+    "semrush": ("Mozilla/5.0 (compatible; SemrushBot/7~bl; +http://www.semrush.com/bot.html)", "S[eE][mM]rushBot"),
+    "yandex": ("Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)", "yandex\\.com\\/bots"),
+    "baidu": ("Mozilla/5.0 (compatible; Baiduspider/2.0; +http://www.baidu.com/search/spider.html)", "Baiduspider"),
+    "gptbot": ("Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)", "GPTBot"),
     "facebook": ("facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)", "facebookexternalhit"),
 }
 AD_UNIT = "/1234567/default-rule-set/native"
