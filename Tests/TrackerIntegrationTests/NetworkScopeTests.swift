@@ -182,6 +182,31 @@ struct NetworkScopeTests {
         }
     }
 
+    /// A signed beacon records whatever its token says: a scoped ingest key minting one for another
+    /// network's ad unit would write that network's numbers past the rule above.
+    @Test func aScopedIngestKeyMintsBeaconsForItsNetworksOnly() async throws {
+        try await withTestDatabase { db in
+            let key = try await Self.createKey(db, "ads-111", .ingest, networks: NetworkScope(codes: ["111"])!)
+            try await withInProcessTracker(db, environment: ["TRACKER_BEACON_SECRET": "scope-test-secret-0123456789abcdef"]) { tracker in
+                func mint(_ adUnits: [String]) async throws -> HTTPClient.Response {
+                    let beacons = adUnits.enumerated().map { i, unit in
+                        #"{"event": {"type": "impression", "requestId": "b-\#(i)", "adUnit": "\#(unit)", "formatId": "native"}}"#
+                    }
+                    return try await tracker.request("POST", "/v1/beacons", headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                                                     body: Data(#"{"beacons": [\#(beacons.joined(separator: ","))]}"#.utf8))
+                }
+                let refused = try await mint(["/111/web/native", "/333/web/native"])
+                #expect(refused.status == 400 && refused.json["error"] as? String == "invalid_beacon_request", "\(refused.text)")
+                #expect((refused.json["message"] as? String)?.hasPrefix("beacons[1].event") == true, "\(refused.text)")
+                #expect((refused.json["message"] as? String)?.contains("adUnit /333/web/native belongs to network 333") == true, "\(refused.text)")
+                let mine = try await mint(["/111/web/native"])
+                let path = try #require((mine.json["beacons"] as? [[String: Any]])?.first?["path"] as? String, "\(mine.text)")
+                #expect(try await tracker.request("GET", path).status == 200)
+                #expect(try await db.rows("SELECT ad_unit, key_name FROM events") == [["/111/web/native", "beacon:ads-111"]])
+            }
+        }
+    }
+
     @Test func aScopedKeyImportsForItsNetworksAndSeesOnlyTheImportsOfKeysWithin() async throws {
         try await withTestDatabase { db in
             try await db.append([Events.make(.impression, ad: "a", at: Events.at(0, 10), adUnit: "/111/home/native"),

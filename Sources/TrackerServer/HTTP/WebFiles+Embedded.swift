@@ -367,7 +367,7 @@ paths:
             application/json:
               schema: {$ref: "#/components/schemas/MintedBeacons"}
         "400":
-          description: The body is not JSON, or a beacon breaks a rule; the message names it (`beacons[1].destination …`).
+          description: The body is not JSON, or a beacon breaks a rule; the message names it (`beacons[1].destination …`). With a key scoped to networks, a beacon of another network's ad unit is one (`beacons[1].event … adUnit … belongs to network …`).
           content:
             application/json:
               schema:
