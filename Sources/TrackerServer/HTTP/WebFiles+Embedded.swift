@@ -73,7 +73,8 @@ tags:
       without impressions, `share`, `fillRate`, `showRate`) is `0` in JSON and an empty CSV
       field. A text cell that starts with `=`, `+`, `-`, `@`, a tab or a
       carriage return is written after a `'` (a spreadsheet then shows it as text, never runs
-      it as a formula); numbers are written as they are, and JSON keeps text as sent. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
+      it as a formula); a cell that starts with any other character (a space before `=`
+      included) is written as sent; numbers are written as they are, and JSON keeps text as sent. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
       projections to hold every event committed before it was asked, and says in the
       `X-Projection-Lag-*` headers how far behind the log it still is. Every measure counts
       valid traffic only: an event labelled general invalid traffic takes no part in the
