@@ -23,7 +23,12 @@ public struct Beacons: Sendable {
     // MARK: Minting
 
     /// A signed beacon for one event: its token and the path that carries it.
-    public func mint(_ order: BeaconOrder, issuer: String, now: Timestamp) throws(BeaconOrderError) -> MintedBeacon {
+    ///
+    /// With `networks` (a key scoped to networks: PROTOCOL.md 11), an event of another network's
+    /// ad unit is refused as `/v1/events` rejects it: the token is the minter's word, so the
+    /// minter's scope is checked here, where its key is known, and the signature carries it.
+    public func mint(_ order: BeaconOrder, issuer: String, now: Timestamp,
+                     networks: NetworkScope? = nil) throws(BeaconOrderError) -> MintedBeacon {
         guard case .object(var members) = order.event else {
             throw BeaconOrderError(field: "event", rule: "must be an object with the event's fields as /v1/events takes them (without occurredAt)")
         }
@@ -36,7 +41,7 @@ public struct Beacons: Sendable {
         }
         let event = JSONValue.object(members)
         let validated: TrackingEvent
-        switch validate(event, at: now) {
+        switch validate(event, at: now, networks: networks) {
         case .success(let e): validated = e
         case .failure(let violations): throw BeaconOrderError(field: "event", rule: "is not a valid event: \(violations.text)")
         }
@@ -68,7 +73,9 @@ public struct Beacons: Sendable {
 
     /// Every beacon of a `POST /v1/beacons` body, `{"beacons": [{"event": {…}, "destination": "…", "expiresIn": 86400}]}`;
     /// all or nothing, the first fault named with its index.
-    public func mint(requestBody body: [UInt8], issuer: String, now: Timestamp) throws(BeaconOrderError) -> [MintedBeacon] {
+    /// With `networks`, every beacon's ad unit must be of those networks (as `mint(_:issuer:now:networks:)`).
+    public func mint(requestBody body: [UInt8], issuer: String, now: Timestamp,
+                     networks: NetworkScope? = nil) throws(BeaconOrderError) -> [MintedBeacon] {
         let document: JSONValue
         do {
             document = try JSONReader.parse(body)
@@ -84,7 +91,7 @@ public struct Beacons: Sendable {
         var minted: [MintedBeacon] = []
         for (index, item) in items.enumerated() {
             do throws(BeaconOrderError) {
-                minted.append(try mint(BeaconOrder(item), issuer: issuer, now: now))
+                minted.append(try mint(BeaconOrder(item), issuer: issuer, now: now, networks: networks))
             } catch {
                 throw BeaconOrderError(field: "beacons[\(index)].\(error.field)", rule: error.rule)
             }
@@ -135,14 +142,15 @@ public struct Beacons: Sendable {
     }
 
     /// PROTOCOL.md 1 and 3 by the validator of `/v1/events`: the event as sent, its `occurredAt`
-    /// the server's time and no `sentAt`, so the corrected time is the receive time.
-    private func validate(_ event: JSONValue, at time: Timestamp) -> Result<TrackingEvent, Violations> {
+    /// the server's time and no `sentAt`, so the corrected time is the receive time; with
+    /// `networks`, the scope's rule too (only when minting: a signed token is not checked again).
+    private func validate(_ event: JSONValue, at time: Timestamp, networks: NetworkScope? = nil) -> Result<TrackingEvent, Violations> {
         guard case .object(var members) = event else {
             return .failure(Violations(["the event must be a JSON object"]))
         }
         members.removeAll { $0.key == "occurredAt" }
         members.append((key: "occurredAt", value: .string(time.rfc3339)))
-        return EventRules(limits: limits, receivedAt: time, sentAt: nil).validate(.object(members))
+        return EventRules(limits: limits, receivedAt: time, sentAt: nil, networks: networks).validate(.object(members))
     }
 
     /// Why `text` may not be a redirect target, or `nil`: an absolute http(s) URL of printable

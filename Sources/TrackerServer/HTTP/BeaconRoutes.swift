@@ -128,7 +128,8 @@ struct BeaconRoutes: Sendable {
         }
         let minted: [MintedBeacon]
         do {
-            minted = try beacons.mint(requestBody: Array(body.readableBytesView), issuer: principal.name, now: .now())
+            minted = try beacons.mint(requestBody: Array(body.readableBytesView), issuer: principal.name, now: .now(),
+                                      networks: principal.networks)
         } catch {
             throw APIError(.invalidBeaconRequest, error.description)
         }

@@ -73,7 +73,8 @@ tags:
       without impressions, `share`, `fillRate`, `showRate`) is `0` in JSON and an empty CSV
       field. A text cell that starts with `=`, `+`, `-`, `@`, a tab or a
       carriage return is written after a `'` (a spreadsheet then shows it as text, never runs
-      it as a formula); numbers are written as they are, and JSON keeps text as sent. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
+      it as a formula); a cell that starts with any other character (a space before `=`
+      included) is written as sent; numbers are written as they are, and JSON keeps text as sent. Every report waits up to `TRACKER_REPORT_WAIT` (5 s) for the
       projections to hold every event committed before it was asked, and says in the
       `X-Projection-Lag-*` headers how far behind the log it still is. Every measure counts
       valid traffic only: an event labelled general invalid traffic takes no part in the
@@ -367,7 +368,7 @@ paths:
             application/json:
               schema: {$ref: "#/components/schemas/MintedBeacons"}
         "400":
-          description: The body is not JSON, or a beacon breaks a rule; the message names it (`beacons[1].destination …`).
+          description: The body is not JSON, or a beacon breaks a rule; the message names it (`beacons[1].destination …`). With a key scoped to networks, a beacon of another network's ad unit is one (`beacons[1].event … adUnit … belongs to network …`).
           content:
             application/json:
               schema:
@@ -740,7 +741,9 @@ paths:
         "401": *reportUnauthorized
         "403": *reportForbidden
         "404": &noSuchImport
-          description: No import has this id, or nothing was imported yet (`not_found`).
+          description: |
+            No import has this id, or nothing was imported yet (`not_found`). For a key scoped to
+            networks, an import made by a key of other networks answers exactly so.
           content:
             application/json:
               schema:
@@ -791,7 +794,9 @@ paths:
           description: |
             The file is not RFC 4180 CSV, lacks a column, or has a malformed date or number
             (`invalid_import`, naming the row, the header being row 1, and the column; nothing
-            of it is stored), or `tz` is missing or unknown (`invalid_parameter`).
+            of it is stored), or, with a key scoped to networks, a row maps to an ad unit of
+            another network (`invalid_import`, naming the row and the network; nothing of it is
+            stored), or `tz` is missing or unknown (`invalid_parameter`).
           content:
             application/json:
               schema:
@@ -909,7 +914,9 @@ paths:
         "401": {$ref: "#/components/responses/Unauthorized"}
         "403": {$ref: "#/components/responses/Forbidden"}
         "404":
-          description: No stored event has this `requestId` (or retention dropped them all).
+          description: |
+            No stored event has this `requestId` (or retention dropped them all). For a key scoped
+            to networks, an ad with an event of another network answers exactly so.
           content:
             application/json:
               schema:
@@ -955,7 +962,9 @@ paths:
         "401": {$ref: "#/components/responses/Unauthorized"}
         "403": {$ref: "#/components/responses/Forbidden"}
         "404":
-          description: No stored event has this `loadId`.
+          description: |
+            No stored event has this `loadId`. For a key scoped to networks, a load with an event
+            of another network answers exactly so.
           content:
             application/json:
               schema:
@@ -1358,9 +1367,12 @@ components:
       required: false
       schema: {type: integer, minimum: 1}
     ProjectionLagEvents:
-      description: Log events not yet in the projections the report read (counted up to 100 000).
+      description: |
+        Log events not yet in the projections the report read (counted up to 1 000, estimated
+        beyond from the log's sequence). With a key scoped to networks, its networks' events
+        among the first 1 000 that wait.
       required: true
-      schema: {type: integer, minimum: 0, maximum: 100000}
+      schema: {type: integer, minimum: 0}
     ProjectionLagSeconds:
       description: Seconds since the oldest of those events was received; 0 when caught up.
       required: true
