@@ -1448,7 +1448,8 @@ components:
       description: |
         A parameter breaks its rule; the message names it and the rule. An unknown report name
         is `unknown_report`, whose message lists the reports (`unknown report 'clicks'; reports
-        are summary, assets, sources, adchoices, ivt and reconciliation`).
+        are summary, assets, sources, adchoices, ivt, funnel, failures, waterfall and
+        reconciliation`).
       content:
         application/json:
           schema:
