@@ -265,9 +265,8 @@ final class CitusLog: Sendable {
         let below = try usableHorizon(taken: shards.taken, nodes: shards.nodes, patience: .step)
         return try onEachNode(byNode(shards.all)) { [self] _, shards, c in
             let statement = prepared(CitusSQL.nextEvents(shards, limit: limit))
-            return try c.transaction {
-                try c.execute(CitusSQL.readSettings)
-                return try c.query(statement, CitusSQL.checkpoints(of: shards) + [.text(String(below))], binaryResults: true)
+            return try c.transaction(begin: CitusSQL.beginRead) {
+                try c.query(statement, CitusSQL.checkpoints(of: shards) + [.text(String(below))], binaryResults: true)
             }
         }
     }
@@ -293,9 +292,8 @@ final class CitusLog: Sendable {
             let statement = prepared(CitusSQL.backlog(nodeShards, cap: cap, ofNetworks: networks != nil))
             let parameters = CitusSQL.checkpoints(of: nodeShards) + [.text(String(shards.taken))]
                 + (networks.map { [$0.arrayParameter] } ?? [])
-            return try c.transaction {
-                try c.execute(CitusSQL.readSettings)
-                return try c.query(statement, parameters)
+            return try c.transaction(begin: CitusSQL.beginRead) {
+                try c.query(statement, parameters)
             }
         }
         for r in results {
@@ -493,6 +491,9 @@ enum CitusSQL {
     /// first run of a prepared read (a custom plan would plan the union again on each of the
     /// first five runs, for the same plan).
     static let readSettings = ProjectorSQL.plannerSettings + "; SET LOCAL plan_cache_mode = force_generic_plan"
+
+    /// A read's transaction begun with `readSettings` in the same round trip to the worker.
+    static let beginRead = "BEGIN; " + readSettings
 
     /// The checkpoint of the cursor at `index` in a read's list: its two parameters.
     private static func position(_ index: Int) -> String {
