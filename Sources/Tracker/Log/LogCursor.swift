@@ -183,6 +183,34 @@ public struct LogCursor: Sendable {
         }
     }
 
+    /// `read` on a connection of the pool once the projections hold every event committed when
+    /// this was called (`waitForProjections`), and the lag beside it (with `networks`, theirs).
+    ///
+    /// On a distributed log, `read` runs on the coordinator while the workers are asked whether
+    /// any row waits past the checkpoints listed just before: its snapshot is taken after that
+    /// listing, so when none waits the projections it read held every event committed before
+    /// the call, and the check cost no time of its own. When one waits, the rows are read again
+    /// after the wait.
+    func readingYourWrites<T: Sendable>(maxWait: Duration, stallLimit: Duration, networks: NetworkScope? = nil,
+                                        _ read: @escaping @Sendable (Connection) throws -> T) async throws -> (T, ProjectionLag) {
+        let conninfo = pool.conninfo
+        if maxWait > .zero, let log = LogLayout.knownDistributed(conninfo: conninfo) {
+            let early = try await pool.withConnection { c -> T? in
+                let shards = try log.shards(on: c)
+                let (backlog, value) = try log.backlog(shards, cap: 1) { try read(c) }
+                // A pass that failed (a shard moved between the listing and the read) proves
+                // nothing: the wait below lists the shards again.
+                guard case .success(let backlog) = backlog, backlog.values.allSatisfy({ $0.events == 0 }) else { return nil }
+                return value
+            }
+            if let early { return (early, ProjectionLag(events: 0, seconds: 0)) }
+        }
+        let caughtUp = try await waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
+        return try await pool.withConnection { c in
+            (try read(c), try caughtUp ?? Self.lag(on: c, conninfo: conninfo, networks: networks))
+        }
+    }
+
     /// What the first look of `waitForProjections` found.
     private enum FirstLook {
         /// A distributed log with no event waiting on any shard.
