@@ -19,6 +19,8 @@ What it checks, against the real binary and real clusters:
   over the raw log) and a single-node tracker's reports over a copy of the same log, in UTC
   and in a time zone by hour;
 - the projections equal a rebuild, with an invalid-traffic rule set that labels events too;
+- a report asked right after an append counts it; its lag is 0 once every event is projected and
+  never 0 while events wait (a key scoped to networks sees only theirs);
 - the lag is never 0 while events wait (no projector running), and /readyz answers it with every
   waiting event when a shard moves between its listing of the shards and its read on the worker
   and Citus drops the old placement in between (a 503 is never read as a lag);
@@ -444,6 +446,25 @@ def read_your_writes(checks, binary, coordinator, ports, rng, trackers):
     checks.figure("read_your_writes_report_p50_ms", round(seconds[len(seconds) // 2] * 1000, 1))
     checks.check(f"{part}.a-report-right-after-an-append-counts-it", not missed,
                  f"50 appends each followed by a report; {len(missed)} did not count their batch {missed[:3]}")
+
+    # The lag a report answers with: 0 once every event is projected (the wait's one pass over
+    # the workers found none waiting), never 0 while events wait on a shard, and for a key
+    # scoped to networks only theirs.
+    def report_lag(bearer):
+        r = s.request(port, "GET", f"/v1/reports/summary?from={today}&to={today}", {"Authorization": f"Bearer {bearer}"})
+        return int(r.headers["x-projection-lag-events"]) if r.status == 200 else (r.status, r.body[:200])
+    ours = s.run_tracker_command(binary, ["keys", "create", "--name", "citus-ryw-1234", "--scope", "report",
+                                          "--networks", "1234"], url).strip().splitlines()[-1]
+    others = s.run_tracker_command(binary, ["keys", "create", "--name", "citus-ryw-5678", "--scope", "report",
+                                            "--networks", "5678"], url).strip().splitlines()[-1]
+    caught_up = wait_caught_up(port) and report_lag(report_key)
+    trackers[-1].kill(signal.SIGTERM)
+    trackers.append(s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-ryw-held").start())
+    send(port, key, [s.event(requestId=f"ryw-held-{n}", adUnit="/1234/ryw-held/native") for n in range(7)])
+    waiting = {"unscoped": report_lag(report_key), "1234": report_lag(ours), "5678": report_lag(others)}
+    checks.check(f"{part}.a-report-gives-lag-0-when-caught-up-and-never-while-events-wait",
+                 caught_up == 0 and waiting["unscoped"] == 7 and waiting["1234"] == 7 and waiting["5678"] == 0,
+                 f"caught up: {caught_up}; with 7 events of network 1234 waiting: {waiting}")
 
 
 def stage_single_node(binary, clusters, database):

@@ -20,7 +20,7 @@ public struct AdAudit: Sendable {
     /// or load with an event outside them is `nil` too, exactly as one that does not exist.
     public func explain(requestId: String, includeTest: Bool,
                         networks: NetworkScope? = nil) async throws -> (explanation: AdExplanation, lag: ProjectionLag)? {
-        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
+        let caughtUp = try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let conninfo = pool.conninfo
         let found = try await pool.withConnection { connection in try connection.transaction(begin: AdAuditSQL.snapshot) {
             () -> (ad: Trail, loads: [(String, Trail)], rules: Rules)? in
@@ -45,14 +45,14 @@ public struct AdAudit: Sendable {
             found.rules.name(&load.events, by: trail.labelledBy)
             return load
         }
-        return (explanation, try await LogCursor(pool: pool).lag(networks: networks))
+        return (explanation, try await lag(caughtUp, networks: networks))
     }
 
     /// The load's audit trail and the projection lag, or `nil` when no event of it is stored (or,
     /// with `networks`, an event of it is outside them).
     public func explain(loadId: String, includeTest: Bool,
                         networks: NetworkScope? = nil) async throws -> (explanation: LoadExplanation, lag: ProjectionLag)? {
-        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
+        let caughtUp = try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: LogCursor.defaultStallLimit)
         let conninfo = pool.conninfo
         let found = try await pool.withConnection { connection in try connection.transaction(begin: AdAuditSQL.snapshot) {
             () -> (load: Trail, rules: Rules)? in
@@ -63,7 +63,13 @@ public struct AdAudit: Sendable {
         var explanation = found.rules.contribution.explain(loadId: loadId, found.load.logged, includeTest: includeTest)
         explanation.ivtRules = found.rules.ivtRules
         found.rules.name(&explanation.events, by: found.load.labelledBy)
-        return (explanation, try await LogCursor(pool: pool).lag(networks: networks))
+        return (explanation, try await lag(caughtUp, networks: networks))
+    }
+
+    /// The lag the wait found (caught up on Citus), else read now.
+    private func lag(_ found: ProjectionLag?, networks: NetworkScope?) async throws -> ProjectionLag {
+        if let found { return found }
+        return try await LogCursor(pool: pool).lag(networks: networks)
     }
 
     /// The rules the projections were computed with: the attribution window, and the rule set

@@ -133,33 +133,92 @@ public struct LogCursor: Sendable {
         }
     }
 
+    /// Whether no event waits behind any cursor of a distributed log: one pass over the workers
+    /// (the first row past each checkpoint), read after the caller was asked. Then every event
+    /// committed before it is projected (no row can appear below a checkpoint later: the
+    /// projector moves one only below the horizon), and the lag is 0 for every scope.
+    private static func caughtUp(_ log: CitusLog, on connection: Connection) throws -> Bool {
+        try log.reading(on: connection) { try log.backlog($0, cap: 1) }.values.allSatisfy { $0.events == 0 }
+    }
+
     /// Waits (at most `maxWait`) until the projections hold every event committed when it was
     /// called. It stops early when events are ready, no projector runs (none holds its step
     /// lock or the lock a running projector holds for its life) and the checkpoint has not
     /// moved for `stallLimit`; while a projector runs, or waits for a transaction open
     /// elsewhere (the log's ordering rule), it waits up to `maxWait`.
-    func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws {
-        guard maxWait > .zero else { return }
+    ///
+    /// - Returns: the lag (0) when the first look at a distributed log found no event waiting
+    ///   on any shard, so that the caller need not ask every worker again; `nil` otherwise (and
+    ///   on a single node, where the lag costs one statement): the caller reads the lag itself.
+    @discardableResult
+    func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws -> ProjectionLag? {
+        guard maxWait > .zero else { return nil }
         let conninfo = pool.conninfo
         let start = ContinuousClock.now
-        // The head and the first look at the checkpoint share a connection: caught up is the
-        // common case, and then the wait costs one lend of a connection.
-        let found = try await pool.withConnection { c -> (LogLayout, LogHead, LogProgress)? in
+        // The first look shares one connection: caught up is the common case, and then the wait
+        // costs one lend of a connection (and on Citus one pass over the workers, not a pass for
+        // the heads and another for the checkpoints).
+        let found = try await pool.withConnection { c -> FirstLook in
             let layout = try LogLayout.of(c, conninfo: conninfo)
-            guard let head = try Self.head(on: c, layout: layout) else { return nil }
-            return (layout, head, try Self.progress(on: c, layout: layout, toward: head))
+            if case .citus(let log) = layout, try Self.caughtUp(log, on: c) { return .caughtUp }
+            guard let head = try Self.head(on: c, layout: layout) else { return .empty }
+            return .behind(layout, head, try Self.progress(on: c, layout: layout, toward: head))
         }
-        guard let (layout, head, first) = found, !first.reached, ContinuousClock.now - start < maxWait else { return }
+        let (layout, head, first): (LogLayout, LogHead, LogProgress)
+        switch found {
+        case .caughtUp: return ProjectionLag(events: 0, seconds: 0)
+        case .empty: return nil
+        case .behind(let l, let h, let p): (layout, head, first) = (l, h, p)
+        }
+        guard !first.reached, ContinuousClock.now - start < maxWait else { return nil }
         var checkpoint = first.checkpoint
         var moved = start
         while true {
             try await Task.sleep(for: .milliseconds(20))
             let progress = try await pool.withConnection { try Self.progress(on: $0, layout: layout, toward: head) }
-            if progress.reached { return }
+            if progress.reached { return nil }
             let time = ContinuousClock.now
             if progress.checkpoint != checkpoint || !progress.readable { (checkpoint, moved) = (progress.checkpoint, time) }
-            if time - start >= maxWait || time - moved >= stallLimit { return }
+            if time - start >= maxWait || time - moved >= stallLimit { return nil }
         }
+    }
+
+    /// `read` on a connection of the pool once the projections hold every event committed when
+    /// this was called (`waitForProjections`), and the lag beside it (with `networks`, theirs).
+    ///
+    /// On a distributed log, `read` runs on the coordinator while the workers are asked whether
+    /// any row waits past the checkpoints listed just before: its snapshot is taken after that
+    /// listing, so when none waits the projections it read held every event committed before
+    /// the call, and the check cost no time of its own. When one waits, the rows are read again
+    /// after the wait.
+    func readingYourWrites<T: Sendable>(maxWait: Duration, stallLimit: Duration, networks: NetworkScope? = nil,
+                                        _ read: @escaping @Sendable (Connection) throws -> T) async throws -> (T, ProjectionLag) {
+        let conninfo = pool.conninfo
+        if maxWait > .zero, let log = LogLayout.knownDistributed(conninfo: conninfo) {
+            let early = try await pool.withConnection { c -> T? in
+                let shards = try log.shards(on: c)
+                let (backlog, value) = try log.backlog(shards, cap: 1) { try read(c) }
+                // A pass that failed (a shard moved between the listing and the read) proves
+                // nothing: the wait below lists the shards again.
+                guard case .success(let backlog) = backlog, backlog.values.allSatisfy({ $0.events == 0 }) else { return nil }
+                return value
+            }
+            if let early { return (early, ProjectionLag(events: 0, seconds: 0)) }
+        }
+        let caughtUp = try await waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
+        return try await pool.withConnection { c in
+            (try read(c), try caughtUp ?? Self.lag(on: c, conninfo: conninfo, networks: networks))
+        }
+    }
+
+    /// What the first look of `waitForProjections` found.
+    private enum FirstLook {
+        /// A distributed log with no event waiting on any shard.
+        case caughtUp
+        /// An empty log.
+        case empty
+        /// The head, and how far the projections are toward it.
+        case behind(LogLayout, LogHead, LogProgress)
     }
 
     /// Prepared once per connection: each reads every partition of the log, and planning that

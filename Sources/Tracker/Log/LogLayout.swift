@@ -51,6 +51,12 @@ enum LogLayout: Sendable {
         return try Self.of(connection, conninfo: connection.conninfo, maxAge: .zero)
     }
 
+    /// The distributed log of the database `conninfo` names, when a read of this process found
+    /// it distributed (it stays so); `nil` when none did yet, without asking the database.
+    static func knownDistributed(conninfo: String) -> CitusLog? {
+        known.withLock { $0[conninfo]?.layout.citus }
+    }
+
     private struct Known {
         var layout: LogLayout
         var checked: ContinuousClock.Instant
@@ -265,9 +271,8 @@ final class CitusLog: Sendable {
         let below = try usableHorizon(taken: shards.taken, nodes: shards.nodes, patience: .step)
         return try onEachNode(byNode(shards.all)) { [self] _, shards, c in
             let statement = prepared(CitusSQL.nextEvents(shards, limit: limit))
-            return try c.transaction {
-                try c.execute(CitusSQL.readSettings)
-                return try c.query(statement, CitusSQL.checkpoints(of: shards) + [.text(String(below))], binaryResults: true)
+            return try c.transaction(begin: CitusSQL.beginRead) {
+                try c.query(statement, CitusSQL.checkpoints(of: shards) + [.text(String(below))], binaryResults: true)
             }
         }
     }
@@ -288,16 +293,34 @@ final class CitusLog: Sendable {
     /// means below the horizon of the read that found the cursors: a hint for a reader deciding
     /// whether to wait, not the projector's rule.
     func backlog(_ shards: LogShards, cap: Int, networks: NetworkScope? = nil) throws -> [Int64: ShardBacklog] {
-        var backlog: [Int64: ShardBacklog] = [:]
-        let results = try onEachNode(byNode(shards.all)) { [self] _, nodeShards, c in
+        Self.backlog(of: try onEachNode(byNode(shards.all), backlogRead(shards, cap: cap, networks: networks)))
+    }
+
+    /// `backlog` read on the workers while `meanwhile` runs on the calling thread (a statement on
+    /// the coordinator), so that the two cost the longer of them, not their sum. The backlog's
+    /// failure is handed back, not thrown: the caller decides what a pass that failed means.
+    func backlog<U>(_ shards: LogShards, cap: Int,
+                    meanwhile: () throws -> U) throws -> (backlog: Result<[Int64: ShardBacklog], any Error>, meanwhile: U) {
+        let (results, value) = try onEachNode(byNode(shards.all), backlogRead(shards, cap: cap, networks: nil), meanwhile: meanwhile)
+        return (results.map(Self.backlog(of:)), value)
+    }
+
+    /// One worker's read of `backlog`: its cursors' rows past their checkpoints.
+    private func backlogRead(_ shards: LogShards, cap: Int,
+                             networks: NetworkScope?) -> @Sendable (WorkerNode, [LogShard], Connection) throws -> QueryResult {
+        { [self] _, nodeShards, c in
             let statement = prepared(CitusSQL.backlog(nodeShards, cap: cap, ofNetworks: networks != nil))
             let parameters = CitusSQL.checkpoints(of: nodeShards) + [.text(String(shards.taken))]
                 + (networks.map { [$0.arrayParameter] } ?? [])
-            return try c.transaction {
-                try c.execute(CitusSQL.readSettings)
-                return try c.query(statement, parameters)
+            return try c.transaction(begin: CitusSQL.beginRead) {
+                try c.query(statement, parameters)
             }
         }
+    }
+
+    /// The workers' answers to `backlogRead`, by cursor.
+    private static func backlog(of results: [QueryResult]) -> [Int64: ShardBacklog] {
+        var backlog: [Int64: ShardBacklog] = [:]
         for r in results {
             for row in 0..<r.rowCount {
                 guard let id = r.int64(row, 0) else { continue }
@@ -354,17 +377,40 @@ final class CitusLog: Sendable {
     /// the slowest worker, not the sum. The first error is thrown once every read ended.
     func onEachNode<T>(_ groups: [(WorkerNode, [LogShard])],
                        _ body: @escaping @Sendable (WorkerNode, [LogShard], Connection) throws -> T) throws -> [T] {
-        let run: @Sendable (Int) -> Handed<T> = { [workers] index in
+        let run = reader(groups, body)
+        guard groups.count > 1 else { return try groups.indices.map { try run($0).value.get() } }
+        let slots = submit(groups.indices.dropFirst(), of: groups.count, run)
+        slots.fill(0, run(0))
+        return try slots.waitForAll().map { try $0.value.get() }
+    }
+
+    /// `onEachNode` with every node read on the log's threads while `meanwhile` runs on the
+    /// calling thread. `meanwhile`'s error is thrown; the nodes' (the first) is handed back.
+    func onEachNode<T, U>(_ groups: [(WorkerNode, [LogShard])],
+                          _ body: @escaping @Sendable (WorkerNode, [LogShard], Connection) throws -> T,
+                          meanwhile: () throws -> U) throws -> (Result<[T], any Error>, U) {
+        let slots = submit(groups.indices, of: groups.count, reader(groups, body))
+        let value = Result { try meanwhile() }
+        let read = slots.waitForAll()
+        return (Result { try read.map { try $0.value.get() } }, try value.get())
+    }
+
+    /// `body` on a connection to the node of `groups[index]`, its result or error.
+    private func reader<T>(_ groups: [(WorkerNode, [LogShard])],
+                           _ body: @escaping @Sendable (WorkerNode, [LogShard], Connection) throws -> T) -> @Sendable (Int) -> Handed<T> {
+        { [workers] index in
             let (node, shards) = groups[index]
             return Handed(Result { try workers.with(node) { try body(node, shards, $0) } })
         }
-        guard groups.count > 1 else { return try groups.indices.map { try run($0).value.get() } }
-        let slots = HandedSlots<T>(count: groups.count)
-        for index in groups.indices.dropFirst() {
+    }
+
+    /// The reads of `indices` submitted to the log's threads, each into its slot of `count`.
+    private func submit<T>(_ indices: some Sequence<Int>, of count: Int, _ run: @escaping @Sendable (Int) -> Handed<T>) -> HandedSlots<T> {
+        let slots = HandedSlots<T>(count: count)
+        for index in indices {
             threads.submit { _ in slots.fill(index, run(index)) }
         }
-        slots.fill(0, run(0))
-        return try slots.waitForAll().map { try $0.value.get() }
+        return slots
     }
 }
 
@@ -493,6 +539,9 @@ enum CitusSQL {
     /// first run of a prepared read (a custom plan would plan the union again on each of the
     /// first five runs, for the same plan).
     static let readSettings = ProjectorSQL.plannerSettings + "; SET LOCAL plan_cache_mode = force_generic_plan"
+
+    /// A read's transaction begun with `readSettings` in the same round trip to the worker.
+    static let beginRead = "BEGIN; " + readSettings
 
     /// The checkpoint of the cursor at `index` in a read's list: its two parameters.
     private static func position(_ index: Int) -> String {

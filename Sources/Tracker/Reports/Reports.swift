@@ -44,7 +44,6 @@ public struct Reports: Sendable {
         if !query.isUTCDays {
             query.timeZone = try await TimeZoneCatalog.shared.canonicalName(query.timeZone, pool: pool)
         }
-        try await LogCursor(pool: pool).waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
         let spec = ReportSQL.specs[query.kind]!
         let statements = ReportSQL.statements[query.kind]!
         let classes = "{" + TrafficClass.classes(includeTest: query.includeTest).map { String($0.rawValue) }.joined(separator: ",") + "}"
@@ -62,8 +61,8 @@ public struct Reports: Sendable {
         }
         let arguments = parameters
         let columnCount = dimensions.count + spec.measureNames.count
-        let conninfo = pool.conninfo
-        let (rows, ivtRules, lag): ([[ReportValue]], Int, ProjectionLag) = try await pool.withConnection { [local] connection in
+        let ((rows, ivtRules), lag) = try await LogCursor(pool: pool).readingYourWrites(maxWait: maxWait, stallLimit: stallLimit,
+                                                                                        networks: networks) { [local] connection in
             let state = try connection.query(ReportSQL.projectionState)
             if local != nil, state.string(0, 0) != "t" {
                 throw ReportError.quarterHoursMissing
@@ -74,7 +73,7 @@ public struct Reports: Sendable {
                 let r = try connection.query(local.cutsOfBlock == nil ? statements.rows : statements.cuts, arguments, binaryResults: true)
                 out = try local.sum(r, dimensions: Array(spec.textDimensions.dropFirst()), lanes: spec.lanes, width: spec.width,
                                     columns: columnCount, appendMeasures: spec.appendMeasures)
-                return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
+                return (out, ivtRules)
             }
             let r = try connection.query(statements.days, arguments, binaryResults: false)
             let columns = spec.dimensions.count
@@ -88,7 +87,7 @@ public struct Reports: Sendable {
                 spec.appendMeasures(counts[...], &dims)
                 out.append(dims)
             }
-            return (out, ivtRules, try LogCursor.lag(on: connection, conninfo: conninfo, networks: networks))
+            return (out, ivtRules)
         }
         return ReportResult(query: query, columns: dimensions + spec.measureNames, rows: rows,
                             totals: dimensions.map { _ in .label } + spec.measureTotals, lag: lag, ivtRules: ivtRules)
