@@ -19,10 +19,11 @@
 \set funnel 0.333
 \endif
 -- The chunk is made in a temporary table and copied into the columns the log has, so that a
--- tracker older than the funnel's columns takes the ads' mix (:funnel 0) as well.
+-- tracker older than the funnel's columns takes the ads' mix (:funnel 0) as well; the types are
+-- compared as text, since an older log's event_type does not know the funnel's.
 BEGIN;
 CREATE TEMPORARY TABLE bench_chunk ON COMMIT DROP AS
-SELECT gen_random_uuid() AS id, t.type AS type,
+SELECT gen_random_uuid() AS id, t.type::event_type AS type,
        CASE WHEN t.funnel THEN 'l' ELSE 'r' END || (:first_ad::bigint + s.a) AS request_id,
        (ARRAY['/1234/home/native', '/1234/feed/native', '/5678/article/native'])[1 + s.a % 3] AS ad_unit,
        CASE WHEN t.funnel THEN '' ELSE (ARRAY['10063170', 'native'])[1 + (s.a / 3) % 2] END AS format_id,
@@ -46,9 +47,9 @@ CROSS JOIN LATERAL (
     SELECT CASE WHEN s.f < :funnel::float8 THEN
                     (CASE WHEN s.a % 5 = 0 AND s.r < 0.45 THEN 'mediation_result'
                           WHEN s.a % 5 = 1 AND s.r < 0.60 THEN 'ad_failed'
-                          ELSE 'ad_request' END)::event_type
+                          ELSE 'ad_request' END)
                 ELSE (CASE WHEN s.r < 0.80 THEN 'impression' WHEN s.r < 0.90 THEN 'click' WHEN s.r < 0.95 THEN 'ad_loaded'
-                           WHEN s.r < 0.975 THEN 'adchoices_impression' ELSE 'adchoices_click' END)::event_type
+                           WHEN s.r < 0.975 THEN 'adchoices_impression' ELSE 'adchoices_click' END)
            END AS type,
            s.f < :funnel::float8 AS funnel,
            date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '30 days'

@@ -287,6 +287,16 @@ extension ProjectionKey {
         key.quarterHour = QuarterHour(index: ProjectionWriter.block(of: quarterHour).block * QuarterBlock.quarters)
         return key
     }
+
+    /// The key of the day row (a row of the `…_day` tables) this quarter hour's changes are
+    /// summed into: its quarter hour the first of its UTC day. It holds both half-day rows of
+    /// the day.
+    var dayRow: ProjectionKey {
+        var key = self
+        let index = quarterHour.index, perDay = QuarterHour.perDay
+        key.quarterHour = QuarterHour(index: (index >= 0 ? index : index - (perDay - 1)) / perDay * perDay)
+        return key
+    }
 }
 
 extension ProjectionTable {

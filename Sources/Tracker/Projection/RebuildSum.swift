@@ -64,10 +64,12 @@ final class RebuildSum: @unchecked Sendable {
     }
 
     /// `sum`'s non-zero rows handed to `write` about `rowsPerWrite` at a time (the writer's
-    /// working copies are as large as what it is given), the quarter hours of one half-day row
-    /// in one part: the writer reads and writes a half-day row whole, once per part it is in.
+    /// working copies are as large as what it is given), the quarter hours of one day row in one
+    /// part: the writer writes a day row, and reads and writes a half-day row whole, once per
+    /// part it is in, and each write past the first leaves the row's old version dead in a
+    /// table the rebuild has just made (a larger table for every report to read until vacuum).
     private static func parts(of sum: Contribution, rowsPerWrite: Int, _ write: (Contribution) throws -> Void) throws {
-        let order = sum.rows.keys.map { (row: $0.halfDayRow.hashValue, key: $0) }.sorted { $0.row < $1.row }
+        let order = sum.rows.keys.map { (row: $0.dayRow.hashValue, key: $0) }.sorted { $0.row < $1.row }
         var part = Contribution()
         var previous: Int?
         for (row, key) in order {
@@ -83,7 +85,7 @@ final class RebuildSum: @unchecked Sendable {
     }
 }
 
-/// Projection rows on disk, in partitions by a hash of their key: the part of a rebuild's sum it
+/// Projection rows on disk, in partitions by a hash of their day row: the part of a rebuild's sum it
 /// does not hold in memory. A row takes some 40 bytes here against half a KiB in a `Contribution`.
 ///
 /// The files are unlinked as soon as they are made: they go with the process, however it ends.
@@ -122,8 +124,8 @@ final class RowSpill: @unchecked Sendable {
         var buffers = [[UInt8]](repeating: [], count: partitions)
         var count = 0
         for (key, values) in contribution.rows where values != Measures() {
-            // By the half-day row: its quarter hours are summed and written together.
-            let partition = Int(UInt(bitPattern: key.halfDayRow.hashValue) % UInt(partitions))
+            // By the day row: its quarter hours (both half-day rows) are summed and written together.
+            let partition = Int(UInt(bitPattern: key.dayRow.hashValue) % UInt(partitions))
             Self.encode(key, values, into: &buffers[partition])
             count += 1
         }
