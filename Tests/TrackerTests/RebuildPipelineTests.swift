@@ -70,7 +70,7 @@ struct RebuildSumPartsTests {
         return (written, sent)
     }
 
-    @Test(arguments: [1_000_000, 2_000])
+    @Test(arguments: [1_000_000, 4_000])
     func eachDayRowIsWrittenInOnePartAndThePartsAddUpToTheSum(rowsInMemory: Int) throws {
         let (written, sent) = try parts(rowsInMemory: rowsInMemory)
         #expect(written.count > 1)

@@ -166,9 +166,9 @@ def send(port, key, events, user_agent=None):
 
 def send_until_stored(port, key, events, seconds=180):
     """`send`, retried as SPEC 1 tells a client to retry a 503 (after its Retry-After): a move's
-    last phase holds the writes to its shards, and the tracker answers 503 then. With the new
-    worker restarted in the middle of a move, on a loaded machine, that phase held them for
-    over a minute."""
+    last phase holds the writes to its shards, and the tracker answers 503 then; with the new
+    worker restarted in the middle of a move, on a loaded machine, that phase can hold them
+    past a minute."""
     deadline = time.time() + seconds
     while True:
         r = s.post_batch(port, key, s.batch_body(events))
@@ -457,7 +457,7 @@ def read_your_writes(checks, binary, coordinator, ports, rng, trackers):
                                           "--networks", "1234"], url).strip().splitlines()[-1]
     others = s.run_tracker_command(binary, ["keys", "create", "--name", "citus-ryw-5678", "--scope", "report",
                                             "--networks", "5678"], url).strip().splitlines()[-1]
-    caught_up = wait_caught_up(port) and report_lag(report_key)
+    caught_up = report_lag(report_key) if wait_caught_up(port) else "did not catch up"
     trackers[-1].kill(signal.SIGTERM)
     trackers.append(s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-ryw-held").start())
     send(port, key, [s.event(requestId=f"ryw-held-{n}", adUnit="/1234/ryw-held/native") for n in range(7)])

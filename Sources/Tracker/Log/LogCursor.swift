@@ -147,20 +147,23 @@ public struct LogCursor: Sendable {
     /// moved for `stallLimit`; while a projector runs, or waits for a transaction open
     /// elsewhere (the log's ordering rule), it waits up to `maxWait`.
     ///
+    /// - Parameter lookForCaughtUp: whether the first look on a distributed log asks the
+    ///   workers whether any event waits at all (`false` when the caller has just asked them and
+    ///   found one: the heads and the checkpoints are what tells when it is projected).
     /// - Returns: the lag (0) when the first look at a distributed log found no event waiting
     ///   on any shard, so that the caller need not ask every worker again; `nil` otherwise (and
     ///   on a single node, where the lag costs one statement): the caller reads the lag itself.
     @discardableResult
-    func waitForProjections(maxWait: Duration, stallLimit: Duration) async throws -> ProjectionLag? {
+    func waitForProjections(maxWait: Duration, stallLimit: Duration, lookForCaughtUp: Bool = true) async throws -> ProjectionLag? {
         guard maxWait > .zero else { return nil }
         let conninfo = pool.conninfo
         let start = ContinuousClock.now
         // The first look shares one connection: caught up is the common case, and then the wait
-        // costs one lend of a connection (and on Citus one pass over the workers, not a pass for
-        // the heads and another for the checkpoints).
+        // costs one lend of a connection (and on Citus, when caught up, one pass over the
+        // workers, not a pass for the heads and another for the checkpoints).
         let found = try await pool.withConnection { c -> FirstLook in
             let layout = try LogLayout.of(c, conninfo: conninfo)
-            if case .citus(let log) = layout, try Self.caughtUp(log, on: c) { return .caughtUp }
+            if lookForCaughtUp, case .citus(let log) = layout, try Self.caughtUp(log, on: c) { return .caughtUp }
             guard let head = try Self.head(on: c, layout: layout) else { return .empty }
             return .behind(layout, head, try Self.progress(on: c, layout: layout, toward: head))
         }
@@ -194,18 +197,21 @@ public struct LogCursor: Sendable {
     func readingYourWrites<T: Sendable>(maxWait: Duration, stallLimit: Duration, networks: NetworkScope? = nil,
                                         _ read: @escaping @Sendable (Connection) throws -> T) async throws -> (T, ProjectionLag) {
         let conninfo = pool.conninfo
+        var eventsWait = false
         if maxWait > .zero, let log = LogLayout.knownDistributed(conninfo: conninfo) {
-            let early = try await pool.withConnection { c -> T? in
+            let (early, waiting) = try await pool.withConnection { c -> (T?, Bool) in
                 let shards = try log.shards(on: c)
                 let (backlog, value) = try log.backlog(shards, cap: 1) { try read(c) }
                 // A pass that failed (a shard moved between the listing and the read) proves
                 // nothing: the wait below lists the shards again.
-                guard case .success(let backlog) = backlog, backlog.values.allSatisfy({ $0.events == 0 }) else { return nil }
-                return value
+                guard case .success(let backlog) = backlog else { return (nil, false) }
+                return backlog.values.allSatisfy({ $0.events == 0 }) ? (value, false) : (nil, true)
             }
             if let early { return (early, ProjectionLag(events: 0, seconds: 0)) }
+            eventsWait = waiting
         }
-        let caughtUp = try await waitForProjections(maxWait: maxWait, stallLimit: stallLimit)
+        // Events waited a moment ago: the wait goes straight to the heads and the checkpoints.
+        let caughtUp = try await waitForProjections(maxWait: maxWait, stallLimit: stallLimit, lookForCaughtUp: !eventsWait)
         return try await pool.withConnection { c in
             (try read(c), try caughtUp ?? Self.lag(on: c, conninfo: conninfo, networks: networks))
         }

@@ -151,9 +151,7 @@ enum ProjectionWriter {
             // one day leaves that day's row as it is.
             var days: [ProjectionKey: Measures] = [:]
             for (key, values) in quarters {
-                var dayKey = key
-                dayKey.quarterHour = QuarterHour(index: key.quarterHour.index - key.quarterHour.index % QuarterHour.perDay)
-                days[dayKey, default: Measures()] &+= values
+                days[key.dayRow, default: Measures()] &+= values
             }
             let changedDays = days.filter { $0.value != Measures() }
             guard !changedDays.isEmpty else { continue }
@@ -293,8 +291,8 @@ extension ProjectionKey {
     /// the day.
     var dayRow: ProjectionKey {
         var key = self
-        let index = quarterHour.index, perDay = QuarterHour.perDay
-        key.quarterHour = QuarterHour(index: (index >= 0 ? index : index - (perDay - 1)) / perDay * perDay)
+        let (day, within) = quarterHour.index.quotientAndRemainder(dividingBy: QuarterHour.perDay)
+        key.quarterHour = QuarterHour(index: (within < 0 ? day - 1 : day) * QuarterHour.perDay)
         return key
     }
 }

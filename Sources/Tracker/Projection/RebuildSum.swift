@@ -10,8 +10,8 @@ import TrackerPostgres
 /// distinct rows the log makes (quarter hours × ad units × formats × asset keys × …).
 ///
 /// The projecting threads add to it as they go. Up to `rowsInMemory` distinct rows are summed
-/// in memory; past them, the rows held go to a `RowSpill`, each to the partition its key hashes
-/// to, and the sum starts again. At the end every partition is read back and summed on its
+/// in memory; past them, the rows held go to a `RowSpill`, each to the partition its day row
+/// hashes to, and the sum starts again. At the end every partition is read back and summed on its
 /// own, so a row is still written once unless a single partition holds more than
 /// `rowsInMemory` distinct rows; then it is written in parts, which add up to the same (the
 /// writer adds each part to the rows it finds, and a rebuild's parts are never negative).

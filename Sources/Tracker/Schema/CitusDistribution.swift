@@ -31,10 +31,10 @@ public enum DistributionStep: String, CaseIterable, Sendable, CustomStringConver
 
 /// How many of the log's partitions a distribution of a log that holds events copies at once.
 /// Citus splits each partition into every shard with a connection per shard on the worker that
-/// takes it, and runs `citus.max_adaptive_executor_pool_size` (16) such copies at once: with a
-/// month of daily partitions that was 247 connections on one of two workers, past the 200 it
-/// allowed. The copies take the connections the fullest worker has free, less
-/// `servingHeadroom` for what the trackers write and read meanwhile.
+/// takes it, and runs `citus.max_adaptive_executor_pool_size` (16) such copies at once, more
+/// connections than a worker at PostgreSQL's defaults allows (docs/SCALING.md, "Citus"). The
+/// copies take the connections the fullest worker has free, less `servingHeadroom` for what the
+/// trackers write and read meanwhile.
 struct CopyParallelism: Equatable, Sendable {
     /// Citus's default for `citus.max_adaptive_executor_pool_size`: the most copies at once.
     static let citusDefault = 16
