@@ -24,11 +24,29 @@ public struct AdEvent: Sendable, Hashable {
     /// A copy of an `ad_loaded` kept in the state of the load it names (`loadId`).
     public var isLoadReference = false
     /// The funnel's fields (PROTOCOL.md 10), on the types they belong to.
-    public var adsRequested: Int?
-    public var latencyMs: Int?
     public var errorCode: AdErrorCode?
     public var result: MediationResult?
-    public var position: Int?
+    /// `adsRequested`, within `FunnelLimits.adsRequested`.
+    public var adsRequested: Int? {
+        get { storedAdsRequested.map(Int.init) }
+        set { storedAdsRequested = newValue.map { UInt8(clamping: $0) } }
+    }
+    /// `latencyMs`, within `FunnelLimits.latencyMs`.
+    public var latencyMs: Int? {
+        get { storedLatencyMs.map(Int.init) }
+        set { storedLatencyMs = newValue.map { Int32(clamping: $0) } }
+    }
+    /// `position`, within `FunnelLimits.position`.
+    public var position: Int? {
+        get { storedPosition.map(Int.init) }
+        set { storedPosition = newValue.map { UInt8(clamping: $0) } }
+    }
+    // The funnel's numbers are stored in the smallest types their ranges fit (the stored state's
+    // record keeps them in as few bytes): a step copies and sorts its events many times, and
+    // three `Int?` would make every event, the ads' too, which have none of them, 40 bytes larger.
+    private var storedAdsRequested: UInt8?
+    private var storedLatencyMs: Int32?
+    private var storedPosition: UInt8?
 
     /// Whether the event counts for a load (its own event or a load reference) rather than for an ad.
     public var isLoadPart: Bool { isLoadReference || type.isLoadEvent }

@@ -58,8 +58,15 @@ enum AdStateStore {
     /// id and whether it is a load reference).
     private static func freshEvents(of batch: LogBatch, in changes: Changes) -> [String: [LogBatch.Logged]] {
         var fresh: [String: [LogBatch.Logged]] = [:]
+        fresh.reserveCapacity(batch.events.count)
         for (key, logged) in batch.events {
-            let known = Set(changes[key]?.stored?.events.lazy.map(EventIdentity.init) ?? [])
+            // Most of a step's keys are new to the projections: their events are all fresh, and
+            // the batch's array is shared, not copied.
+            guard let stored = changes[key]?.stored?.events, !stored.isEmpty else {
+                fresh[key] = logged
+                continue
+            }
+            let known = Set(stored.lazy.map(EventIdentity.init))
             let new = logged.filter { !known.contains(EventIdentity($0.event)) }
             if !new.isEmpty { fresh[key] = new }
         }
@@ -71,11 +78,11 @@ enum AdStateStore {
         var agents = Set<Int32>()
         for logged in fresh.values { for l in logged { if let a = l.userAgent { agents.insert(a) } } }
         try labeller.learn(userAgents: agents, on: connection)
-        for (key, logged) in fresh {
-            fresh[key] = logged.map { l in
-                var l = l
-                l.event.label = labeller.label(userAgent: l.userAgent, address: l.address, channel: l.channel)
-                return l
+        // In place: a copy of every event per pass would cost more than the labels.
+        for i in fresh.values.indices {
+            for j in fresh.values[i].indices {
+                let l = fresh.values[i][j]
+                fresh.values[i][j].event.label = labeller.label(userAgent: l.userAgent, address: l.address, channel: l.channel)
             }
         }
     }
@@ -95,11 +102,10 @@ enum AdStateStore {
             }
         }
         let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, on: connection)
-        for (key, logged) in fresh {
-            fresh[key] = logged.map { l in
-                var l = l
-                l.event.label = IVTLabel.of(client: l.event.label, group: group(of: l), overLimit: overLimit.contains)
-                return l
+        for i in fresh.values.indices {
+            for j in fresh.values[i].indices {
+                let l = fresh.values[i][j]
+                fresh.values[i][j].event.label = IVTLabel.of(client: l.event.label, group: group(of: l), overLimit: overLimit.contains)
             }
         }
         guard !relabel.isEmpty else { return }
