@@ -53,6 +53,26 @@ struct CopyParallelism: Equatable, Sendable {
         shardsPerWorker = max(1, (shardCount + workers - 1) / workers)
         copies = min(Self.citusDefault, max(0, freeConnections - Self.servingHeadroom) / shardsPerWorker)
     }
+
+    /// What one node's free background workers and connections allow: the partitions it takes
+    /// at once, or `nil` for a node that takes no shards (the copy opens no connection there:
+    /// only that it answered counts). `concurrent` is a copy of a log that holds events, which
+    /// needs logical replication's background workers and a copy's connections; throws naming
+    /// the node and the setting when it cannot take one.
+    static func check(node: String, takesShards: Bool, freeWorkers: Int, freeConnections: Int, shardCount: Int, shardNodes: Int,
+                      concurrent: Bool) throws(DistributionError) -> Int? {
+        guard takesShards else { return nil }
+        if concurrent && freeWorkers < 2 {
+            throw DistributionError.setting(node: node, name: "max_worker_processes", has: "\(freeWorkers) free background workers",
+                                            needs: "at least 2 free, for the logical replication that copies the log (raise max_worker_processes and restart)")
+        }
+        let plan = CopyParallelism(shardCount: shardCount, workers: shardNodes, freeConnections: freeConnections)
+        if concurrent && plan.copies < 1 {
+            throw DistributionError.setting(node: node, name: "max_connections", has: "\(freeConnections) connections free",
+                                            needs: "at least \(plan.leastFree) free: the copy writes each partition into the node's \(plan.shardsPerWorker) shards at once, a connection each, beside the traffic served meanwhile (raise max_connections and restart)")
+        }
+        return max(plan.copies, 1)
+    }
 }
 
 /// What Citus's catalog says about a distribution, read before each run.
@@ -171,25 +191,22 @@ struct CitusDistribution {
         let own = try connection.query(Self.coordinatorSettings)
         let shardCount = Int(own.string(0, 4) ?? "") ?? 32
         var copies = CopyParallelism.citusDefault
+        var shardNodesAnswered = 0
         for row in 0..<answers.rowCount {
-            let node = "\(answers.string(row, 0) ?? "?"):\(answers.string(row, 1) ?? "?")"
+            let host = answers.string(row, 0) ?? "?", port = answers.string(row, 1) ?? "?"
+            let node = "\(host):\(port)"
             guard answers.bool(row, 2) == true, let result = answers.string(row, 3) else {
                 throw DistributionError.unreachable(node: node, reason: answers.string(row, 3) ?? "no answer")
             }
             let counts = result.split(separator: " ").map { Int($0) ?? 0 }
-            let freeWorkers = counts.first ?? 0, freeConnections = counts.dropFirst().first ?? 0
-            if concurrent && freeWorkers < 2 {
-                throw DistributionError.setting(node: node, name: "max_worker_processes", has: "\(freeWorkers) free background workers",
-                                                needs: "at least 2 free, for the logical replication that copies the log (raise max_worker_processes and restart)")
-            }
-            let plan = CopyParallelism(shardCount: shardCount, workers: workers.count, freeConnections: freeConnections)
-            if concurrent && plan.copies < 1 {
-                throw DistributionError.setting(node: node, name: "max_connections", has: "\(freeConnections) connections free",
-                                                needs: "at least \(plan.leastFree) free: the copy writes each partition into the node's \(plan.shardsPerWorker) shards at once, a connection each, beside the traffic served meanwhile (raise max_connections and restart)")
-            }
-            copies = min(copies, max(plan.copies, 1))
+            let takesShards = workers.contains { $0.host == host && String($0.port) == port }
+            if takesShards { shardNodesAnswered += 1 }
+            let nodeCopies = try CopyParallelism.check(node: node, takesShards: takesShards, freeWorkers: counts.first ?? 0,
+                                                       freeConnections: counts.dropFirst().first ?? 0, shardCount: shardCount,
+                                                       shardNodes: workers.count, concurrent: concurrent)
+            copies = min(copies, nodeCopies ?? copies)
         }
-        if answers.rowCount < workers.count {
+        if shardNodesAnswered < workers.count {
             throw DistributionError.unreachable(node: workers.map(\.description).joined(separator: ", "), reason: "not all workers answered")
         }
         let node = "the coordinator"
