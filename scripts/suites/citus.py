@@ -638,6 +638,28 @@ def distribute_in_place(checks, binary, clusters, rng, trackers):
                  f"retention: {dropped.strip().splitlines()[-1:]}; the day's partition gone: {gone}")
 
 
+def log_blocked_sessions(clusters, database):
+    """What holds the writes when appends are refused for minutes: each node's sessions of
+    `database` that are not idle, the locks they wait for, and the rebalancer's tasks."""
+    for cluster in clusters:
+        for sql in ("SELECT pid, state, wait_event_type || ':' || wait_event, round(extract(epoch FROM now() - xact_start)), "
+                    "application_name, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) FROM pg_stat_activity "
+                    f"WHERE datname = '{database}' AND state <> 'idle' ORDER BY xact_start",
+                    "SELECT l.pid, l.locktype, l.relation::regclass, l.mode, array_to_string(pg_blocking_pids(l.pid), ',') "
+                    "FROM pg_locks l WHERE NOT l.granted"):
+            try:
+                for row in cluster.psql(sql, database, check=False, timeout=20):
+                    s.log(f"  {cluster.port}: " + " | ".join(row))
+            except Exception as error:  # a node that does not answer is itself the finding
+                s.log(f"  {cluster.port}: {error}")
+    try:
+        for row in clusters[0].psql("SELECT task_id, status, left(command, 120), message FROM pg_dist_background_task "
+                                    "WHERE status NOT IN ('done', 'cancelled') ORDER BY task_id", database, check=False, timeout=20):
+            s.log("  task: " + " | ".join(row))
+    except Exception as error:
+        s.log(f"  tasks: {error}")
+
+
 def rebalance_under_load(checks, binary, clusters, rng, trackers):
     """A worker added under a retrying load and Citus's rebalancer moving shards onto it
     (force_logical: the log has no replica identity) while the projector runs; the new worker is
@@ -687,7 +709,11 @@ def rebalance_under_load(checks, binary, clusters, rng, trackers):
             try:
                 probe = [s.random_event(rng) for _ in range(3)]
                 probes.update(e["id"] for e in probe)
-                send_until_stored(port, key, probe)
+                try:
+                    send_until_stored(port, key, probe)
+                except RuntimeError:
+                    log_blocked_sessions(clusters, database)
+                    raise
                 samples.append(readyz_lag_when_ready(port, unready))
             finally:
                 os.kill(projector.pid, signal.SIGCONT)

@@ -535,10 +535,12 @@ enum CitusSQL {
         LIMIT $3::int
         """
 
-    /// The projector's planner settings, for reads on a worker, and the generic plan from the
+    /// The projector's planner settings, for reads on a worker, the generic plan from the
     /// first run of a prepared read (a custom plan would plan the union again on each of the
-    /// first five runs, for the same plan).
-    static let readSettings = ProjectorSQL.plannerSettings + "; SET LOCAL plan_cache_mode = force_generic_plan"
+    /// first five runs, for the same plan), and the end of a read whose reader froze
+    /// (`ProjectorSQL.frozenStepLimit`).
+    static let readSettings = ProjectorSQL.plannerSettings + "; SET LOCAL plan_cache_mode = force_generic_plan; "
+        + ProjectorSQL.frozenStepLimit
 
     /// A read's transaction begun with `readSettings` in the same round trip to the worker.
     static let beginRead = "BEGIN; " + readSettings

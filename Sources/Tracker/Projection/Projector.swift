@@ -357,7 +357,15 @@ enum ProjectorSQL {
     /// connection per worker, not one per shard (`EventLog.Configuration.sessionSetup` says
     /// why); elsewhere that setting is an unused placeholder.
     static let stepSettings = "SET LOCAL synchronous_commit = on; " + plannerSettings
-        + "; SET LOCAL citus.max_adaptive_executor_pool_size = 1"
+        + "; SET LOCAL citus.max_adaptive_executor_pool_size = 1; " + frozenStepLimit
+
+    /// A step is never idle inside its transaction for more than a moment: the tracker folds
+    /// between two statements. A projector frozen in the middle of one (a stopped process, a
+    /// paused machine) would keep its locks on the state and log shards for as long as it is
+    /// frozen, and a Citus shard move, which blocks writes to the shards it moves while it
+    /// waits for them, would hold every append to those shards with it. The server ends such a
+    /// transaction after 30 s; the projector steps again when it wakes.
+    static let frozenStepLimit = "SET LOCAL idle_in_transaction_session_timeout = '30s'"
 
     /// Binary columns: the `AdEventColumn`s, then tx and seq (read by `LogBatch`).
     static let nextEvents = """
