@@ -54,7 +54,9 @@ kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 say "(1) ingest: $n events in $(printf '%.1f' "$(echo "$s1 - $s0" | bc -l)") s = $(printf '%.0f' "$(echo "$n / ($s1 - $s0)" | bc -l)") events/s; per event: tracker $(per "($t1 - $t0) * 1000000" "$n") µs, PostgreSQL $(per "($p1 - $p0) * 1000000" "$n") µs CPU, WAL $(per "$wal" "$n") B"
 statement_report "ingest" "$n" | tee -a "$result"
 if [ -n "$baseline" ]; then
-  psql "$cluster/postgres" -qc "CREATE DATABASE candidate TEMPLATE base"
+  # Both projectors read a copy made after the ingest, so both find the log's pages in the OS
+  # cache rather than one of them in shared buffers.
+  psql "$cluster/postgres" -qc "CREATE DATABASE baseline TEMPLATE base" -c "CREATE DATABASE candidate TEMPLATE base"
   DATABASE_URL="$cluster/candidate" "$bin" migrate >/dev/null 2>&1
 fi
 
@@ -90,7 +92,7 @@ if [ "${BENCH_IVT:-off}" = compare ]; then
   project "with rules" "$bin" "$cluster/with_rules"
   say "    with / without the rule set: events/s $(printf '%.2f' "$(echo "$rate / $b_rate" | bc -l)") x, tracker CPU $(printf '%.2f' "$(echo "$cpu_tracker / $b_tracker" | bc -l)") x, PostgreSQL CPU $(printf '%.2f' "$(echo "$cpu_pg / $b_pg" | bc -l)") x"
 elif [ -n "$baseline" ]; then
-  project baseline "$baseline" "$cluster/base"
+  project baseline "$baseline" "$cluster/baseline"
   b_rate=$rate b_tracker=$cpu_tracker b_pg=$cpu_pg b_wal=$wal_event
   project candidate "$bin" "$cluster/candidate"
   say "    candidate / baseline: events/s $(printf '%.2f' "$(echo "$rate / $b_rate" | bc -l)") x, tracker CPU $(printf '%.2f' "$(echo "$cpu_tracker / $b_tracker" | bc -l)") x, PostgreSQL CPU $(printf '%.2f' "$(echo "$cpu_pg / $b_pg" | bc -l)") x, WAL $(printf '%.2f' "$(echo "$wal_event / $b_wal" | bc -l)") x"

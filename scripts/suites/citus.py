@@ -646,15 +646,16 @@ def log_blocked_sessions(clusters, database):
                     "application_name, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) FROM pg_stat_activity "
                     f"WHERE datname = '{database}' AND state <> 'idle' ORDER BY xact_start",
                     "SELECT l.pid, l.locktype, l.relation::regclass, l.mode, array_to_string(pg_blocking_pids(l.pid), ',') "
-                    "FROM pg_locks l WHERE NOT l.granted"):
+                    "FROM pg_locks l WHERE NOT l.granted "
+                    "AND (l.database IS NULL OR l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"):
             try:
-                for row in cluster.psql(sql, database, check=False, timeout=20):
+                for row in cluster.psql(sql, database, timeout=20):
                     s.log(f"  {cluster.port}: " + " | ".join(row))
             except Exception as error:  # a node that does not answer is itself the finding
                 s.log(f"  {cluster.port}: {error}")
     try:
         for row in clusters[0].psql("SELECT task_id, status, left(command, 120), message FROM pg_dist_background_task "
-                                    "WHERE status NOT IN ('done', 'cancelled') ORDER BY task_id", database, check=False, timeout=20):
+                                    "WHERE status NOT IN ('done', 'cancelled') ORDER BY task_id", database, timeout=20):
             s.log("  task: " + " | ".join(row))
     except Exception as error:
         s.log(f"  tasks: {error}")

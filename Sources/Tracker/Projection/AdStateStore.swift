@@ -23,6 +23,11 @@ enum AdStateStore {
     /// The states of one step, by key (an ad's request id or a load's id).
     private typealias Changes = [String: Change]
 
+    /// The step's events that their states do not hold yet, with their key. A list rather than
+    /// a dictionary: nothing looks a key up in it, and a label is written into it in place (a
+    /// dictionary's values, written by index, would be copied whole first).
+    private typealias Fresh = [(key: String, logged: [LogBatch.Logged])]
+
     /// Recomputes every ad and load of `batch`, and every one whose events the step labels
     /// `high_rate` after the fact: subtracts its old contribution, adds its new one, and writes
     /// the new states and the changed projection rows (in the caller's transaction).
@@ -56,33 +61,38 @@ enum AdStateStore {
 
     /// The step's events that their states do not hold yet (an event is known to a state by its
     /// id and whether it is a load reference).
-    private static func freshEvents(of batch: LogBatch, in changes: Changes) -> [String: [LogBatch.Logged]] {
-        var fresh: [String: [LogBatch.Logged]] = [:]
+    private static func freshEvents(of batch: LogBatch, in changes: Changes) -> Fresh {
+        var fresh: Fresh = []
         fresh.reserveCapacity(batch.events.count)
         for (key, logged) in batch.events {
             // Most of a step's keys are new to the projections: their events are all fresh, and
-            // the batch's array is shared, not copied.
+            // the batch's array is shared until a label is written into it.
             guard let stored = changes[key]?.stored?.events, !stored.isEmpty else {
-                fresh[key] = logged
+                fresh.append((key, logged))
                 continue
             }
             let known = Set(stored.lazy.map(EventIdentity.init))
             let new = logged.filter { !known.contains(EventIdentity($0.event)) }
-            if !new.isEmpty { fresh[key] = new }
+            if !new.isEmpty { fresh.append((key, new)) }
         }
         return fresh
     }
 
     /// Labels the fresh events by their clients: `declared_bot`, then `datacenter`.
-    private static func label(_ fresh: inout [String: [LogBatch.Logged]], by labeller: IVTLabeller, on connection: Connection) throws {
+    private static func label(_ fresh: inout Fresh, by labeller: IVTLabeller, on connection: Connection) throws {
         var agents = Set<Int32>()
-        for logged in fresh.values { for l in logged { if let a = l.userAgent { agents.insert(a) } } }
+        for (_, logged) in fresh { for l in logged { if let a = l.userAgent { agents.insert(a) } } }
         try labeller.learn(userAgents: agents, on: connection)
-        // In place: a copy of every event per pass would cost more than the labels.
-        for i in fresh.values.indices {
-            for j in fresh.values[i].indices {
-                let l = fresh.values[i][j]
-                fresh.values[i][j].event.label = labeller.label(userAgent: l.userAgent, address: l.address, channel: l.channel)
+        setLabels(of: &fresh) { labeller.label(userAgent: $0.userAgent, address: $0.address, channel: $0.channel) }
+    }
+
+    /// Gives each fresh event the label `labelOf` says, written only where it changes: most
+    /// events keep none, and their arrays stay shared with the batch rather than copied.
+    private static func setLabels(of fresh: inout Fresh, _ labelOf: (LogBatch.Logged) -> IVTLabel?) {
+        for i in fresh.indices {
+            for j in fresh[i].logged.indices {
+                let label = labelOf(fresh[i].logged[j])
+                if label != fresh[i].logged[j].event.label { fresh[i].logged[j].event.label = label }
             }
         }
     }
@@ -90,7 +100,7 @@ enum AdStateStore {
     /// `high_rate`: the step's events counted into their groups (a load reference is its
     /// `ad_loaded` again, a member but not a second event); a group over the limit labels all
     /// its events, those of earlier steps too, whose states are loaded into `changes`.
-    private static func applyHighRate(limit: Int, to fresh: inout [String: [LogBatch.Logged]], and changes: inout Changes,
+    private static func applyHighRate(limit: Int, to fresh: inout Fresh, and changes: inout Changes,
                                       tally: inout ImpressionTally, rowKey: RowKey, strings: inout StringTable,
                                       on connection: Connection) throws {
         var added: [ClientGroup: GroupAddition] = [:]
@@ -102,12 +112,7 @@ enum AdStateStore {
             }
         }
         let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, on: connection)
-        for i in fresh.values.indices {
-            for j in fresh.values[i].indices {
-                let l = fresh.values[i][j]
-                fresh.values[i][j].event.label = IVTLabel.of(client: l.event.label, group: group(of: l), overLimit: overLimit.contains)
-            }
-        }
+        setLabels(of: &fresh) { IVTLabel.of(client: $0.event.label, group: group(of: $0), overLimit: overLimit.contains) }
         guard !relabel.isEmpty else { return }
         let missing = Set(relabel.map(\.requestId)).subtracting(changes.keys)
         changes.merge(try load(missing, rowKey: rowKey, strings: &strings, on: connection)) { a, _ in a }

@@ -359,12 +359,14 @@ enum ProjectorSQL {
     static let stepSettings = "SET LOCAL synchronous_commit = on; " + plannerSettings
         + "; SET LOCAL citus.max_adaptive_executor_pool_size = 1; " + frozenStepLimit
 
-    /// A step is never idle inside its transaction for more than a moment: the tracker folds
-    /// between two statements. A projector frozen in the middle of one (a stopped process, a
-    /// paused machine) would keep its locks on the state and log shards for as long as it is
-    /// frozen, and a Citus shard move, which blocks writes to the shards it moves while it
-    /// waits for them, would hold every append to those shards with it. The server ends such a
-    /// transaction after 30 s; the projector steps again when it wakes.
+    /// A step is idle inside its transaction only while the tracker folds between two
+    /// statements or, on Citus, while it reads the workers: moments. A projector frozen in the
+    /// middle of one (a stopped process, a paused machine) would keep its locks on the state
+    /// and log shards for as long as it is frozen, and a Citus shard move, which blocks writes
+    /// to the shards it moves while it waits for them, would hold every append to those shards
+    /// with it. After 30 s idle the server closes the session, which ends its transaction; the
+    /// projector connects again and steps again when it wakes. A worker read held longer than
+    /// that (by a move's lock) fails the step the same way, and the step is retried.
     static let frozenStepLimit = "SET LOCAL idle_in_transaction_session_timeout = '30s'"
 
     /// Binary columns: the `AdEventColumn`s, then tx and seq (read by `LogBatch`).
