@@ -43,8 +43,7 @@ public struct AdEvent: Sendable, Hashable {
     }
     // The funnel's numbers are stored in the smallest types their ranges fit (the stored state's
     // record keeps them in as few bytes): a step copies and sorts its events many times, and
-    // three `Int?` would make every event, the ads' too, which have none of them, 32 bytes larger
-    // (a stride of 160 bytes against 128).
+    // three `Int?` would make every event larger, the ads' too, which have none of them.
     private var storedAdsRequested: UInt8?
     private var storedLatencyMs: Int32?
     private var storedPosition: UInt8?

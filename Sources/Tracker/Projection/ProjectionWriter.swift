@@ -291,8 +291,7 @@ extension ProjectionKey {
     /// the day.
     var dayRow: ProjectionKey {
         var key = self
-        let (day, within) = quarterHour.index.quotientAndRemainder(dividingBy: QuarterHour.perDay)
-        key.quarterHour = QuarterHour(index: (within < 0 ? day - 1 : day) * QuarterHour.perDay)
+        key.quarterHour = QuarterHour(index: quarterHour.day.daysSinceEpoch * QuarterHour.perDay)
         return key
     }
 }

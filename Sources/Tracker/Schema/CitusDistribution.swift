@@ -191,6 +191,7 @@ struct CitusDistribution {
         let own = try connection.query(Self.coordinatorSettings)
         let shardCount = Int(own.string(0, 4) ?? "") ?? 32
         var copies = CopyParallelism.citusDefault
+        let shardNodes = Set(workers)
         var shardNodesAnswered = 0
         for row in 0..<answers.rowCount {
             let host = answers.string(row, 0) ?? "?", port = answers.string(row, 1) ?? "?"
@@ -199,7 +200,7 @@ struct CitusDistribution {
                 throw DistributionError.unreachable(node: node, reason: answers.string(row, 3) ?? "no answer")
             }
             let counts = result.split(separator: " ").map { Int($0) ?? 0 }
-            let takesShards = workers.contains { $0.host == host && String($0.port) == port }
+            let takesShards = shardNodes.contains(WorkerNode(host: host, port: Int(port) ?? -1))
             if takesShards { shardNodesAnswered += 1 }
             let nodeCopies = try CopyParallelism.check(node: node, takesShards: takesShards, freeWorkers: counts.first ?? 0,
                                                        freeConnections: counts.dropFirst().first ?? 0, shardCount: shardCount,
