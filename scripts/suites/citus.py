@@ -419,10 +419,11 @@ def lag_across_a_move(checks, binary, coordinator, ports, rng, trackers):
                  f"{logged} events waiting; /readyz says {after} once shard {moving} is on {target}")
 
 
-def read_your_writes(checks, binary, coordinator, ports, rng, trackers):
+def read_your_writes(checks, binary, coordinator, worker, ports, rng, trackers):
     """Append, then ask a report at once, 50 times: each report counts the batch just
-    acknowledged (SPEC's read-your-writes), with the lag measured by one parallel pass over the
-    workers. The p50 of those reports is a figure."""
+    acknowledged (SPEC's read-your-writes). The p50 of those reports is a figure. Caught up, a
+    report is answered from the coordinator alone (the appends' marks): it answers while a
+    worker is frozen."""
     part, database = "read-your-writes", "ryw"
     url = add_database(ports, database)
     s.run_tracker_command(binary, ["migrate"], url)
@@ -458,6 +459,24 @@ def read_your_writes(checks, binary, coordinator, ports, rng, trackers):
     others = s.run_tracker_command(binary, ["keys", "create", "--name", "citus-ryw-5678", "--scope", "report",
                                             "--networks", "5678"], url).strip().splitlines()[-1]
     caught_up = report_lag(report_key) if wait_caught_up(port) else "did not catch up"
+    frozen = worker.server_pids()
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.time()
+        r = s.request(port, "GET", f"/v1/reports/summary?from={today}&to={today}", {"Authorization": f"Bearer {report_key}"},
+                      timeout=20)
+        answer = (r.status, r.headers.get("x-projection-lag-events"),
+                  sum(row.get("impressions", 0) for row in (r.json() or {}).get("rows", [])) if r.status == 200 else r.body[:200],
+                  round(time.time() - started, 1))
+    except OSError as error:
+        answer = (type(error).__name__, None, None, round(time.time() - started, 1))
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    checks.check(f"{part}.a-caught-up-report-asks-no-worker", answer[:3] == (200, "0", 250) and answer[3] < 5,
+                 f"a report with every event projected and one worker frozen: status, lag, impressions, seconds = {answer} "
+                 "(expected 200, 0, 250 in under 5 s)")
     trackers[-1].kill(signal.SIGTERM)
     trackers.append(s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-ryw-held").start())
     send(port, key, [s.event(requestId=f"ryw-held-{n}", adUnit="/1234/ryw-held/native") for n in range(7)])
@@ -931,7 +950,7 @@ def main():
                 elif part == "in-doubt-commit":
                     in_doubt_commit(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "read-your-writes":
-                    read_your_writes(checks, binary, coordinator, ports, rng, trackers)
+                    read_your_writes(checks, binary, coordinator, worker, ports, rng, trackers)
                 elif part == "lag-across-a-move":
                     lag_across_a_move(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "distribute-in-place":

@@ -26,7 +26,10 @@ CREATE TABLE log_shards (
     checkpoint_tx         xid8    NOT NULL DEFAULT '0',
     checkpoint_seq        bigint  NOT NULL DEFAULT 0,
     worker_checkpoint_tx  xid8,
-    worker_checkpoint_seq bigint
+    worker_checkpoint_seq bigint,
+    -- Every row of the shard whose tx is below it is projected (NULL: not known yet). With
+    -- log_marks (019_append_marks.sql), what lets a report skip asking the workers.
+    drained_below         xid8
 );
 INSERT INTO log_shards (shard_id, node_group, checkpoint_tx, checkpoint_seq)
 SELECT s.shardid, p.groupid, st.checkpoint_tx, st.checkpoint_seq
@@ -46,6 +49,14 @@ INSERT INTO log_order VALUES ('-infinity');
 REVOKE ALL ON log_order FROM PUBLIC;
 GRANT SELECT, UPDATE ON log_order TO tracker_projector;
 GRANT SELECT ON log_order TO tracker_report;
+
+-- Every append marks its transaction in log_marks (019_append_marks.sql says why).
+CREATE OR REPLACE FUNCTION tracker_mark_append() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO log_marks (backend, tx) VALUES (pg_backend_pid(), pg_current_xact_id())
+    ON CONFLICT (backend) DO UPDATE SET tx = EXCLUDED.tx;
+END
+$$;
 
 -- The coordinator names every column in what it sends to a shard, tx and seq too (their
 -- values are the coordinator's defaults: the tracker never sets them).

@@ -133,12 +133,14 @@ public struct LogCursor: Sendable {
         }
     }
 
-    /// Whether no event waits behind any cursor of a distributed log: one pass over the workers
-    /// (the first row past each checkpoint), read after the caller was asked. Then every event
-    /// committed before it is projected (no row can appear below a checkpoint later: the
-    /// projector moves one only below the horizon), and the lag is 0 for every scope.
+    /// Whether no event waits behind any cursor of a distributed log, read after the caller was
+    /// asked: the appends' marks on the coordinator, else one pass over the workers (the first
+    /// row past each checkpoint). Then every event committed before it is projected (no row can
+    /// appear below a checkpoint later: the projector moves one only below the horizon), and
+    /// the lag is 0 for every scope.
     private static func caughtUp(_ log: CitusLog, on connection: Connection) throws -> Bool {
-        try log.reading(on: connection) { try log.backlog($0, cap: 1) }.values.allSatisfy { $0.events == 0 }
+        if try CitusLog.caughtUpByMarks(on: connection) { return true }
+        return try log.reading(on: connection) { try log.backlog($0, cap: 1) }.values.allSatisfy { $0.events == 0 }
     }
 
     /// Waits (at most `maxWait`) until the projections hold every event committed when it was
@@ -189,17 +191,19 @@ public struct LogCursor: Sendable {
     /// `read` on a connection of the pool once the projections hold every event committed when
     /// this was called (`waitForProjections`), and the lag beside it (with `networks`, theirs).
     ///
-    /// On a distributed log, `read` runs on the coordinator while the workers are asked whether
-    /// any row waits past the checkpoints listed just before: its snapshot is taken after that
-    /// listing, so when none waits the projections it read held every event committed before
-    /// the call, and the check cost no time of its own. When one waits, the rows are read again
-    /// after the wait.
+    /// On a distributed log the coordinator is asked first whether the appends' marks show every
+    /// event projected (`CitusLog.caughtUpByMarks`), and `read` runs after it. Otherwise `read`
+    /// runs on the coordinator while the workers are asked whether any row waits past the
+    /// checkpoints listed just before: its snapshot is taken after that listing, so when none
+    /// waits the projections it read held every event committed before the call. When one
+    /// waits, the rows are read again after the wait.
     func readingYourWrites<T: Sendable>(maxWait: Duration, stallLimit: Duration, networks: NetworkScope? = nil,
                                         _ read: @escaping @Sendable (Connection) throws -> T) async throws -> (T, ProjectionLag) {
         let conninfo = pool.conninfo
         var eventsWait = false
         if maxWait > .zero, let log = LogLayout.knownDistributed(conninfo: conninfo) {
             let (early, waiting) = try await pool.withConnection { c -> (T?, Bool) in
+                if try CitusLog.caughtUpByMarks(on: c) { return (try read(c), false) }
                 let shards = try log.shards(on: c)
                 let (backlog, value) = try log.backlog(shards, cap: 1) { try read(c) }
                 // A pass that failed (a shard moved between the listing and the read) proves

@@ -266,15 +266,40 @@ final class CitusLog: Sendable {
 
     /// The next events of each cursor past its checkpoint and below the horizon, at most `limit`
     /// per cursor: one result per worker, rows cursor by cursor in log order, with the columns
-    /// of `ProjectorSQL.nextEvents` and then the cursor (`LogShard.cursor`).
-    func nextEvents(_ shards: LogShards, limit: Int) throws -> [QueryResult] {
+    /// of `ProjectorSQL.nextEvents` and then the cursor (`LogShard.cursor`); and the horizon
+    /// of the coordinator-stamped rows they were read below (0: none yet).
+    func nextEvents(_ shards: LogShards, limit: Int) throws -> (results: [QueryResult], below: UInt64) {
         let below = try usableHorizon(taken: shards.taken, nodes: shards.nodes, patience: .step)
-        return try onEachNode(byNode(shards.all)) { [self] _, shards, c in
+        let results = try onEachNode(byNode(shards.all)) { [self] _, shards, c in
             let statement = prepared(CitusSQL.nextEvents(shards, limit: limit))
             return try c.transaction(begin: CitusSQL.beginRead) {
                 try c.query(statement, CitusSQL.checkpoints(of: shards) + [.text(String(below))], binaryResults: true)
             }
         }
+        return (results, below)
+    }
+
+    /// Records, in a step's transaction, that every coordinator-stamped row of the shards in
+    /// `cursors` below `horizon` is projected (the step read fewer rows there than it could
+    /// take), where an append's mark lies between a shard's last horizon and this one; then
+    /// forgets the marks of connections that are gone once there are many, while no rebuild runs.
+    /// Only the projector of the live projections records: a rebuild's steps project its own.
+    func recordDrained(_ cursors: [Int64], below horizon: UInt64, on coordinator: Connection) throws {
+        guard horizon > 0, !cursors.isEmpty else { return }
+        var ids = BinaryArray(.int8)
+        for cursor in cursors { ids.append(cursor) }
+        let marks = try coordinator.query(CitusSQL.drained, [ids.parameter, .text(String(horizon))]).int64(0, 0) ?? 0
+        guard marks > CitusSQL.marksKept,
+              try coordinator.query(CitusSQL.lockAgainstRebuilds, [RebuildSQL.lock]).bool(0, 0) == true else { return }
+        try coordinator.execute(CitusSQL.pruneMarks)
+    }
+
+    /// Whether every event committed before the call is projected, asked of the coordinator
+    /// alone: every shard has a drained horizon (none of its rows is worker-stamped and waiting)
+    /// and no append's mark is at or past the lowest of them. `false` says only that the
+    /// workers must be asked.
+    static func caughtUpByMarks(on coordinator: Connection) throws -> Bool {
+        try coordinator.query(CitusSQL.caughtUp, []).bool(0, 0) ?? false
     }
 
     /// The newest committed row of each cursor that has one.
@@ -655,6 +680,39 @@ enum CitusSQL {
         "UPDATE log_shards SET worker_checkpoint_tx = NULL, worker_checkpoint_seq = NULL",
         "UPDATE log_order SET coordinator_from = '-infinity'",
     ]
+
+    /// Sets `drained_below` to $2 on the shards $1 where a mark lies between it and $2 (or it
+    /// has none yet); answers how many marks there are.
+    static let drained = """
+        WITH advanced AS (
+            UPDATE log_shards l SET drained_below = $2::xid8
+            WHERE l.shard_id = ANY($1::bigint[])
+              AND (l.drained_below IS NULL
+                   OR (l.drained_below < $2::xid8
+                       AND EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= l.drained_below AND m.tx < $2::xid8)))
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM log_marks), (SELECT count(*) FROM advanced)
+        """
+
+    /// The marks kept before those of connections that are gone are deleted: one per writer
+    /// connection of every tracker, and a few left by connections closed since.
+    static let marksKept = 64
+
+    /// The marks of connections that are gone, below every shard's drained horizon. A new
+    /// connection with a pruned one's pid writes its own mark before its first append commits.
+    static let pruneMarks = """
+        DELETE FROM log_marks m
+        WHERE m.tx < (SELECT min(drained_below) FROM log_shards)
+          AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.backend)
+        """
+
+    /// `CitusLog.caughtUpByMarks`. Prepared once per connection: it is asked by every report.
+    static let caughtUp = PreparedStatement(name: "tracker_citus_caught_up", sql: """
+        SELECT bool_and(l.drained_below IS NOT NULL AND l.worker_checkpoint_tx IS NULL)
+               AND NOT EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= (SELECT min(drained_below) FROM log_shards))
+        FROM log_shards l
+        """)
 
     /// Keeps a rebuild from starting until the caller's transaction ends; false when one runs.
     static let lockAgainstRebuilds = "SELECT pg_try_advisory_xact_lock(hashtext($1))"

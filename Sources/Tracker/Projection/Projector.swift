@@ -131,7 +131,7 @@ public final class Projector: Service, Sendable {
         let outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
             return try connection.transaction {
-                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers)
+                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true)
             }
         }
         if outcome.consumed > 0 {
@@ -155,15 +155,16 @@ public final class Projector: Service, Sendable {
         return try await pool.withConnection { c in
             let layout = try LogLayout.of(c, conninfo: conninfo)
             return try Self.catchUp(on: c, layout: layout, to: try LogCursor.head(on: c, layout: layout), window: window, limit: limit,
-                                    pause: pause, labellers: labellers)
+                                    pause: pause, labellers: labellers, drains: true)
         }
     }
 
     /// Steps on `connection`, one transaction per step, until the checkpoint reaches `head`.
     ///
-    /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema).
+    /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema);
+    /// `drains` is `step`'s.
     static func catchUp(on connection: Connection, layout: LogLayout, to head: LogHead?, window: Duration, limit: StepLimits,
-                        pause: Duration, labellers: LabellerCache, searchPath: String? = nil) throws -> Int {
+                        pause: Duration, labellers: LabellerCache, searchPath: String? = nil, drains: Bool = false) throws -> Int {
         func inTransaction<T>(_ body: () throws -> T) throws -> T {
             try connection.transaction {
                 if let searchPath { try connection.execute("SET LOCAL search_path = \(searchPath)") }
@@ -172,7 +173,9 @@ public final class Projector: Service, Sendable {
         }
         var total = 0
         while true {
-            let outcome = try inTransaction { try step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers) }
+            let outcome = try inTransaction {
+                try step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: drains)
+            }
             total += outcome.consumed
             if outcome.more { continue }
             guard let head else { return total }
@@ -198,7 +201,12 @@ public final class Projector: Service, Sendable {
         var rowsPerWrite: Int
     }
 
-    static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: StepLimits, labellers: LabellerCache) throws -> StepOutcome {
+    ///
+    /// - Parameter drains: whether a step on a distributed log records the horizons below which
+    ///   each shard is read (`CitusLog.recordDrained`): the live projections' projector does, a
+    ///   rebuild's steps on its own tables do not.
+    static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: StepLimits, labellers: LabellerCache,
+                     drains: Bool = false) throws -> StepOutcome {
         // The planner settings keep every statement of the step on its index, and the step's
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
@@ -222,16 +230,26 @@ public final class Projector: Service, Sendable {
             // Each shard in its own order, an equal share of the step each.
             let shards = try log.shards(on: connection)
             let perShard = max(limit.events / shards.count, 1)
-            let results = try log.nextEvents(shards, limit: perShard)
+            let (results, below) = try log.nextEvents(shards, limit: perShard)
             let consumed = results.reduce(0) { $0 + $1.rowCount }
-            guard consumed > 0 else { return StepOutcome(consumed: 0, more: false) }
-            var strings = StringTable()
-            let batch = try LogBatch(results, shardColumn: true, strings: &strings)
-            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId,
-                                          rowsPerWrite: limit.rowsPerWrite, strings: &strings, on: connection)
-            try log.advance(shards, to: batch.shardEnds, on: connection)
-            try connection.query(ProjectorSQL.countProjected, [String(consumed)])
-            return StepOutcome(consumed: consumed, more: batch.shardEnds.values.contains { $0.rows >= perShard }, impressions: impressions)
+            var outcome = StepOutcome(consumed: consumed, more: false)
+            var ends: [Int64: LogBatch.ShardEnd] = [:]
+            if consumed > 0 {
+                var strings = StringTable()
+                let batch = try LogBatch(results, shardColumn: true, strings: &strings)
+                outcome.impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId,
+                                                  rowsPerWrite: limit.rowsPerWrite, strings: &strings, on: connection)
+                try log.advance(shards, to: batch.shardEnds, on: connection)
+                try connection.query(ProjectorSQL.countProjected, [String(consumed)])
+                ends = batch.shardEnds
+                outcome.more = ends.values.contains { $0.rows >= perShard }
+            }
+            if drains {
+                // A coordinator-stamped cursor that gave fewer rows than its share has none left below the horizon.
+                let drained = shards.all.filter { $0.cursor > 0 && (ends[$0.cursor]?.rows ?? 0) < perShard }.map(\.cursor)
+                try log.recordDrained(drained, below: below, on: connection)
+            }
+            return outcome
         }
     }
 

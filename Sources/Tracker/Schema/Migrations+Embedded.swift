@@ -1563,6 +1563,47 @@ ALTER TABLE waterfall_quarters ALTER COLUMN totals SET STORAGE PLAIN;
 COMMENT ON COLUMN funnel_quarters.totals IS 'the last running count of counts: the half day''s totals';
 COMMENT ON COLUMN waterfall_quarters.totals IS 'the last running count of counts: the half day''s totals';
 """#),
+        Migration(version: 19, name: "append_marks", sql: #"""
+-- Read your writes on a distributed log, answered on the coordinator alone (docs/ARCHITECTURE.md,
+-- "Read your writes on Citus"). Every append calls tracker_mark_append() in its own transaction.
+-- On one node that does nothing: a report there asks the log itself, one index descent. On
+-- Citus it writes the append's coordinator transaction id into its connection's row of
+-- log_marks, and the projector writes, per shard, a horizon below which it has read everything
+-- (log_shards.drained_below). An append acknowledged before a report is asked is then either
+-- below every shard's horizon, so projected, or its mark says so: the report need not ask the
+-- workers (a union over every shard's daily partitions) unless a mark is past the horizons.
+--
+-- One row per connection that appended (its backend's pid): a connection's appends follow one
+-- another, so its newest mark covers its older ones, and connections never wait for each
+-- other's rows. Rows of connections that are gone are pruned by the projector.
+CREATE TABLE log_marks (
+    backend integer PRIMARY KEY,
+    tx      xid8    NOT NULL
+);
+REVOKE ALL ON log_marks FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE ON log_marks TO tracker_ingest;
+GRANT SELECT, DELETE ON log_marks TO tracker_projector;
+GRANT SELECT ON log_marks TO tracker_report;
+
+-- A no-op while the log is in one table; sql/citus/distribute.sql makes it mark.
+CREATE FUNCTION tracker_mark_append() RETURNS void LANGUAGE sql AS '';
+
+-- A log distributed by an earlier version: its shards get their horizons (none yet: reports ask
+-- the workers until the projector has read past one) and its appends their marks.
+ALTER TABLE IF EXISTS log_shards ADD COLUMN IF NOT EXISTS drained_below xid8;
+DO $$
+BEGIN
+    IF to_regclass('log_shards') IS NOT NULL THEN
+        CREATE OR REPLACE FUNCTION tracker_mark_append() RETURNS void LANGUAGE plpgsql AS $mark$
+        BEGIN
+            INSERT INTO log_marks (backend, tx) VALUES (pg_backend_pid(), pg_current_xact_id())
+            ON CONFLICT (backend) DO UPDATE SET tx = EXCLUDED.tx;
+        END
+        $mark$;
+    END IF;
+END
+$$;
+"""#),
     ]
 
 
@@ -1596,7 +1637,10 @@ CREATE TABLE log_shards (
     checkpoint_tx         xid8    NOT NULL DEFAULT '0',
     checkpoint_seq        bigint  NOT NULL DEFAULT 0,
     worker_checkpoint_tx  xid8,
-    worker_checkpoint_seq bigint
+    worker_checkpoint_seq bigint,
+    -- Every row of the shard whose tx is below it is projected (NULL: not known yet). With
+    -- log_marks (019_append_marks.sql), what lets a report skip asking the workers.
+    drained_below         xid8
 );
 INSERT INTO log_shards (shard_id, node_group, checkpoint_tx, checkpoint_seq)
 SELECT s.shardid, p.groupid, st.checkpoint_tx, st.checkpoint_seq
@@ -1616,6 +1660,14 @@ INSERT INTO log_order VALUES ('-infinity');
 REVOKE ALL ON log_order FROM PUBLIC;
 GRANT SELECT, UPDATE ON log_order TO tracker_projector;
 GRANT SELECT ON log_order TO tracker_report;
+
+-- Every append marks its transaction in log_marks (019_append_marks.sql says why).
+CREATE OR REPLACE FUNCTION tracker_mark_append() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO log_marks (backend, tx) VALUES (pg_backend_pid(), pg_current_xact_id())
+    ON CONFLICT (backend) DO UPDATE SET tx = EXCLUDED.tx;
+END
+$$;
 
 -- The coordinator names every column in what it sends to a shard, tx and seq too (their
 -- values are the coordinator's defaults: the tracker never sets them).
