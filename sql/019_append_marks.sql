@@ -9,14 +9,15 @@
 --
 -- One row per connection that appended (its backend's pid): a connection's appends follow one
 -- another, so its newest mark covers its older ones, and connections never wait for each
--- other's rows. Rows of connections that are gone are pruned by the projector.
+-- other's rows. Rows of connections that are gone are pruned by the projector. The row of
+-- backend 0 is the projector's: the transaction id from which every append marks.
 CREATE TABLE log_marks (
     backend integer PRIMARY KEY,
     tx      xid8    NOT NULL
 );
 REVOKE ALL ON log_marks FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE ON log_marks TO tracker_ingest;
-GRANT SELECT, DELETE ON log_marks TO tracker_projector;
+GRANT SELECT, INSERT, DELETE ON log_marks TO tracker_projector;
 GRANT SELECT ON log_marks TO tracker_report;
 
 -- A no-op while the log is in one table; sql/citus/distribute.sql makes it mark.

@@ -222,14 +222,16 @@ enum EventLogSQL {
     /// and materialises nothing: no `ON CONFLICT` pre-check, no join, no result either
     /// (docs/PERFORMANCE.md, "The append as binary COPY"). The ids go in ascending order, for
     /// the reason given at `appendCheckingConflicts`; the log's rows in the group's order, which
-    /// their sequence numbers follow. `markAppend` goes first, in the same transaction.
-    static let appendByCopy = markAppend + """
-        ; COPY event_ids (id) FROM STDIN (FORMAT binary); COPY events (\(columns)) FROM STDIN (FORMAT binary)
+    /// their sequence numbers follow. `markAppend` follows, in the same transaction.
+    static let appendByCopy = """
+        COPY event_ids (id) FROM STDIN (FORMAT binary); COPY events (\(columns)) FROM STDIN (FORMAT binary); \(markAppend)
         """
 
-    /// The append's mark, in every transaction that writes the log: on a distributed log it
-    /// records the transaction for reports' read-your-writes check (`CitusSQL.caughtUp`); on
-    /// one node it does nothing (sql/019_append_marks.sql).
+    /// The append's mark, in every transaction that writes the log, after its rows: on a
+    /// distributed log it records the transaction for reports' read-your-writes check
+    /// (`CitusSQL.caughtUp`); on one node it does nothing (sql/019_append_marks.sql). After the
+    /// rows, because the function starts to mark when the log is distributed: an append that
+    /// found it not marking yet took its transaction id before that (`CitusSQL.drained`).
     static let markAppend = "SELECT tracker_mark_append()"
 
     /// The log's columns, in the order of `AppendBatch.parameters` ($1 to $26) and of a row of the log's COPY in `appendByCopy`.

@@ -318,10 +318,12 @@ public final class EventLog: Service, Sendable {
     var checksConflictsNext: Bool { !strategy.withLock { $0.triesPlainAppend } }
 
     private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<PackedUUID> {
-        // The append's mark goes in the same transaction; this path is taken only after a retry
-        // met a stored id, so its two more round trips are rare.
-        let result = try connection.transaction(begin: "BEGIN; " + EventLogSQL.markAppend) {
-            try connection.query(EventLogSQL.appendCheckingConflicts, parameters, binaryResults: true)
+        // The append's mark goes after the rows, in the same transaction; this path is taken
+        // only after a retry met a stored id, so its two more round trips are rare.
+        let result = try connection.transaction {
+            let stored = try connection.query(EventLogSQL.appendCheckingConflicts, parameters, binaryResults: true)
+            try connection.execute(EventLogSQL.markAppend)
+            return stored
         }
         var stored = Set<PackedUUID>(minimumCapacity: result.rowCount)
         for row in 0..<result.rowCount {

@@ -681,29 +681,41 @@ enum CitusSQL {
         "UPDATE log_order SET coordinator_from = '-infinity'",
     ]
 
-    /// Sets `drained_below` to $2 on the shards $1 where a mark lies between it and $2 (or it
-    /// has none yet); answers how many marks there are.
+    /// Sets `drained_below` to $2 on the shards $1 where a mark lies between it and $2, or
+    /// where it has none yet once $2 is past every append that did not mark; answers how many
+    /// marks there are. (A data-modifying `WITH` runs whether or not the query reads it.)
+    ///
+    /// Appends mark once the log is distributed (`tracker_mark_append` is replaced in the
+    /// layout's transaction), after their rows: one that found it not marking took its
+    /// transaction id before that commit. The first step under the projector's lock comes after
+    /// it and writes, as the mark of `backend` 0 (no connection's), its snapshot's xmax: every
+    /// append that did not mark is below it. A shard gets its first horizon only past it.
     static let drained = """
-        WITH advanced AS (
+        WITH since AS (
+            INSERT INTO log_marks (backend, tx) VALUES (0, pg_snapshot_xmax(pg_current_snapshot()))
+            ON CONFLICT (backend) DO NOTHING
+        ), advanced AS (
             UPDATE log_shards l SET drained_below = $2::xid8
             WHERE l.shard_id = ANY($1::bigint[])
-              AND (l.drained_below IS NULL
-                   OR (l.drained_below < $2::xid8
-                       AND EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= l.drained_below AND m.tx < $2::xid8)))
-            RETURNING 1
+              AND CASE WHEN l.drained_below IS NULL
+                       THEN $2::xid8 > (SELECT tx FROM log_marks WHERE backend = 0)
+                       ELSE l.drained_below < $2::xid8
+                            AND EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= l.drained_below AND m.tx < $2::xid8) END
         )
-        SELECT (SELECT count(*) FROM log_marks), (SELECT count(*) FROM advanced)
+        SELECT count(*) FROM log_marks
         """
 
     /// The marks kept before those of connections that are gone are deleted: one per writer
     /// connection of every tracker, and a few left by connections closed since.
     static let marksKept = 64
 
-    /// The marks of connections that are gone, below every shard's drained horizon. A new
-    /// connection with a pruned one's pid writes its own mark before its first append commits.
+    /// The marks of connections that are gone, below every shard's drained horizon. A
+    /// connection that starts later under a pruned one's pid writes a new row with its first
+    /// append; one that took the pid in the meantime and appended keeps its row, whose mark is
+    /// then past the horizon.
     static let pruneMarks = """
         DELETE FROM log_marks m
-        WHERE m.tx < (SELECT min(drained_below) FROM log_shards)
+        WHERE m.backend <> 0 AND m.tx < (SELECT min(drained_below) FROM log_shards)
           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.backend)
         """
 

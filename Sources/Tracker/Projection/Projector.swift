@@ -35,6 +35,14 @@ public final class Projector: Service, Sendable {
 
     /// Projection rows a step holds before it writes them (`ProjectionChanges`).
     public let rowsPerWrite: Int
+    /// When the last step that read the log began. On a distributed log a step between two
+    /// reads first asks the coordinator whether an append's mark lies past the shards' drained
+    /// horizons (`CitusLog.caughtUpByMarks`), and reads the workers only then: an idle
+    /// projector's read is a union over every shard's daily partitions on every worker.
+    private let lastRead = Mutex<ContinuousClock.Instant?>(nil)
+    /// The longest an idle projector on a distributed log goes without reading the workers:
+    /// rows written into the log without a mark (by hand, in SQL) wait at most this long.
+    static let unmarkedRowsWait = Duration.seconds(1)
 
     /// Events read and projected per step (`TRACKER_PROJECTOR_BATCH_SIZE`).
     public static let defaultBatchSize = 20_000
@@ -128,8 +136,13 @@ public final class Projector: Service, Sendable {
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
         let (labellers, conninfo) = (self.labellers, pool.conninfo)
-        let outcome = try await pool.withConnection { connection in
+        let outcome = try await pool.withConnection { [lastRead] connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
+            if case .citus = layout, let last = lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
+               try CitusLog.caughtUpByMarks(on: connection) {
+                return StepOutcome(consumed: 0, more: false)
+            }
+            lastRead.withLock { $0 = started }
             return try connection.transaction {
                 try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true)
             }
