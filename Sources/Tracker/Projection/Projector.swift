@@ -136,13 +136,13 @@ public final class Projector: Service, Sendable {
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
         let (labellers, conninfo) = (self.labellers, pool.conninfo)
-        let outcome = try await pool.withConnection { [lastRead] connection in
+        let outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
-            if case .citus = layout, let last = lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
+            if case .citus = layout, let last = self.lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
                try CitusLog.caughtUpByMarks(on: connection) {
                 return StepOutcome(consumed: 0, more: false)
             }
-            lastRead.withLock { $0 = started }
+            self.lastRead.withLock { $0 = started }
             return try connection.transaction {
                 try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true)
             }
