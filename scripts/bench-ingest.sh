@@ -17,12 +17,16 @@
 # not charged to the next. BENCH_STATEMENTS=1 also prints each phase's statements
 # (pg_stat_statements: time, buffers, WAL per 1 000 events).
 # BENCH_ONLY=single runs (c) to (f) only, for a quick look at single events against the floor.
+# BENCH_FUNNEL=on puts the ad funnel's events in every load (a bit over a third: ad_request,
+# ad_failed, mediation_result, as scripts/bench/events.lua makes them); the copies of (a) keep
+# the ads' events alone, so (b)'s ratios to them then compare two mixes.
 # Starts its own PostgreSQL cluster and a release build of the tracker; installs wrk and nginx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-20}
 only=${BENCH_ONLY:-all}
 case "$only" in all|single) ;; *) echo "BENCH_ONLY must be single (or unset for every phase), got '$only'" >&2; exit 2 ;; esac
+case "${BENCH_FUNNEL:-off}" in on) funnel=1 ;; off) funnel=0 ;; *) echo "BENCH_FUNNEL must be on or off, got '$BENCH_FUNNEL'" >&2; exit 2 ;; esac
 . scripts/bench/common.sh
 bench_setup bench
 . scripts/bench/measure.sh
@@ -65,7 +69,7 @@ if [ "$only" = all ]; then
 fi
 
 # TRACKER_PROJECTOR=off measures ingestion alone (the projector can run elsewhere: tracker project).
-echo "server: TRACKER_PROJECTOR=$projector TRACKER_WRITERS=${TRACKER_WRITERS:-3} TRACKER_METRICS=${TRACKER_METRICS:-on} TRACKER_LOG_LEVEL=${TRACKER_LOG_LEVEL:-info}, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources tracker-client sql || echo "+changes")${BENCH_BIN:+ (binary $BENCH_BIN)}, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"
+echo "server: TRACKER_PROJECTOR=$projector TRACKER_WRITERS=${TRACKER_WRITERS:-3} TRACKER_METRICS=${TRACKER_METRICS:-on} TRACKER_LOG_LEVEL=${TRACKER_LOG_LEVEL:-info}, BENCH_FUNNEL=${BENCH_FUNNEL:-off}, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources tracker-client sql || echo "+changes")${BENCH_BIN:+ (binary $BENCH_BIN)}, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/ingest.txt"
 # Default settings: metrics on, logs at info as JSON lines (TRACKER_METRICS=off to compare).
 TRACKER_LOG_LEVEL=${TRACKER_LOG_LEVEL:-info} "$bin" serve --port "$http" >"$out/server.log" 2>&1 &
 server_pid=$!
@@ -113,7 +117,7 @@ statements() {
 if [ "$only" = all ]; then
   before=$(count); start=$(date +%s.%N)
   start_lag batch
-  wrk -t2 -c16 -d"${duration}s" --latency -s scripts/bench/events.lua http://127.0.0.1:$http -- "$key" 100 1 >"$out/wrk-batch.txt"
+  wrk -t2 -c16 -d"${duration}s" --latency -s scripts/bench/events.lua http://127.0.0.1:$http -- "$key" 100 1 "$funnel" >"$out/wrk-batch.txt"
   end=$(date +%s.%N); after=$(count)
   batch_rate=$(echo "($after - $before) / ($end - $start)" | bc -l)
   printf '(b) batches of 100, 16 connections: %d events accepted in %.1f s = %.0f events/s (%.2f x the plain copy, %.2f x the log-shaped copy)\n' \
@@ -126,7 +130,7 @@ fi
 
 # (c) Single-event requests from 32 connections. (e) and (f) run the same command: single_load PORT NAME.
 single_load() {
-  wrk -t2 -c32 -d"${duration}s" --latency -s scripts/bench/events.lua "http://127.0.0.1:$1" -- "$key" 1 2 >"$out/wrk-$2.txt"
+  wrk -t2 -c32 -d"${duration}s" --latency -s scripts/bench/events.lua "http://127.0.0.1:$1" -- "$key" 1 2 "$funnel" >"$out/wrk-$2.txt"
 }
 # The requests/s of a single_load, then its p50 and p99, and the line of its errors.
 rate_of() { awk '/Requests\/sec/ {print $2}' "$out/wrk-$1.txt"; }

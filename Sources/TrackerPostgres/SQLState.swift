@@ -33,6 +33,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     // Class 42, syntax error or access rule violation.
     public static let insufficientPrivilege = SQLState(rawValue: "42501")
     public static let undefinedTable = SQLState(rawValue: "42P01")
+    public static let undefinedColumn = SQLState(rawValue: "42703")
     public static let undefinedObject = SQLState(rawValue: "42704")
     // Class 54, program limit exceeded.
     public static let programLimitExceeded = SQLState(rawValue: "54000")

@@ -96,6 +96,10 @@ struct DatabaseRoleTests {
                 (.report, "write the projections", projection),
                 (.report, "append to the log", "INSERT INTO event_ids VALUES (gen_random_uuid())"),
                 (.report, "read refused beacons", "SELECT * FROM beacon_rejections"),
+                (.ingest, "write an append's mark but through tracker_mark_append",
+                 "INSERT INTO log_marks (backend, tx) VALUES (1, '1')"),
+                (.projector, "mark an append", "SELECT tracker_mark_append()"),
+                (.report, "mark an append", "SELECT tracker_mark_append()"),
             ]
             for (role, what, statement) in refusedOf {
                 let refused = try await Self.refusal(db, as: role.rawValue, [statement])
@@ -105,6 +109,7 @@ struct DatabaseRoleTests {
             let allowed: [(DatabaseRole, String)] = [
                 (.ingest, "SELECT key_hash, name, scope FROM api_keys WHERE revoked_at IS NULL"),
                 (.ingest, "INSERT INTO event_ids VALUES (gen_random_uuid())"),
+                (.ingest, "SELECT tracker_mark_append()"),
                 (.projector, projection),
                 (.projector, "SELECT count(*) FROM events"),
                 (.report, "SELECT count(*) FROM format_day"),

@@ -50,14 +50,6 @@ REVOKE ALL ON log_order FROM PUBLIC;
 GRANT SELECT, UPDATE ON log_order TO tracker_projector;
 GRANT SELECT ON log_order TO tracker_report;
 
--- Every append marks its transaction in log_marks (019_append_marks.sql says why).
-CREATE OR REPLACE FUNCTION tracker_mark_append() RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO log_marks (backend, tx) VALUES (pg_backend_pid(), pg_current_xact_id())
-    ON CONFLICT (backend) DO UPDATE SET tx = EXCLUDED.tx;
-END
-$$;
-
 -- The coordinator names every column in what it sends to a shard, tx and seq too (their
 -- values are the coordinator's defaults: the tracker never sets them).
 GRANT INSERT (tx, seq) ON events TO tracker_ingest;
@@ -68,5 +60,22 @@ GRANT INSERT (tx, seq) ON events TO tracker_ingest;
 DO $$
 BEGIN
     EXECUTE 'ALTER FUNCTION tracker_ensure_event_partitions(date, date) SET citus.enable_unsafe_triggers = on';
+END
+$$;
+
+-- Every append marks its transaction in log_marks from this transaction's commit on
+-- (019_append_marks.sql says why), after its rows. The lock waits for the appends in flight and
+-- holds new ones until the commit: a session sees the new function once it has taken the log's
+-- lock again, so an append that ran the old one took its transaction id before the commit.
+LOCK TABLE events IN SHARE MODE;
+CREATE OR REPLACE FUNCTION tracker_mark_append() RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    INSERT INTO log_marks (backend, tx) VALUES (pg_backend_pid(), pg_current_xact_id())
+    ON CONFLICT (backend) DO UPDATE SET tx = EXCLUDED.tx;
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION tracker_mark_append() SET search_path = pg_catalog, %I, pg_temp', current_schema());
 END
 $$;

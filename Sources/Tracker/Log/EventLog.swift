@@ -319,7 +319,7 @@ public final class EventLog: Service, Sendable {
 
     private static func insertCheckingConflicts(_ parameters: [Parameter], on connection: Connection) throws -> Set<PackedUUID> {
         // The append's mark goes after the rows, in the same transaction; this path is taken
-        // only after a retry met a stored id, so its two more round trips are rare.
+        // only after a retry met a stored id, so its three more round trips are rare.
         let result = try connection.transaction {
             let stored = try connection.query(EventLogSQL.appendCheckingConflicts, parameters, binaryResults: true)
             try connection.execute(EventLogSQL.markAppend)

@@ -149,11 +149,12 @@ public struct LogCursor: Sendable {
     /// moved for `stallLimit`; while a projector runs, or waits for a transaction open
     /// elsewhere (the log's ordering rule), it waits up to `maxWait`.
     ///
-    /// - Parameter lookForCaughtUp: whether the first look on a distributed log asks the
-    ///   workers whether any event waits at all (`false` when the caller has just asked them and
-    ///   found one: the heads and the checkpoints are what tells when it is projected).
-    /// - Returns: the lag (0) when the first look at a distributed log found no event waiting
-    ///   on any shard, so that the caller need not ask every worker again; `nil` otherwise (and
+    /// - Parameter lookForCaughtUp: whether the first look on a distributed log asks whether
+    ///   any acknowledged event waits at all (`caughtUp`: the appends' marks, else the workers;
+    ///   `false` when the caller has just asked and found one: the heads and the checkpoints are
+    ///   what tells when it is projected).
+    /// - Returns: the lag (0) when the first look at a distributed log found every acknowledged
+    ///   event projected, so that the caller need not ask every worker again; `nil` otherwise (and
     ///   on a single node, where the lag costs one statement): the caller reads the lag itself.
     @discardableResult
     func waitForProjections(maxWait: Duration, stallLimit: Duration, lookForCaughtUp: Bool = true) async throws -> ProjectionLag? {
@@ -161,8 +162,9 @@ public struct LogCursor: Sendable {
         let conninfo = pool.conninfo
         let start = ContinuousClock.now
         // The first look shares one connection: caught up is the common case, and then the wait
-        // costs one lend of a connection (and on Citus, when caught up, one pass over the
-        // workers, not a pass for the heads and another for the checkpoints).
+        // costs one lend of a connection (and on Citus, when caught up, one statement on the
+        // coordinator or one pass over the workers, not a pass for the heads and another for the
+        // checkpoints).
         let found = try await pool.withConnection { c -> FirstLook in
             let layout = try LogLayout.of(c, conninfo: conninfo)
             if lookForCaughtUp, case .citus(let log) = layout, try Self.caughtUp(log, on: c) { return .caughtUp }

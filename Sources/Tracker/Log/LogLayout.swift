@@ -159,6 +159,8 @@ final class CitusLog: Sendable {
     /// union over every shard's daily partitions costs more than running it.
     private let statements = Mutex<[String: PreparedStatement]>([:])
     private let horizon = Mutex(CoordinatorHorizon())
+    /// When this process last pruned the marks of connections that are gone (`recordDrained`).
+    private let lastPrune = Mutex<ContinuousClock.Instant?>(nil)
     /// Threads that read on the other workers while the caller's thread reads on one.
     private let threads: NIOThreadPool
 
@@ -281,25 +283,36 @@ final class CitusLog: Sendable {
 
     /// Records, in a step's transaction, that every coordinator-stamped row of the shards in
     /// `cursors` below `horizon` is projected (the step read fewer rows there than it could
-    /// take), where an append's mark lies between a shard's last horizon and this one; then
-    /// forgets the marks of connections that are gone once there are many, while no rebuild runs.
-    /// Only the projector of the live projections records: a rebuild's steps project its own.
+    /// take), where an append's mark lies between a shard's last horizon and this one, or where
+    /// a shard has none yet (`CitusSQL.drained`); then, at most once a minute, forgets the marks
+    /// of connections that are gone once there are many, while no rebuild runs. Only the
+    /// projector of the live projections records: a rebuild's steps project its own.
     func recordDrained(_ cursors: [Int64], below horizon: UInt64, on coordinator: Connection) throws {
         guard horizon > 0, !cursors.isEmpty else { return }
         var ids = BinaryArray(.int8)
         for cursor in cursors { ids.append(cursor) }
         let marks = try coordinator.query(CitusSQL.drained, [ids.parameter, .text(String(horizon))]).int64(0, 0) ?? 0
-        guard marks > CitusSQL.marksKept,
+        let now = ContinuousClock.now
+        guard marks > CitusSQL.marksKept, lastPrune.withLock({ $0.map { now - $0 >= CitusSQL.pruneInterval } ?? true }),
               try coordinator.query(CitusSQL.lockAgainstRebuilds, [RebuildSQL.lock]).bool(0, 0) == true else { return }
+        lastPrune.withLock { $0 = now }
         try coordinator.execute(CitusSQL.pruneMarks)
     }
 
     /// Whether every event committed before the call is projected, asked of the coordinator
-    /// alone: every shard has a drained horizon (none of its rows is worker-stamped and waiting)
-    /// and no append's mark is at or past the lowest of them. `false` says only that the
-    /// workers must be asked.
+    /// alone: every shard has a drained horizon, none has worker-stamped rows waiting, and no
+    /// append's mark is at or past the lowest horizon. `false` says only that the workers must be
+    /// asked: also on a standby (its marks and horizons may be replayed before the rows they
+    /// speak of) and on projections swapped in by a rebuild of a version without the horizons.
     static func caughtUpByMarks(on coordinator: Connection) throws -> Bool {
-        try coordinator.query(CitusSQL.caughtUp, []).bool(0, 0) ?? false
+        let answer: QueryResult
+        do {
+            answer = try coordinator.query(CitusSQL.caughtUp, [])
+        } catch {
+            if error.state == .undefinedColumn || error.state == .undefinedTable { return false }
+            throw error
+        }
+        return answer.bool(0, 0) ?? false
     }
 
     /// The newest committed row of each cursor that has one.
@@ -708,6 +721,9 @@ enum CitusSQL {
     /// The marks kept before those of connections that are gone are deleted: one per writer
     /// connection of every tracker, and a few left by connections closed since.
     static let marksKept = 64
+    /// How often a projector looks for marks to prune while there are more than `marksKept`
+    /// (with many writer connections there always are).
+    static let pruneInterval = Duration.seconds(60)
 
     /// The marks of connections that are gone, below every shard's drained horizon. A
     /// connection that starts later under a pruned one's pid writes a new row with its first
@@ -715,7 +731,8 @@ enum CitusSQL {
     /// then past the horizon.
     static let pruneMarks = """
         DELETE FROM log_marks m
-        WHERE m.backend <> 0 AND m.tx < (SELECT min(drained_below) FROM log_shards)
+        WHERE m.backend <> 0
+          AND m.tx < (SELECT min(drained_below) FROM log_shards HAVING bool_and(drained_below IS NOT NULL))
           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = m.backend)
         """
 
@@ -723,6 +740,7 @@ enum CitusSQL {
     static let caughtUp = PreparedStatement(name: "tracker_citus_caught_up", sql: """
         SELECT bool_and(l.drained_below IS NOT NULL AND l.worker_checkpoint_tx IS NULL)
                AND NOT EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= (SELECT min(drained_below) FROM log_shards))
+               AND NOT pg_is_in_recovery()
         FROM log_shards l
         """)
 

@@ -214,6 +214,8 @@ public final class Projector: Service, Sendable {
         var rowsPerWrite: Int
     }
 
+    /// One step in the caller's transaction: the next events of the log, read under the
+    /// projector's lock, folded into the projections with the new checkpoints.
     ///
     /// - Parameter drains: whether a step on a distributed log records the horizons below which
     ///   each shard is read (`CitusLog.recordDrained`): the live projections' projector does, a

@@ -30,7 +30,9 @@ public enum DatabaseRole: String, Sendable, CaseIterable {
         case .ingest: [("has_any_column_privilege('events', 'INSERT')", "append to the log (INSERT on events)"),
                        ("has_column_privilege('api_keys', 'key_hash', 'SELECT')", "read keys (SELECT on api_keys)"),
                        ("has_function_privilege('tracker_ensure_event_partitions(date, date)', 'EXECUTE')",
-                        "create the log's daily partitions (EXECUTE tracker_ensure_event_partitions)")]
+                        "create the log's daily partitions (EXECUTE tracker_ensure_event_partitions)"),
+                       ("to_regprocedure('tracker_mark_append()') IS NULL OR has_function_privilege('tracker_mark_append()', 'EXECUTE')",
+                        "mark its appends (EXECUTE tracker_mark_append)")]
         case .projector: [("has_table_privilege('events', 'SELECT')", "read the log (SELECT on events)"),
                           ("has_table_privilege('format_day', 'UPDATE')", "write the projections (UPDATE on format_day)")]
         case .report: [("has_table_privilege('format_day', 'SELECT')", "read the projections (SELECT on format_day)"),
