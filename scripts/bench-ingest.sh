@@ -95,12 +95,12 @@ finish_lag() {
   local began now behind=1
   began=$(date +%s.%N)
   for _ in $(seq 600); do
-    behind=$(curl -s http://127.0.0.1:$http/readyz | sed -nE 's/.*"projectionLag":\{"events":([0-9]+).*/\1/p')
+    behind=$(readyz_behind "$http")
     [ "$behind" = 0 ] && break
     sleep 0.5
   done
   now=$(date +%s.%N)
-  sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/lag-$1.txt" | sort -k2 -g |
+  lag_pairs "$out/lag-$1.txt" | sort -k2 -g |
     awk -v caught="$(printf '%.1f' "$(echo "$now - $began" | bc -l)")" -v behind="$behind" '
       {e[NR]=$1; s[NR]=$2; if ($1>me) me=$1}
       END {printf "    projection lag during the load: p50 %.2f s, p99 %.2f s, max %.2f s, max %d events behind (%d samples); caught up %s s after it%s\n",

@@ -180,7 +180,7 @@ wait "$bench_pid" || true
 sleep 3
 final=$(curl -s "http://127.0.0.1:$http/readyz" | grep -o '"projectionLag":{[^}]*}')
 done_tps=$(awk '/^tps/ {print $3; exit}' "$out/pgbench.txt")
-stats=$(sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/lag.txt" | sort -k2 -g |
+stats=$(lag_pairs "$out/lag.txt" | sort -k2 -g |
   awk '{e[NR]=$1; s[NR]=$2; if ($1>me) me=$1} END {printf "p50 %.2f s, p99 %.2f s, max %.2f s; max %d events behind; %d samples", s[int((NR+1)/2)], s[int(NR*0.99+0.5)], s[NR], me, NR}')
 say "(6) lag during ingest of $ingest_rate events/s (pgbench: $done_tps batches of 100/s achieved) for $ingest_seconds s: $stats; 3 s after: $final"
 

@@ -44,7 +44,7 @@ stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid
 caught_up() {  # waits (at most 300 s) until the projector has caught up; prints the seconds
   local began; began=$(now)
   for _ in $(seq 600); do
-    [ "$(curl -s "http://127.0.0.1:$http/readyz" | sed -nE 's/.*"projectionLag":\{"events":([0-9]+).*/\1/p')" = 0 ] && break
+    [ "$(readyz_behind "$http")" = 0 ] && break
     sleep 0.5
   done
   since "$began"
@@ -131,7 +131,7 @@ while kill -0 "$bench_pid" 2>/dev/null; do
   sleep 0.5
 done
 wait "$bench_pid" || true
-stats=$(sed -E 's/.*"events":([0-9]+),"seconds":([0-9.e+-]+).*/\1 \2/' "$out/scale-lag.txt" | sort -k2 -g |
+stats=$(lag_pairs "$out/scale-lag.txt" | sort -k2 -g |
   awk '{e[NR]=$1; s[NR]=$2; if ($1>me) me=$1} END {printf "p50 %.2f s, p99 %.2f s, max %.2f s; max %d events behind; %d samples", s[int((NR+1)/2)], s[int(NR*0.99+0.5)], s[NR], me, NR}')
 say "(6) projector lag while pgbench ingests 20 000 events/s ($(awk '/^tps/ {print $3; exit}' "$out/scale-pgbench.txt") batches of 100/s achieved) for $lag_seconds s: $stats"
 stop_server

@@ -48,3 +48,14 @@ setup_bench_venv() {
   ensure_venv .local/bench-venv scripts/bench/requirements.txt
   bench_python=.local/bench-venv/bin/python
 }
+
+# The projection lag of /readyz: lag_pairs FILE prints "events seconds" for each sampled
+# "projectionLag":{...} line of FILE; readyz_behind PORT prints the events behind now. The
+# object's keys come in any order (a JSON object has none; the server's differs by process).
+lag_pairs() {
+  awk 'match($0, /"events":[0-9]+/) { e = substr($0, RSTART + 9, RLENGTH - 9) }
+       match($0, /"seconds":[0-9.e+-]+/) { print e, substr($0, RSTART + 10, RLENGTH - 10) }' "$1"
+}
+readyz_behind() {
+  curl -s "http://127.0.0.1:$1/readyz" | grep -o '"projectionLag":{[^}]*}' | grep -oE '"events":[0-9]+' | cut -d: -f2
+}
