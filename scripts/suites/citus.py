@@ -572,6 +572,32 @@ def set_workers_max_connections(workers, value):
         w.start()
 
 
+def a_node_without_shards_is_only_asked_to_answer(checks, binary, clusters):
+    """The copy of a log that holds events opens no connection on a node that takes no shards
+    (shouldhaveshards false): the preflight asks it only to answer, however few connections it
+    has free. A database of its own, distributed onto the other worker."""
+    part, database = "distribute-in-place", "noshards"
+    coordinator, workers = clusters[0], clusters[1:]
+    url = stage_single_node(binary, clusters, database)
+    old_day_events(coordinator, database, 2, 200)
+    for w in workers:
+        coordinator.psql(f"SELECT citus_add_node('127.0.0.1', {w.port})", database)
+    coordinator.psql(f"SELECT citus_set_node_property('127.0.0.1', {workers[1].port}, 'shouldhaveshards', false)", database)
+    set_workers_max_connections(workers[1:], 28)
+    try:
+        run = subprocess.run([binary, "migrate"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        set_workers_max_connections(workers[1:], None)
+    placed = coordinator.psql("SELECT n.nodeport, count(*) FROM pg_dist_shard d JOIN pg_dist_placement p ON p.shardid = d.shardid "
+                              "JOIN pg_dist_node n ON n.groupid = p.groupid WHERE d.logicalrelid = 'events'::regclass "
+                              "GROUP BY 1", database)
+    checks.check(f"{part}.a-node-that-takes-no-shards-is-only-asked-to-answer",
+                 run.returncode == 0 and {int(port) for port, _ in placed} == {workers[0].port},
+                 f"worker {workers[1].port} with shouldhaveshards false and max_connections 28: exit {run.returncode} "
+                 f"{run.stderr.strip()[-300:]}; the log's shards by port {placed}")
+
+
 def distribute_in_place(checks, binary, clusters, rng, trackers):
     """A single-node tracker database with events, projections, keys and a rule set becomes a
     Citus coordinator with workers while a retrying load goes on and the projector runs:
@@ -971,6 +997,7 @@ def main():
                     lag_across_a_move(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "distribute-in-place":
                     try:
+                        a_node_without_shards_is_only_asked_to_answer(checks, binary, clusters)
                         distribute_in_place(checks, binary, clusters, rng, trackers)
                     finally:
                         # Back to the suite's own max_connections once nothing writes: a
