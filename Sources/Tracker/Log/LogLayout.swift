@@ -159,7 +159,7 @@ final class CitusLog: Sendable {
     /// union over every shard's daily partitions costs more than running it.
     private let statements = Mutex<[String: PreparedStatement]>([:])
     private let horizon = Mutex(CoordinatorHorizon())
-    /// When this process last pruned the marks of connections that are gone (`recordDrained`).
+    /// When this process last tried to prune the marks of connections that are gone (`recordDrained`).
     private let lastPrune = Mutex<ContinuousClock.Instant?>(nil)
     /// Threads that read on the other workers while the caller's thread reads on one.
     private let threads: NIOThreadPool
@@ -292,11 +292,20 @@ final class CitusLog: Sendable {
         var ids = BinaryArray(.int8)
         for cursor in cursors { ids.append(cursor) }
         let marks = try coordinator.query(CitusSQL.drained, [ids.parameter, .text(String(horizon))]).int64(0, 0) ?? 0
-        let now = ContinuousClock.now
-        guard marks > CitusSQL.marksKept, lastPrune.withLock({ $0.map { now - $0 >= CitusSQL.pruneInterval } ?? true }),
+        guard marks > CitusSQL.marksKept, pruneDue(),
               try coordinator.query(CitusSQL.lockAgainstRebuilds, [RebuildSQL.lock]).bool(0, 0) == true else { return }
-        lastPrune.withLock { $0 = now }
         try coordinator.execute(CitusSQL.pruneMarks)
+    }
+
+    /// Whether a minute has passed since this process last tried to prune the marks (it counts
+    /// as trying from now on).
+    private func pruneDue() -> Bool {
+        let now = ContinuousClock.now
+        return lastPrune.withLock { last in
+            if let last, now - last < CitusSQL.pruneInterval { return false }
+            last = now
+            return true
+        }
     }
 
     /// Whether every event committed before the call is projected, asked of the coordinator
@@ -703,7 +712,8 @@ enum CitusSQL {
     /// transaction id before that commit. The first step under the projector's lock comes after
     /// it and writes, as the mark of `backend` 0 (no connection's), its snapshot's xmax: every
     /// append that did not mark is below it. A shard gets its first horizon only past it.
-    static let drained = """
+    /// Prepared once per connection: every step of the live projector runs it.
+    static let drained = PreparedStatement(name: "tracker_citus_drained", sql: """
         WITH since AS (
             INSERT INTO log_marks (backend, tx) VALUES (0, pg_snapshot_xmax(pg_current_snapshot()))
             ON CONFLICT (backend) DO NOTHING
@@ -716,7 +726,7 @@ enum CitusSQL {
                             AND EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= l.drained_below AND m.tx < $2::xid8) END
         )
         SELECT count(*) FROM log_marks
-        """
+        """)
 
     /// The marks kept before those of connections that are gone are deleted: one per writer
     /// connection of every tracker, and a few left by connections closed since.
