@@ -311,6 +311,19 @@ struct NetworkScopeTests {
                 let report = try await tracker.request("GET", "/v1/reports/reconciliation", headers: ["Authorization": "Bearer \(two)"])
                 #expect(report.json["import"] as? String == id, "the latest import it may see")
                 #expect(!report.text.contains("/333/"))
+                // The reconciliation takes the adUnit filter of every report: outside the key's networks a 403.
+                for filter in ["/333/home/native", "/333/"] {
+                    let r = try await tracker.request("GET", "/v1/reports/reconciliation?adUnit=\(filter)", headers: ["Authorization": "Bearer \(two)"])
+                    #expect(r.status == 403 && r.text.contains("belongs to network 333"), "\(filter): \(r.text)")
+                }
+                func units(_ query: String) async throws -> [String] {
+                    let r = try await tracker.request("GET", "/v1/reports/reconciliation?import=\(hidden)" + query, headers: ["Authorization": "Bearer \(all)"])
+                    return ((r.json["rows"] as? [[String: Any]]) ?? []).compactMap { $0["adUnit"] as? String }
+                }
+                #expect(try await units("") == ["/111/home/native", "/333/home/native"])
+                #expect(try await units("&adUnit=/111/") == ["/111/home/native"], "the tracker's side is filtered")
+                #expect(try await units("&adUnit=/333/home/native") == ["/333/home/native"], "Ad Manager's side is filtered")
+                #expect(try await units("&adUnit=/333/home/other").isEmpty)
             }
         }
     }

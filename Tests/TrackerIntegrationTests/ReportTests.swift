@@ -206,6 +206,15 @@ struct ReportTests {
         ("/v1/reports/assets?from=2026-11-10&to=2026-11-11&tz=America%2FNew%20York", "got 'America/New York'"),
         ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&granularity=week", "granularity must be day or hour, got 'week'"),
         ("/v1/reports/sources?from=2026-11-1&to=2026-11-11&tz=Asia/Kolkata", "from must be a local day in Asia/Kolkata"),
+        // A filter that could match no ad unit or format is refused, not answered with no rows.
+        ("/v1/reports/funnel?from=2026-11-10&to=2026-11-11&adUnit=bogus", "adUnit must be an ad unit path such as /6499/example/native, or a path ending in /"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&adUnit=1234%2Fhome%2Fnative", "got '1234/home/native'"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&adUnit=%2F1234%2F%2F", "adUnit must be an ad unit path"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&adUnit=%2Fnews%2F", "adUnit must be an ad unit path"),
+        ("/v1/reports/assets?from=2026-11-10&to=2026-11-11&formatId=bogus", "formatId must be a custom native format ID (digits, e.g. 10063170) or one of native"),
+        ("/v1/reports/reconciliation?formatId=native", "formatId is not a parameter of the reconciliation report"),
+        ("/v1/reports/reconciliation?adUnitLevel=1", "adUnitLevel is not a parameter of the reconciliation report"),
+        ("/v1/reports/reconciliation?adUnit=bogus", "adUnit must be an ad unit path"),
     ])
     func badParametersAre400WithAMessageThatSaysWhatToFix(path: String, message: String) async throws {
         try await withTestDatabase { db in

@@ -475,6 +475,19 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
         #expect(try rejection(loadEvent("ad_request", ["latencyMs": 5])).contains("latencyMs is a field of"))
     }
 
+    @Test func aLoadHasNoAdToClick() throws {
+        #expect(try rejection(loadEvent("ad_request", ["assetKey": "MainImage"]))
+            .contains("assetKey is a field of an ad's events, not of ad_request"))
+        #expect(try rejection(loadEvent("ad_failed", ["errorCode": "no_fill", "clickAction": "deep_link"]))
+            .contains("clickAction is a field of an ad's events, not of ad_failed"))
+        // One message for the field, not a second about its value.
+        let message = try rejection(loadEvent("mediation_result", ["result": "loaded", "adapter": "Meta", "position": 1, "assetKey": ""]))
+        #expect(message.contains("assetKey is a field of an ad's events, not of mediation_result"))
+        #expect(!message.contains("must not be empty"))
+        // An ad's own events keep them.
+        #expect(try decode(body([event(["type": "ad_loaded", "assetKey": "MainImage", "clickAction": "deep_link"])])).accepted.count == 1)
+    }
+
     @Test func aBadLoadEventCostsTheRestOfTheBatchNothing() throws {
         let batch = try decode(body([loadEvent("ad_failed", ["errorCode": "bogus"]),
                                      event(["id": "0192f3a4-7b1c-7c3e-9a10-5f2d8e0c4b12"]),

@@ -49,6 +49,9 @@ extension Reconciliations {
     /// zone) and ad unit: the summary report's impressions and clicks summed over formats. With
     /// `networks` (a scoped key), the imports and rows of those networks only.
     public func report(_ query: ReconciliationQuery, reports: Reports, networks: NetworkScope? = nil) async throws -> ReconciliationResult {
+        if let networks, let adUnit = query.adUnit, !networks.contains(adUnit: adUnit) {
+            throw ReportError.outsideNetworks(filter: adUnit)
+        }
         guard let imported = try await load(id: query.importId, visibleTo: networks) else {
             throw ReconciliationError.noSuchImport(query.importId)
         }
@@ -67,9 +70,11 @@ extension Reconciliations {
         guard let from = query.from ?? imported.firstDay, let to = query.to ?? imported.lastDay else {
             throw ReconciliationError.invalidParameter("the import has no rows, so it has no days: give from and to")
         }
-        let tracker = try await trackerCounts(from: from, to: to, zone: imported.tz, includeTest: query.includeTest, reports: reports,
-                                              networks: networks)
-        let adManager = try await counts(of: imported.id, from: from, to: to).filter { networks?.contains(adUnit: $0.key[1]) ?? true }
+        let tracker = try await trackerCounts(from: from, to: to, zone: imported.tz, includeTest: query.includeTest, adUnit: query.adUnit,
+                                              reports: reports, networks: networks)
+        let adManager = try await counts(of: imported.id, from: from, to: to).filter {
+            (networks?.contains(adUnit: $0.key[1]) ?? true) && ReportQuery.adUnit($0.key[1], matches: query.adUnit)
+        }
         let keys = Set(tracker.counts.keys).union(adManager.keys).sorted { a, b in
             a[0] != b[0] ? a[0] < b[0] : Array(a[1].utf8).lexicographicallyPrecedes(Array(b[1].utf8))
         }
@@ -109,7 +114,7 @@ extension Reconciliations {
     static let funnelMeasures: [FunnelMeasure] = [.requests, .loadedAds, .shownAds]
 
     /// The tracker's counts by local day and ad unit, each measure by its report name.
-    private func trackerCounts(from: Day, to: Day, zone: String, includeTest: Bool, reports: Reports,
+    private func trackerCounts(from: Day, to: Day, zone: String, includeTest: Bool, adUnit: String?, reports: Reports,
                                networks: NetworkScope?) async throws
         -> (counts: [[String]: [String: Int64]], ivtRules: Int, lag: ProjectionLag) {
         var counts: [[String]: [String: Int64]] = [:]
@@ -117,7 +122,8 @@ extension Reconciliations {
         for (kind, names) in [(ReportKind.summary, Self.summaryMeasures.map(\.name)), (.funnel, Self.funnelMeasures.map(\.name))] {
             let result: ReportResult
             do {
-                result = try await reports.run(try ReportQuery(kind: kind, from: from, to: to, includeTest: includeTest, timeZone: zone),
+                result = try await reports.run(try ReportQuery(kind: kind, from: from, to: to, adUnit: adUnit, includeTest: includeTest,
+                                                               timeZone: zone),
                                                networks: networks)
             } catch let error as ReportQueryError {
                 throw ReconciliationError.invalidParameter(error.description)

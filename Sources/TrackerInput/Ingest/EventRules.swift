@@ -71,11 +71,18 @@ package struct EventRules {
             Timestamp(rfc3339: text).map(Check.ok)
                 ?? .broken("must be an RFC 3339 time with Z or a numeric offset (e.g. 2026-11-20T10:00:01.950Z)")
         }
-        let assetKey = v.optional(value, "assetKey") { text in Self.checkIdentifier(text, maxCharacters: 64) }
+        // A load has no ad yet, so nothing of it can be clicked: the click's fields do not
+        // belong to a load's events (PROTOCOL.md 10).
+        if let type, isLoad {
+            for field in ["assetKey", "clickAction"] where v.isPresent(value, field) {
+                v.add(about: field, "\(field) is a field of an ad's events, not of \(type.rawValue): a load has no ad yet to click")
+            }
+        }
+        let assetKey = isLoad ? nil : v.optional(value, "assetKey") { text in Self.checkIdentifier(text, maxCharacters: 64) }
         if type == .click, assetKey == nil, !v.mentions("assetKey") {
             v.add(about: "assetKey", "assetKey is required for click: the asset name passed to performClickOnAsset (e.g. MainImage)")
         }
-        let clickAction = v.optional(value, "clickAction") { text in
+        let clickAction = isLoad ? nil : v.optional(value, "clickAction") { text in
             ClickAction(rawValue: text).map(Check.ok) ?? .broken("must be one of \(Self.list(ClickAction.self))")
         }
         let source = v.optional(value, "source") { text in

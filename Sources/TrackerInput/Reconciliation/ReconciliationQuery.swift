@@ -11,23 +11,28 @@ public struct ReconciliationQuery: Sendable, Hashable {
     /// The zone the caller names (`tz`), which must be the import's own: the report's days are
     /// Ad Manager's, in the zone the file was exported in. `nil`: not named.
     public var timeZone: String?
+    /// An ad unit, or with a trailing `/` every ad unit under that path: the rows of both sides kept.
+    public var adUnit: String?
 
     /// The IAB's convention: 10 % between a third-party count and the publisher's ad server.
     public static let defaultThreshold = 0.10
 
     public init(importId: String? = nil, from: Day? = nil, to: Day? = nil, threshold: Double = Self.defaultThreshold,
-                includeTest: Bool = false, timeZone: String? = nil) {
+                includeTest: Bool = false, timeZone: String? = nil, adUnit: String? = nil) {
         self.importId = importId
         self.from = from
         self.to = to
         self.threshold = threshold
         self.includeTest = includeTest
         self.timeZone = timeZone
+        self.adUnit = adUnit
     }
 
     /// The query from parameters by name (`import`, `from`, `to`, `threshold`, `includeTest`,
-    /// and the two every report takes: `tz`, which must be a zone name, and `granularity`, which
-    /// must be `day`: Ad Manager's rows are local days).
+    /// `adUnit` as every report takes it, and `tz`, which must be a zone name, and `granularity`,
+    /// which must be `day`: Ad Manager's rows are local days). `formatId` and `adUnitLevel` are
+    /// refused: Ad Manager's rows are summed over formats, and ad units are compared as the
+    /// file names them.
     public static func parse(parameter: (String) -> String?) throws(ReportQueryError) -> ReconciliationQuery {
         func day(_ name: String) throws(ReportQueryError) -> Day? {
             guard let text = parameter(name), !text.isEmpty else { return nil }
@@ -52,8 +57,15 @@ public struct ReconciliationQuery: Sendable, Hashable {
         if try ReportQuery.granularity(parameter("granularity")) != .day {
             throw .invalidParameter("granularity must be day for the reconciliation report: Ad Manager's rows are local days, got '\(parameter("granularity") ?? "")'")
         }
+        for (name, why) in [("formatId", "its rows are summed over formats, as Ad Manager's are"),
+                            ("adUnitLevel", "its rows compare each ad unit as the file names it")] {
+            if let value = parameter(name), !value.isEmpty {
+                throw .invalidParameter("\(name) is not a parameter of the reconciliation report: \(why)")
+            }
+        }
         let query = ReconciliationQuery(importId: importId, from: try day("from"), to: try day("to"), threshold: threshold,
-                                        includeTest: try ReportQuery.includeTest(parameter("includeTest")), timeZone: zone)
+                                        includeTest: try ReportQuery.includeTest(parameter("includeTest")), timeZone: zone,
+                                        adUnit: try ReportQuery.adUnitFilter(parameter("adUnit")))
         if let from = query.from, let to = query.to, from > to { throw .fromAfterTo(from: from, to: to) }
         return query
     }

@@ -136,10 +136,48 @@ extension ReportQuery {
         let includeTest = try includeTest(parameter("includeTest"))
         let granularity = try granularity(parameter("granularity"))
         return try ReportQuery(kind: kind, from: try day("from"), to: try day("to"),
-                               adUnit: parameter("adUnit").flatMap { $0.isEmpty ? nil : $0 },
-                               formatId: parameter("formatId").flatMap { $0.isEmpty ? nil : $0 },
+                               adUnit: try adUnitFilter(parameter("adUnit")),
+                               formatId: try formatIdFilter(parameter("formatId")),
                                includeTest: includeTest, timeZone: zone, granularity: granularity,
                                adUnitLevel: try adUnitLevel(parameter("adUnitLevel")))
+    }
+
+    /// `adUnit`: absent, an ad unit path as events carry it (`/6499/example/native`), or a path
+    /// ending in `/` for every ad unit under it (`/6499/example/`, `/6499/`). Anything else
+    /// could match no row, and an empty report would read as "nothing happened".
+    public static func adUnitFilter(_ value: String?) throws(ReportQueryError) -> String? {
+        guard let value, !value.isEmpty else { return nil }
+        let isPrefix = value.hasSuffix("/")
+        let path = isPrefix ? String(value.dropLast()) : value
+        var valid = false
+        if case .ok = EventRules.checkAdUnit(path) {
+            valid = true
+        } else if isPrefix {
+            // A network's every ad unit: `/6499/`.
+            valid = path.utf8.count > 1 && path.utf8.first == UInt8(ascii: "/") && path.utf8.dropFirst().allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+        }
+        guard valid else {
+            throw .invalidParameter("adUnit must be an ad unit path such as /6499/example/native, or a path ending in / for every ad unit "
+                                    + "under it (/6499/example/, /6499/), got '\(value.prefix(80))'")
+        }
+        return value
+    }
+
+    /// Whether `adUnit` is one a report's `adUnit` filter keeps: the ad unit itself, or with a
+    /// trailing `/` any ad unit under that path (the rule `ReportSQL.rowFilters` applies in SQL).
+    public static func adUnit(_ adUnit: some StringProtocol, matches filter: String?) -> Bool {
+        guard let filter else { return true }
+        return adUnit == filter || (filter.hasSuffix("/") && adUnit.hasPrefix(filter))
+    }
+
+    /// `formatId`: absent, a custom native format ID (digits) or a system format, as events carry it.
+    public static func formatIdFilter(_ value: String?) throws(ReportQueryError) -> String? {
+        guard let value, !value.isEmpty else { return nil }
+        guard case .ok = EventRules.checkFormatId(value) else {
+            throw .invalidParameter("formatId must be a custom native format ID (digits, e.g. 10063170) or one of "
+                                    + "\(EventRules.list(SystemFormat.self)), got '\(value.prefix(80))'")
+        }
+        return value
     }
 
     /// `adUnitLevel`: absent, or a whole number from 1 to `maxAdUnitLevel`.

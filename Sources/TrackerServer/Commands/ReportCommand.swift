@@ -134,6 +134,9 @@ extension ReportCommand {
                 case "includeTest": includeTest ? "true" : "false"
                 case "tz": tz
                 case "granularity": granularity
+                case "adUnit": adUnit
+                case "formatId": formatId
+                case "adUnitLevel": adUnitLevel
                 default: nil
                 }
             })

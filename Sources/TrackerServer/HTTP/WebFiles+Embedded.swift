@@ -721,11 +721,16 @@ paths:
           required: false
           description: "`day` only: Ad Manager's rows are local days. `hour` or anything else is a `400 invalid_parameter` naming `granularity`."
           schema: {type: string, enum: [day], default: day}
+        - $ref: "#/components/parameters/AdUnit"
         - $ref: "#/components/parameters/IncludeTest"
         - $ref: "#/components/parameters/Format"
       responses:
         "200":
-          description: One row per local day and ad unit of either side, sorted by day and ad unit.
+          description: |
+            One row per local day and ad unit of either side, sorted by day and ad unit; with
+            `adUnit`, of that ad unit (or those under the path) only. `formatId` and `adUnitLevel`
+            are a `400 invalid_parameter`: Ad Manager's rows are summed over formats and compared
+            per ad unit as the file names them.
           headers: *reportHeaders
           content:
             application/json:
@@ -1282,9 +1287,11 @@ components:
       in: query
       required: false
       description: |
-        Only rows of this ad unit (exact match), or with a trailing `/` (`/1234567/news/`) of every
-        ad unit under that path; empty means all. With a key scoped to networks, a filter outside
-        them is a `403` naming the network.
+        Only rows of this ad unit (exact match), or with a trailing `/` (`/1234567/news/`,
+        `/1234567/`) of every ad unit under that path; empty means all. Anything that is neither an
+        ad unit path as events carry it nor such a path ending in `/` is a `400
+        invalid_parameter` naming `adUnit`. With a key scoped to networks, a filter outside them is
+        a `403` naming the network.
       schema: {type: string}
     AdUnitLevel:
       name: adUnitLevel
@@ -1299,7 +1306,7 @@ components:
       name: formatId
       in: query
       required: false
-      description: Only rows of this format (exact match); empty means all. The `sources` report has no format dimension; the filter still applies to the events counted.
+      description: Only rows of this format (exact match); empty means all. A value that is not a format ID as events carry it (digits, or `native`, `app_install`, `content`) is a `400 invalid_parameter` naming `formatId`. The `sources` report has no format dimension; the filter still applies to the events counted.
       schema: {type: string}
     IncludeTest:
       name: includeTest
