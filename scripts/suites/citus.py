@@ -481,15 +481,7 @@ def read_your_writes(checks, binary, coordinator, worker, ports, rng, trackers):
     # A rebuild swaps in checkpoints with no drained horizons yet: a report right after an
     # append still counts it (it asks the workers until the projector has read past them).
     s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
-    missed_after_rebuild = []
-    for i in range(5):
-        unit = f"/1234/ryw-rebuilt{i}/native"
-        send(port, key, [s.event(requestId=f"ryw-rebuilt-{i}-{n}", adUnit=unit) for n in range(3)])
-        r = s.request(port, "GET", f"/v1/reports/summary?from={today}&to={today}&adUnit={unit.replace('/', '%2F')}",
-                      {"Authorization": f"Bearer {report_key}"})
-        shown = sum(row.get("impressions", 0) for row in (r.json() or {}).get("rows", [])) if r.status == 200 else None
-        if shown != 3:
-            missed_after_rebuild.append((i, r.status, shown))
+    missed_after_rebuild = batches_a_report_missed(port, key, report_key, "ryw-rebuilt", 5)
     checks.check(f"{part}.right-after-a-rebuild-a-report-counts-the-batch-just-acknowledged", not missed_after_rebuild,
                  f"5 appends each followed by a report after tracker rebuild; {len(missed_after_rebuild)} did not count "
                  f"their batch {missed_after_rebuild[:3]}")
@@ -500,6 +492,51 @@ def read_your_writes(checks, binary, coordinator, worker, ports, rng, trackers):
     checks.check(f"{part}.a-report-gives-lag-0-when-caught-up-and-never-while-events-wait",
                  caught_up == 0 and waiting["unscoped"] == 7 and waiting["1234"] == 7 and waiting["5678"] == 0,
                  f"caught up: {caught_up}; with 7 events of network 1234 waiting: {waiting}")
+
+
+def batches_a_report_missed(port, key, report_key, name, rounds):
+    """Appends `rounds` batches of 3 impressions, each of an ad unit of its own and each followed
+    at once by a report of that ad unit: the batches a report did not count, as (round, status,
+    impressions shown)."""
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    missed = []
+    for i in range(rounds):
+        unit = f"/1234/{name}{i}/native"
+        send(port, key, [s.event(requestId=f"{name}-{i}-{n}", adUnit=unit) for n in range(3)])
+        r = s.request(port, "GET", f"/v1/reports/summary?from={today}&to={today}&adUnit={unit.replace('/', '%2F')}",
+                      {"Authorization": f"Bearer {report_key}"})
+        shown = sum(row.get("impressions", 0) for row in (r.json() or {}).get("rows", [])) if r.status == 200 else None
+        if shown != 3:
+            missed.append((i, r.status, shown))
+    return missed
+
+
+def marks_on_a_log_distributed_before_them(checks, binary, coordinator, ports, trackers):
+    """A log distributed by a version without the appends' marks gets them from `tracker
+    migrate` (migration 19's block for a log already distributed): its appends mark, and a
+    report right after an append counts it. The older version's state is made by taking away
+    what migration 19 adds, as it was before it ran."""
+    part, database = "read-your-writes", "premarks"
+    url = add_database(ports, database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    coordinator.psql("DROP FUNCTION tracker_mark_append(); DROP TABLE log_marks; "
+                     "ALTER TABLE log_shards DROP COLUMN drained_below; DELETE FROM schema_migrations WHERE version = 19", database)
+    s.run_tracker_command(binary, ["migrate"], url)
+    function = coordinator.psql("SELECT l.lanname, p.prosecdef FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+                                "WHERE p.proname = 'tracker_mark_append'", database)
+    key = s.create_key(binary, url, "citus-premarks", "ingest")
+    report_key = s.create_key(binary, url, "citus-premarks-report", "report")
+    port = s.free_port()
+    trackers.append(s.Tracker(binary, url, port=port, name="citus-premarks").start())
+    missed = batches_a_report_missed(port, key, report_key, "premarks", 20)
+    marks = coordinator.psql("SELECT count(*) FROM log_marks WHERE backend <> 0", database)[0][0]
+    horizons = coordinator.psql("SELECT count(*) FILTER (WHERE drained_below IS NOT NULL), count(*) FROM log_shards", database)[0]
+    checks.check(f"{part}.a-log-distributed-before-the-marks-gets-them-from-migrate",
+                 function == [["plpgsql", "t"]] and int(marks) >= 1 and not missed and horizons[0] == horizons[1],
+                 f"tracker_mark_append after migrate: {function} (expected plpgsql, security definer); connections with a mark "
+                 f"{marks}; shards with a horizon {horizons[0]} of {horizons[1]}; 20 appends each followed by a report, "
+                 f"{len(missed)} did not count their batch {missed[:3]}")
+    trackers[-1].kill(signal.SIGTERM)
 
 
 def stage_single_node(binary, clusters, database):
@@ -993,6 +1030,7 @@ def main():
                     in_doubt_commit(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "read-your-writes":
                     read_your_writes(checks, binary, coordinator, worker, ports, rng, trackers)
+                    marks_on_a_log_distributed_before_them(checks, binary, coordinator, ports, trackers)
                 elif part == "lag-across-a-move":
                     lag_across_a_move(checks, binary, coordinator, ports, rng, trackers)
                 elif part == "distribute-in-place":
