@@ -46,7 +46,9 @@ struct HTTPCornerTests {
                 #expect(try await tracker.request("GET", "/v1/nothing-here").status == 404)
                 let plus = try await tracker.request("GET", "/v1/reports/summary?from=2026-11-01&to=2026-11-02&adUnit=%+0",
                                                       headers: ["Authorization": "Bearer \(key)"])
-                #expect(plus.status == 200, "an adUnit of '%+0' is text, not a NUL: \(plus.text)")
+                // Read as the text '%+0' (a lone % kept as it is), not as a NUL: refused as no ad unit path.
+                #expect(plus.status == 400 && plus.text.contains("got '%+0'") && !plus.text.contains("U+0000"),
+                        "an adUnit of '%+0' is text, not a NUL: \(plus.text)")
             }
         }
     }

@@ -324,6 +324,8 @@ struct NetworkScopeTests {
                 #expect(try await units("&adUnit=/111/") == ["/111/home/native"], "the tracker's side is filtered")
                 #expect(try await units("&adUnit=/333/home/native") == ["/333/home/native"], "Ad Manager's side is filtered")
                 #expect(try await units("&adUnit=/333/home/other").isEmpty)
+                #expect(try await units("&adUnit=/333/home").isEmpty, "without a trailing / a filter is one ad unit, not a prefix")
+                #expect(try await units("&adUnit=/333/").count == 1, "a prefix keeps the ad units under it")
             }
         }
     }

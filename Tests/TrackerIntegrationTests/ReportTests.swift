@@ -308,6 +308,13 @@ struct ReportTests {
                                                           "--database-url", db.url])
             #expect(unknown != 0)
             #expect(message.contains("unknown report 'revenue'"))
+            let (bogus, refused) = try await runTrackerToEnd(["report", "funnel", "--from", "2026-11-10", "--to", "2026-11-10",
+                                                             "--ad-unit", "bogus", "--database-url", db.url])
+            #expect(bogus != 0)
+            #expect(refused.contains("adUnit must be an ad unit path"), "\(refused)")
+            let (format, notHere) = try await runTrackerToEnd(["report", "reconciliation", "--format-id", "native", "--database-url", db.url])
+            #expect(format != 0)
+            #expect(notHere.contains("formatId is not a parameter of the reconciliation report"), "\(notHere)")
         }
     }
 }

@@ -515,7 +515,8 @@ def marks_on_a_log_distributed_before_them(checks, binary, coordinator, ports, t
     """A log distributed by a version without the appends' marks gets them from `tracker
     migrate` (migration 19's block for a log already distributed): its appends mark, and a
     report right after an append counts it. The older version's state is made by taking away
-    what migration 19 adds, as it was before it ran."""
+    what migration 19 adds, as it was before it ran; a log whose rows still carry their
+    workers' order (distributed before the coordinator stamped them) is not made here."""
     part, database = "read-your-writes", "premarks"
     url = add_database(ports, database)
     s.run_tracker_command(binary, ["migrate"], url)

@@ -73,7 +73,7 @@ extension Reconciliations {
         let tracker = try await trackerCounts(from: from, to: to, zone: imported.tz, includeTest: query.includeTest, adUnit: query.adUnit,
                                               reports: reports, networks: networks)
         let adManager = try await counts(of: imported.id, from: from, to: to).filter {
-            (networks?.contains(adUnit: $0.key[1]) ?? true) && ReportQuery.adUnit($0.key[1], matches: query.adUnit)
+            (networks?.contains(adUnit: $0.key[1]) ?? true) && ReportQuery.filter(query.adUnit, keeps: $0.key[1])
         }
         let keys = Set(tracker.counts.keys).union(adManager.keys).sorted { a, b in
             a[0] != b[0] ? a[0] < b[0] : Array(a[1].utf8).lexicographicallyPrecedes(Array(b[1].utf8))

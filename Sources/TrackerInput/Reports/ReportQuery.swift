@@ -163,11 +163,12 @@ extension ReportQuery {
         return value
     }
 
-    /// Whether `adUnit` is one a report's `adUnit` filter keeps: the ad unit itself, or with a
-    /// trailing `/` any ad unit under that path (the rule `ReportSQL.rowFilters` applies in SQL).
-    public static func adUnit(_ adUnit: some StringProtocol, matches filter: String?) -> Bool {
+    /// Whether an `adUnit` filter keeps `adUnit`: the ad unit itself, or with a trailing `/` any
+    /// ad unit under that path. Compared by bytes, as `ReportSQL.rowFilters` compares them in
+    /// SQL (two spellings of an accented letter are two ad units).
+    public static func filter(_ filter: String?, keeps adUnit: some StringProtocol) -> Bool {
         guard let filter else { return true }
-        return adUnit == filter || (filter.hasSuffix("/") && adUnit.hasPrefix(filter))
+        return adUnit.utf8.elementsEqual(filter.utf8) || (filter.utf8.last == UInt8(ascii: "/") && adUnit.utf8.starts(with: filter.utf8))
     }
 
     /// `formatId`: absent, a custom native format ID (digits) or a system format, as events carry it.
