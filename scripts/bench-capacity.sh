@@ -46,8 +46,11 @@ case "${BENCH_WITHOUT:-}" in
   *) echo "BENCH_WITHOUT: events_log_order or event_ids_pkey, not '$BENCH_WITHOUT'" >&2; exit 2 ;;
 esac
 # The rate limit off: one key carries the whole load, and a machine faster than the limit
-# (TRACKER_RATE_LIMIT, per key) would measure the limit instead of itself.
-TRACKER_PROJECTOR=off TRACKER_RATE_LIMIT=off TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$dir/server.log" 2>&1 &
+# (TRACKER_RATE_LIMIT, per key) would measure the limit instead of itself. A build whose
+# default is no limit (0.9.0, a baseline) refuses 'off' and is given nothing.
+rate_limit=off
+if "$bin" serve --help 2>&1 | grep -q 'TRACKER_RATE_LIMIT \[no limit\]'; then rate_limit=; fi
+env TRACKER_PROJECTOR=off ${rate_limit:+TRACKER_RATE_LIMIT=$rate_limit} TRACKER_LOG_LEVEL=warning "$bin" serve --port "$http" >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 
