@@ -14,6 +14,8 @@
 #             its commit too
 #   single-c128  the same with 128 connections: whether 32 connections leave the cores idle
 #             while requests wait for their commit
+#   batch     POST /v1/events of 100 events from 16 connections, bench-ingest's (b), not run
+#             unless named in PROFILE_LOADS: its figures are per request, so per 100 events
 # Pass 1 runs each load alone: requests/s; CPU µs per request of the server by thread (event
 # loops, Swift's concurrency pool, the database threads) and of PostgreSQL; context switches
 # and syscalls per request (perf stat, /proc). Pass 2 runs each load under `perf record -g`
@@ -59,6 +61,7 @@ run_load() {
     rejected) set -- -s scripts/bench/fixed.lua "$url" -- POST /v1/events "$key" "$invalid" ;;
     single) set -- -s scripts/bench/events.lua "$url" -- "$key" 1 2 ;;
     single-c128) connections=128; set -- -s scripts/bench/events.lua "$url" -- "$key" 1 2 ;;
+    batch) connections=16; set -- -s scripts/bench/events.lua "$url" -- "$key" 100 2 ;;
     *) echo "unknown load '$load' (PROFILE_LOADS)" >&2; exit 2 ;;
   esac
   wrk -t2 -c"$connections" -d"${duration}s" --latency "$@" >"$out/wrk-$load-$pass.txt"
