@@ -47,6 +47,15 @@ struct DimensionBudgetTests {
         #expect(second.accepted.map(\.index) == [0], "the rejected click's ad unit /1/y was not counted: /1/x and /1/z fit")
     }
 
+    @Test func anEventSharingTheLastOnesValueIsStillCheckedForItsOthers() throws {
+        // An event whose ad unit the batch has just brought still has each of its other values checked.
+        let budget = Self.budget([.adUnit: 2, .assetKey: 1])
+        var batch = try Self.clicks(["a", "b", "a", "a", "a"], adUnits: ["/1/x", "/1/x", "/1/y", "/1/x", "/1/z"])
+        budget.admit(&batch, key: "app", receivedAt: Self.noon)
+        #expect(batch.accepted.map(\.index) == [0, 2, 3], "b is a second asset key on the same ad unit; /1/z a third ad unit")
+        #expect(batch.rejected.map(\.error).map { $0.prefix(9) } == ["assetKey:", "adUnit: t"])
+    }
+
     @Test func eachKeyAndEachUTCDayHasABudgetOfItsOwn() throws {
         let budget = Self.budget([.assetKey: 1])
         var app = try Self.clicks(["a", "b"])
