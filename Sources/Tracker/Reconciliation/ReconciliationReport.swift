@@ -49,9 +49,7 @@ extension Reconciliations {
     /// zone) and ad unit: the summary report's impressions and clicks summed over formats. With
     /// `networks` (a scoped key), the imports and rows of those networks only.
     public func report(_ query: ReconciliationQuery, reports: Reports, networks: NetworkScope? = nil) async throws -> ReconciliationResult {
-        if let networks, let adUnit = query.adUnit, !networks.contains(adUnit: adUnit) {
-            throw ReportError.outsideNetworks(filter: adUnit)
-        }
+        try ReportError.checkFilter(query.adUnit, within: networks)
         guard let imported = try await load(id: query.importId, visibleTo: networks) else {
             throw ReconciliationError.noSuchImport(query.importId)
         }

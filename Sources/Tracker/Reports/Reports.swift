@@ -37,9 +37,7 @@ public struct Reports: Sendable {
     public func run(_ query: ReportQuery, networks: NetworkScope? = nil) async throws -> ReportResult {
         let started = ContinuousClock.now
         defer { durations[query.kind]?.recordNanoseconds((ContinuousClock.now - started).nanoseconds) }
-        if let networks, let adUnit = query.adUnit, !networks.contains(adUnit: adUnit) {
-            throw ReportError.outsideNetworks(filter: adUnit)
-        }
+        try ReportError.checkFilter(query.adUnit, within: networks)
         var query = query
         if !query.isUTCDays {
             query.timeZone = try await TimeZoneCatalog.shared.canonicalName(query.timeZone, pool: pool)
@@ -111,6 +109,12 @@ public enum ReportError: Error, Sendable, Equatable, CustomStringConvertible {
     case quarterHoursMissing
     /// A scoped key asked for an ad unit (or prefix) outside its networks (`403`).
     case outsideNetworks(filter: String)
+
+    /// Refuses an `adUnit` filter (or prefix) outside a scoped key's `networks`: what every
+    /// report, the reconciliation's included, answers `403` before it reads anything.
+    public static func checkFilter(_ adUnit: String?, within networks: NetworkScope?) throws(ReportError) {
+        if let networks, let adUnit, !networks.contains(adUnit: adUnit) { throw .outsideNetworks(filter: adUnit) }
+    }
 
     public var description: String {
         switch self {

@@ -72,19 +72,7 @@ struct ReportCommand: AsyncParsableCommand {
         let defaultZone = tz == nil ? try Settings.process.defaultTimeZone() : nil
         let query: ReportQuery
         do {
-            query = try ReportQuery.parse(report: report, parameter: { name in
-                switch name {
-                case "from": from
-                case "to": to
-                case "adUnit": adUnit
-                case "adUnitLevel": adUnitLevel
-                case "formatId": formatId
-                case "includeTest": includeTest ? "true" : "false"
-                case "tz": tz ?? defaultZone
-                case "granularity": granularity
-                default: nil
-                }
-            })
+            query = try ReportQuery.parse(report: report, parameter: { name in name == "tz" ? tz ?? defaultZone : parameter(name) })
         } catch {
             throw ValidationError(error.description)
         }
@@ -121,25 +109,29 @@ struct ReportCommand: AsyncParsableCommand {
 }
 
 extension ReportCommand {
+    /// The options by the name of the API's query parameter they stand for: one set of checks
+    /// and messages for `tracker report` and `GET /v1/reports/…`.
+    func parameter(_ name: String) -> String? {
+        switch name {
+        case "from": from
+        case "to": to
+        case "import": importId
+        case "threshold": threshold
+        case "adUnit": adUnit
+        case "adUnitLevel": adUnitLevel
+        case "formatId": formatId
+        case "includeTest": includeTest ? "true" : "false"
+        case "tz": tz
+        case "granularity": granularity
+        default: nil
+        }
+    }
+
     /// `tracker report reconciliation`: an import beside the tracker's numbers.
     func reconciliation(_ pool: ConnectionPool) async throws {
         let query: ReconciliationQuery
         do {
-            query = try ReconciliationQuery.parse(parameter: { name in
-                switch name {
-                case "import": importId
-                case "from": from
-                case "to": to
-                case "threshold": threshold
-                case "includeTest": includeTest ? "true" : "false"
-                case "tz": tz
-                case "granularity": granularity
-                case "adUnit": adUnit
-                case "formatId": formatId
-                case "adUnitLevel": adUnitLevel
-                default: nil
-                }
-            })
+            query = try ReconciliationQuery.parse(parameter: parameter)
         } catch {
             throw ValidationError(error.description)
         }
