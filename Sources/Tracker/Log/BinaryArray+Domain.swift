@@ -40,6 +40,13 @@ extension IPAddress {
     /// The address of a binary `inet` (its prefix length is not kept); `nil` when the bytes are not one.
     init?(inetBinary bytes: UnsafeRawBufferPointer) {
         guard bytes.count >= 4, bytes.count == 4 + Int(bytes[3]) else { return nil }
-        self.init(bytes: bytes[4...])
+        // Read in place: the projector reads one per event, and the generic `init(bytes:)`
+        // across modules walks a slice byte by byte through its witnesses.
+        switch bytes[3] {
+        case 4: self.init(ipv4: UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: 4, as: UInt32.self)))
+        case 16: self.init(ipv6High: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
+                           low: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 12, as: UInt64.self)))
+        default: return nil
+        }
     }
 }

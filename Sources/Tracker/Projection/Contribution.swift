@@ -9,6 +9,13 @@ public struct Contribution: Sendable, Equatable {
         rows[key, default: Measures()][measure.lane] &+= amount
     }
 
+    /// Counts in several lanes of one row with one lookup: a verdict often counts a thing in
+    /// more than one measure of a row, and finding the row (hashing its key's strings) is what
+    /// a count costs.
+    mutating func update(_ key: ProjectionKey, _ count: (inout Measures) -> Void) {
+        count(&rows[key, default: Measures()])
+    }
+
     public mutating func add(_ other: Contribution) {
         // An empty sum shares the other's dictionary rather than copy it row by row: the
         // rebuild's sum often starts from one large file's contribution.

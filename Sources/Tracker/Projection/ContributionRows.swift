@@ -61,26 +61,35 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     }
 
     mutating func countedImpressionFacts(_ impression: AdEvent, stale: Bool, doubleTracked: Bool, withAdChoices: Bool) {
-        if stale { out.add(formatKey(impression), FormatMeasure.staleImpressions) }
-        if doubleTracked { out.add(sourceKey(impression), SourceMeasure.doubleTrackedImpressionAds) }
-        if impression.eea && impression.reservation {
-            out.add(formatKey(impression), FormatMeasure.eeaReservationImpressions)
-            if withAdChoices { out.add(formatKey(impression), FormatMeasure.withAdChoices) }
+        let eeaReservation = impression.eea && impression.reservation
+        if stale || eeaReservation {
+            out.update(formatKey(impression)) { row in
+                if stale { row.count(FormatMeasure.staleImpressions) }
+                if eeaReservation {
+                    row.count(FormatMeasure.eeaReservationImpressions)
+                    if withAdChoices { row.count(FormatMeasure.withAdChoices) }
+                }
+            }
         }
+        if doubleTracked { out.add(sourceKey(impression), SourceMeasure.doubleTrackedImpressionAds) }
     }
 
     mutating func adLoaded(_ e: AdEvent, earliest: Bool) {}
 
     mutating func countedClick(_ c: AdEvent, _ attribution: ClickAttribution) {
-        out.add(formatKey(c), FormatMeasure.clicks)
-        out.add(assetKey(c), AssetMeasure.clicks)
-        switch attribution {
-        case .attributed:
-            out.add(formatKey(c), FormatMeasure.attributedClicks)
-            out.add(assetKey(c), AssetMeasure.attributedClicks)
-        case .unattributed(.noImpression): out.add(assetKey(c), AssetMeasure.noImpression)
-        case .unattributed(.beforeImpression): out.add(assetKey(c), AssetMeasure.beforeImpression)
-        case .unattributed(.outsideWindow): out.add(assetKey(c), AssetMeasure.outsideWindow)
+        let asset: AssetMeasure = switch attribution {
+        case .attributed: .attributedClicks
+        case .unattributed(.noImpression): .noImpression
+        case .unattributed(.beforeImpression): .beforeImpression
+        case .unattributed(.outsideWindow): .outsideWindow
+        }
+        out.update(formatKey(c)) { row in
+            row.count(FormatMeasure.clicks)
+            if case .attributed = attribution { row.count(FormatMeasure.attributedClicks) }
+        }
+        out.update(assetKey(c)) { row in
+            row.count(AssetMeasure.clicks)
+            row.count(asset)
         }
     }
 
@@ -112,23 +121,24 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     }
 
     mutating func loadedAd(_ loaded: AdEvent, shown: Bool) {
-        let key = funnelKey(loaded)
-        out.add(key, FunnelMeasure.loadedAds)
-        if shown { out.add(key, FunnelMeasure.shownAds) }
-        if let latency = loaded.latencyMs { out.add(key, FunnelMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
+        out.update(funnelKey(loaded)) { row in
+            row.count(FunnelMeasure.loadedAds)
+            if shown { row.count(FunnelMeasure.shownAds) }
+            if let latency = loaded.latencyMs { row.count(FunnelMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
+        }
     }
 
     mutating func requested(_ request: AdEvent, outcome: LoadOutcome) {
-        let key = funnelKey(request)
-        out.add(key, FunnelMeasure.requests)
-        out.add(key, FunnelMeasure.adsRequested, Int64(request.adsRequested ?? 1))
-        switch outcome {
-        case .filled: out.add(key, FunnelMeasure.filledRequests)
-        case .failed(let code):
-            out.add(key, FunnelMeasure.failedRequests)
-            out.add(failureKey(request, code), FailureMeasure.failedRequests)
-        case .unanswered: out.add(key, FunnelMeasure.unansweredRequests)
+        out.update(funnelKey(request)) { row in
+            row.count(FunnelMeasure.requests)
+            row.count(FunnelMeasure.adsRequested, Int64(request.adsRequested ?? 1))
+            switch outcome {
+            case .filled: row.count(FunnelMeasure.filledRequests)
+            case .failed: row.count(FunnelMeasure.failedRequests)
+            case .unanswered: row.count(FunnelMeasure.unansweredRequests)
+            }
         }
+        if case .failed(let code) = outcome { out.add(failureKey(request, code), FailureMeasure.failedRequests) }
     }
 
     mutating func repeatedRequest(_ e: AdEvent, of counted: AdEvent) {}
@@ -138,15 +148,16 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     mutating func fill(_ reference: AdEvent) {}
 
     mutating func attempt(_ e: AdEvent) {
-        let key = waterfallKey(e)
-        out.add(key, WaterfallMeasure.attempts)
-        switch e.result {
-        case .loaded?: out.add(key, WaterfallMeasure.loaded)
-        case .failed?: out.add(key, WaterfallMeasure.failed)
-        case .timeout?: out.add(key, WaterfallMeasure.timeouts)
-        case nil: break
+        out.update(waterfallKey(e)) { row in
+            row.count(WaterfallMeasure.attempts)
+            switch e.result {
+            case .loaded?: row.count(WaterfallMeasure.loaded)
+            case .failed?: row.count(WaterfallMeasure.failed)
+            case .timeout?: row.count(WaterfallMeasure.timeouts)
+            case nil: break
+            }
+            if let latency = e.latencyMs { row.count(WaterfallMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
         }
-        if let latency = e.latencyMs { out.add(key, WaterfallMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
     }
 
     mutating func repeatedAttempt(_ e: AdEvent, of counted: AdEvent) {}
@@ -154,17 +165,18 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     mutating func labelled(_ e: AdEvent, _ label: IVTLabel) {
         // A load reference is its ad_loaded again, which its ad's rows count.
         guard !e.isLoadReference else { return }
-        let key = ivtKey(e, label)
-        out.add(key, IVTMeasure.events)
+        out.update(ivtKey(e, label)) { row in
+            row.count(IVTMeasure.events)
+            switch e.type {
+            case .impression: row.count(IVTMeasure.impressions)
+            case .click: row.count(IVTMeasure.clicks)
+            default: break
+            }
+        }
         switch e.type {
-        case .impression:
-            out.add(formatKey(e), FormatMeasure.givtImpressions)
-            out.add(key, IVTMeasure.impressions)
-        case .click:
-            out.add(formatKey(e), FormatMeasure.givtClicks)
-            out.add(key, IVTMeasure.clicks)
-        default:
-            break
+        case .impression: out.add(formatKey(e), FormatMeasure.givtImpressions)
+        case .click: out.add(formatKey(e), FormatMeasure.givtClicks)
+        default: break
         }
     }
 }
