@@ -115,8 +115,12 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
             #expect(try accepted(event(["adUnit": good])).adUnit == good)
         }
         for bad in ["6499/example/native", "/abc/native", "/6499", "/6499/", "/6499//native", "/6499/native/",
-                    "//native", "/64a9/native", "/6499/my native", ""] {
+                    "//native", "/64a9/native", ""] {
             #expect(try rejection(event(["adUnit": bad])).contains("adUnit must be '/' + the network code"), "\(bad)")
+        }
+        // A path of the right shape with a blank in a segment: the message names that rule.
+        for bad in ["/6499/my native", "/6499/a\u{A0}b", "/6499/a\u{0}", "/6499/tab\there"] {
+            #expect(try rejection(event(["adUnit": bad])).contains("adUnit must not contain spaces or control characters"), "\(bad)")
         }
         let longest = "/1/" + String(repeating: "a", count: 253)
         #expect(try accepted(event(["adUnit": longest])).adUnit.count == 256)
@@ -131,6 +135,8 @@ private func ts(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
             #expect(try rejection(event(["formatId": bad])).contains("formatId must be a custom native format ID"), "\(bad)")
         }
         #expect(try rejection(event(["formatId": 10063170])).contains("formatId must be a string, got a number"))
+        #expect(try accepted(event(["formatId": String(repeating: "1", count: 64)])).formatId.count == 64)
+        #expect(try rejection(event(["formatId": String(repeating: "1", count: 65)])).contains("formatId must be at most 64 digits, got 65"))
     }
 
     @Test func occurredAtIsRFC3339WithZoneKeptToTheMicrosecond() throws {

@@ -258,11 +258,8 @@ package struct EventRules {
             case 0: return .broken(rule)
             case 1: guard scalar.value >= 0x30, scalar.value <= 0x39 else { return .broken(rule) }
             default:
-                if scalar.isASCII {
-                    guard scalar.value > 0x20, scalar.value != 0x7F else { return .broken(rule) }
-                } else if isControl(scalar) || scalar.properties.isWhitespace {
-                    return .broken(rule)
-                }
+                let blank = scalar.isASCII ? scalar.value <= 0x20 || scalar.value == 0x7F : isControl(scalar) || scalar.properties.isWhitespace
+                if blank { return .broken("must not contain spaces or control characters (a path such as /6499/example/native)") }
             }
         }
         guard part >= 2, partLength > 0 else { return .broken(rule) }
@@ -271,8 +268,9 @@ package struct EventRules {
 
     static func checkFormatId(_ text: String) -> Check<String> {
         if SystemFormat(rawValue: text) != nil { return .ok(text) }
-        if !text.isEmpty, text.utf8.count <= 64, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
-            return .ok(text)
+        if !text.isEmpty, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            // A bound on what one event may make a row key of; Ad Manager's IDs have 8 to 11 digits.
+            return text.utf8.count <= 64 ? .ok(text) : .broken("must be at most 64 digits, got \(text.utf8.count)", showValue: false)
         }
         return .broken("must be a custom native format ID (digits, e.g. 10063170) or one of \(list(SystemFormat.self))")
     }

@@ -101,7 +101,10 @@ public struct AdManagerReport: Sendable, Equatable {
             }
             func cell(_ column: Column) -> String { record.fields[index[column]!].trimmedBlanks }
             let dayText = cell(.date)
-            if dayText.lowercased() == "total" { continue }
+            // The UI's last line writes "Total" in its first column, which is the date's or
+            // another dimension's, and leaves the date empty when it is not the date's.
+            if dayText.lowercased() == "total"
+                || dayText.isEmpty && record.fields.contains(where: { $0.trimmedBlanks.lowercased() == "total" }) { continue }
             guard let day = Day(iso: dayText) else {
                 throw .malformed(row: record.number, column: headerName[.date]!, value: dayText, rule: "a date as YYYY-MM-DD")
             }

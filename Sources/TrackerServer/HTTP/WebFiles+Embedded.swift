@@ -741,7 +741,9 @@ paths:
                 description: |
                   Header row: day,adUnit,adManagerImpressions,impressions,impressionDiscrepancy,adManagerClicks,
                   clicks,clickDiscrepancy,withinTolerance,duplicateImpressions,givtImpressions,staleImpressions,
-                  givtClicks,duplicateClicks (a `null` discrepancy is an empty field).
+                  givtClicks,duplicateClicks,requests,loadedAds,shownAds, then
+                  adManagerRequests,requestDiscrepancy when the import has Ad Manager's requests
+                  (a `null` discrepancy is an empty field).
         "400": *reportBadRequest
         "401": *reportUnauthorized
         "403": *reportForbidden
@@ -1824,15 +1826,47 @@ components:
     BeaconEvent:
       type: object
       description: |
-        An event as `POST /v1/events` takes it (see `Event`), without `occurredAt` and `sentAt`;
+        An event as `POST /v1/events` takes it (see `Event`, whose rules per type apply: a load's
+        own events carry a `loadId` and no `requestId`), without `occurredAt` and `sentAt`;
         `id` is optional (a new UUIDv7 when absent).
-      required: [type, requestId, adUnit, formatId]
+      required: [type, adUnit]
+      allOf:
+        - if:
+            properties: {type: {const: click}}
+            required: [type]
+          then:
+            required: [assetKey]
+        - if:
+            properties: {type: {enum: [ad_request, ad_failed, mediation_result]}}
+            required: [type]
+          then:
+            required: [loadId]
+            properties:
+              requestId: {type: "null"}
+          else:
+            required: [requestId, formatId]
+        - if:
+            properties: {type: {const: ad_failed}}
+            required: [type]
+          then:
+            required: [errorCode]
+        - if:
+            properties: {type: {const: mediation_result}}
+            required: [type]
+          then:
+            required: [result, adapter, position]
       properties:
         id: {$ref: "#/components/schemas/Event/properties/id"}
         type: {$ref: "#/components/schemas/EventType"}
-        requestId: {$ref: "#/components/schemas/RequestId"}
+        requestId: {$ref: "#/components/schemas/Event/properties/requestId"}
         adUnit: {$ref: "#/components/schemas/AdUnit"}
-        formatId: {$ref: "#/components/schemas/FormatId"}
+        formatId: {$ref: "#/components/schemas/Event/properties/formatId"}
+        loadId: {$ref: "#/components/schemas/Event/properties/loadId"}
+        adsRequested: {$ref: "#/components/schemas/Event/properties/adsRequested"}
+        latencyMs: {$ref: "#/components/schemas/Event/properties/latencyMs"}
+        errorCode: {$ref: "#/components/schemas/Event/properties/errorCode"}
+        result: {$ref: "#/components/schemas/Event/properties/result"}
+        position: {$ref: "#/components/schemas/Event/properties/position"}
         assetKey: {$ref: "#/components/schemas/Event/properties/assetKey"}
         clickAction: {$ref: "#/components/schemas/Event/properties/clickAction"}
         source: {$ref: "#/components/schemas/Event/properties/source"}

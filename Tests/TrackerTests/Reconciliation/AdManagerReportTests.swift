@@ -52,6 +52,23 @@ import TrackerInput
         #expect(report.rows.first?.impressions == 10)
     }
 
+    /// The UI writes "Total" in its first column, whichever dimension that is.
+    @Test(arguments: [
+        "Ad unit,Date,Ad server impressions,Ad server clicks\nhome,2026-11-01,10,2\nTotal,,10,2\n",
+        "Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-01,home,10,2\n,Total,10,2\n",
+        "Advertiser,Date,Ad unit,Ad server impressions,Ad server clicks\nAcme,2026-11-01,home,10,2\nTOTAL,,,10,2\n",
+    ])
+    func theTotalRowIsSkippedWhicheverColumnComesFirst(text: String) throws {
+        let report = try AdManagerReport.parse(Array(text.utf8))
+        #expect(report.rows.map(\.adUnit) == ["home"])
+        #expect(report.rows.map(\.impressions) == [10])
+    }
+
+    @Test func anAdUnitNamedTotalOnADayIsARow() throws {
+        let report = try AdManagerReport.parse(Array("Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-01,Total,3,0\n".utf8))
+        #expect(report.rows.map(\.adUnit) == ["Total"])
+    }
+
     @Test func theIdColumnServesWhenThereIsNoNameColumn() throws {
         let report = try AdManagerReport.parse(Array("Dimension.DATE,Dimension.AD_UNIT_ID,Column.AD_SERVER_IMPRESSIONS,Column.AD_SERVER_CLICKS\n2026-11-01,21775744923,5,0\n".utf8))
         #expect(report.rows.first?.adUnit == "21775744923")
