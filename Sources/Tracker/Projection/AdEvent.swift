@@ -119,6 +119,16 @@ public struct AdEvent: Sendable, Hashable {
     }
 }
 
+extension Array where Element == AdEvent {
+    /// The events in the rules' order (`AdEvent.earlier`), as a stable sort gives them. A state's
+    /// events are stored in that order and a step's mostly come after them, so a look spares the
+    /// sort and its copy almost every time.
+    var inRulesOrder: [AdEvent] {
+        for i in indices.dropFirst() where AdEvent.earlier(self[i], self[i - 1]) { return sorted(by: AdEvent.earlier) }
+        return self
+    }
+}
+
 /// Why an event is general invalid traffic (docs/REPORTS.md, "Invalid traffic"): at most one
 /// label per event, the first that applies in this order.
 public enum IVTLabel: String, Sendable, Hashable, CaseIterable {

@@ -130,7 +130,7 @@ enum AdState {
     /// Appends `events` in the rules' order (corrected time, then id): equal lists give equal bytes,
     /// so a rebuilt `ad_state` equals the incremental one byte for byte.
     static func encode(_ events: [AdEvent], into out: inout [UInt8]) {
-        let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
+        let sorted = events.inRulesOrder
         var previous: AdEvent?
         for e in sorted {
             // By bytes: `String ==` would call two spellings of one text the same and store only the first.

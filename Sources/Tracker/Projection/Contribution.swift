@@ -112,7 +112,7 @@ public struct AdContribution: Sendable {
     /// became. The projections (`ContributionRows`) and the audit trail (`AdExplanation`) both
     /// consume this, so the rules exist once.
     func fold<Verdicts: AdVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
-        let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
+        let sorted = events.inRulesOrder
         var countedImpression: AdEvent?
         var impressionSources = SourceSet()
         var firstLoaded: AdEvent?
@@ -223,7 +223,7 @@ extension AdContribution {
     /// `ad_request`, `ad_failed` and `mediation_result` events and its load references (the
     /// `ad_loaded` events that name it). Tells `verdicts` what each became.
     func foldLoad<Verdicts: LoadVerdicts>(_ events: [AdEvent], into verdicts: inout Verdicts) {
-        let sorted = events.count > 1 ? events.sorted(by: AdEvent.earlier) : events
+        let sorted = events.inRulesOrder
         var request: AdEvent?
         var failures: [AdEvent] = []
         var filled = false
