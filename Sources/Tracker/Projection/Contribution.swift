@@ -9,11 +9,14 @@ public struct Contribution: Sendable, Equatable {
         rows[key, default: Measures()][measure.lane] &+= amount
     }
 
-    /// Counts in several lanes of one row with one lookup: a verdict often counts a thing in
+    /// Counts in several measures of one row with one lookup: a verdict often counts a thing in
     /// more than one measure of a row, and finding the row (hashing its key's strings) is what
-    /// a count costs.
-    mutating func update(_ key: ProjectionKey, _ count: (inout Measures) -> Void) {
-        count(&rows[key, default: Measures()])
+    /// a count costs. `count` may count only the measures of the row's table.
+    mutating func update<M: ProjectionMeasure>(_ key: ProjectionKey, _: M.Type, _ count: (inout RowCounts<M>) -> Void) {
+        assert(key.table == M.table, "\(M.table) measures on a \(key.table) row")
+        var row = RowCounts<M>()
+        count(&row)
+        rows[key, default: Measures()] &+= row.measures
     }
 
     public mutating func add(_ other: Contribution) {
@@ -38,6 +41,15 @@ public struct Contribution: Sendable, Equatable {
     /// Drops rows whose every measure is zero (a change that cancelled out).
     public mutating func removeZeros() {
         rows = rows.filter { $0.value != Measures() }
+    }
+}
+
+/// What a verdict counts in one row of a table whose measures are `M`.
+struct RowCounts<M: ProjectionMeasure> {
+    private(set) var measures = Measures()
+
+    mutating func count(_ measure: M, _ amount: Int64 = 1) {
+        measures[measure.lane] &+= amount
     }
 }
 

@@ -63,11 +63,11 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     mutating func countedImpressionFacts(_ impression: AdEvent, stale: Bool, doubleTracked: Bool, withAdChoices: Bool) {
         let eeaReservation = impression.eea && impression.reservation
         if stale || eeaReservation {
-            out.update(formatKey(impression)) { row in
-                if stale { row.count(FormatMeasure.staleImpressions) }
+            out.update(formatKey(impression), FormatMeasure.self) { row in
+                if stale { row.count(.staleImpressions) }
                 if eeaReservation {
-                    row.count(FormatMeasure.eeaReservationImpressions)
-                    if withAdChoices { row.count(FormatMeasure.withAdChoices) }
+                    row.count(.eeaReservationImpressions)
+                    if withAdChoices { row.count(.withAdChoices) }
                 }
             }
         }
@@ -83,12 +83,12 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
         case .unattributed(.beforeImpression): .beforeImpression
         case .unattributed(.outsideWindow): .outsideWindow
         }
-        out.update(formatKey(c)) { row in
-            row.count(FormatMeasure.clicks)
-            if case .attributed = attribution { row.count(FormatMeasure.attributedClicks) }
+        out.update(formatKey(c), FormatMeasure.self) { row in
+            row.count(.clicks)
+            if case .attributed = attribution { row.count(.attributedClicks) }
         }
-        out.update(assetKey(c)) { row in
-            row.count(AssetMeasure.clicks)
+        out.update(assetKey(c), AssetMeasure.self) { row in
+            row.count(.clicks)
             row.count(asset)
         }
     }
@@ -121,21 +121,21 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     }
 
     mutating func loadedAd(_ loaded: AdEvent, shown: Bool) {
-        out.update(funnelKey(loaded)) { row in
-            row.count(FunnelMeasure.loadedAds)
-            if shown { row.count(FunnelMeasure.shownAds) }
-            if let latency = loaded.latencyMs { row.count(FunnelMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
+        out.update(funnelKey(loaded), FunnelMeasure.self) { row in
+            row.count(.loadedAds)
+            if shown { row.count(.shownAds) }
+            if let latency = loaded.latencyMs { row.count(.latency(bucket: LatencyBuckets.bucket(of: latency))) }
         }
     }
 
     mutating func requested(_ request: AdEvent, outcome: LoadOutcome) {
-        out.update(funnelKey(request)) { row in
-            row.count(FunnelMeasure.requests)
-            row.count(FunnelMeasure.adsRequested, Int64(request.adsRequested ?? 1))
+        out.update(funnelKey(request), FunnelMeasure.self) { row in
+            row.count(.requests)
+            row.count(.adsRequested, Int64(request.adsRequested ?? 1))
             switch outcome {
-            case .filled: row.count(FunnelMeasure.filledRequests)
-            case .failed: row.count(FunnelMeasure.failedRequests)
-            case .unanswered: row.count(FunnelMeasure.unansweredRequests)
+            case .filled: row.count(.filledRequests)
+            case .failed: row.count(.failedRequests)
+            case .unanswered: row.count(.unansweredRequests)
             }
         }
         if case .failed(let code) = outcome { out.add(failureKey(request, code), FailureMeasure.failedRequests) }
@@ -148,15 +148,15 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     mutating func fill(_ reference: AdEvent) {}
 
     mutating func attempt(_ e: AdEvent) {
-        out.update(waterfallKey(e)) { row in
-            row.count(WaterfallMeasure.attempts)
+        out.update(waterfallKey(e), WaterfallMeasure.self) { row in
+            row.count(.attempts)
             switch e.result {
-            case .loaded?: row.count(WaterfallMeasure.loaded)
-            case .failed?: row.count(WaterfallMeasure.failed)
-            case .timeout?: row.count(WaterfallMeasure.timeouts)
+            case .loaded?: row.count(.loaded)
+            case .failed?: row.count(.failed)
+            case .timeout?: row.count(.timeouts)
             case nil: break
             }
-            if let latency = e.latencyMs { row.count(WaterfallMeasure.latency(bucket: LatencyBuckets.bucket(of: latency))) }
+            if let latency = e.latencyMs { row.count(.latency(bucket: LatencyBuckets.bucket(of: latency))) }
         }
     }
 
@@ -165,11 +165,11 @@ struct ContributionRows: AdVerdicts, LoadVerdicts {
     mutating func labelled(_ e: AdEvent, _ label: IVTLabel) {
         // A load reference is its ad_loaded again, which its ad's rows count.
         guard !e.isLoadReference else { return }
-        out.update(ivtKey(e, label)) { row in
-            row.count(IVTMeasure.events)
+        out.update(ivtKey(e, label), IVTMeasure.self) { row in
+            row.count(.events)
             switch e.type {
-            case .impression: row.count(IVTMeasure.impressions)
-            case .click: row.count(IVTMeasure.clicks)
+            case .impression: row.count(.impressions)
+            case .click: row.count(.clicks)
             default: break
             }
         }

@@ -149,13 +149,6 @@ public struct ProjectionKey: Sendable, Hashable {
 /// Every table's measures must fit its lanes: `MeasureLaneTests` fails when one outgrows them.
 public typealias Measures = SIMD32<Int64>
 
-extension Measures {
-    /// Adds `amount` to `measure`'s lane.
-    mutating func count<M: ProjectionMeasure>(_ measure: M, _ amount: Int64 = 1) {
-        self[measure.lane] &+= amount
-    }
-}
-
 extension String {
     /// Whether the two strings have the same UTF-8 bytes: how PostgreSQL tells text apart, where
     /// `==` (Unicode canonical equivalence) calls é and e + ◌́ equal.

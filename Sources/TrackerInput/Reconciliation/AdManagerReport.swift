@@ -28,8 +28,8 @@ public struct AdManagerRow: Sendable, Hashable {
 /// `Dimension.DATE`/`Date`, `Dimension.AD_UNIT_NAME`/`Ad unit` (or `Dimension.AD_UNIT_ID` when
 /// there is no name column), `Column.AD_SERVER_IMPRESSIONS`/`Ad server impressions`,
 /// `Column.AD_SERVER_CLICKS`/`Ad server clicks`, and when present
-/// `Column.TOTAL_AD_REQUESTS`/`Total ad requests`. Other columns are ignored; a row whose date
-/// is `Total` (the UI's last line) is skipped. Numbers may carry thousands separators
+/// `Column.TOTAL_AD_REQUESTS`/`Total ad requests`. Other columns are ignored; the UI's last line,
+/// `Total` in its first column (the date's, or another's with the date empty), is skipped. Numbers may carry thousands separators
 /// (`1,234`). Any other departure is an error naming the row and the column: nothing of a
 /// file that cannot be read exactly is imported.
 public struct AdManagerReport: Sendable, Equatable {
@@ -101,10 +101,9 @@ public struct AdManagerReport: Sendable, Equatable {
             }
             func cell(_ column: Column) -> String { record.fields[index[column]!].trimmedBlanks }
             let dayText = cell(.date)
-            // The UI's last line writes "Total" in its first column, which is the date's or
-            // another dimension's, and leaves the date empty when it is not the date's.
-            if dayText.lowercased() == "total"
-                || dayText.isEmpty && record.fields.contains(where: { $0.trimmedBlanks.lowercased() == "total" }) { continue }
+            // The UI's last line writes "Total" in its first column, the date's or another
+            // dimension's, and leaves the other dimensions empty.
+            if dayText.lowercased() == "total" || dayText.isEmpty && record.fields.first?.trimmedBlanks.lowercased() == "total" { continue }
             guard let day = Day(iso: dayText) else {
                 throw .malformed(row: record.number, column: headerName[.date]!, value: dayText, rule: "a date as YYYY-MM-DD")
             }

@@ -55,7 +55,6 @@ import TrackerInput
     /// The UI writes "Total" in its first column, whichever dimension that is.
     @Test(arguments: [
         "Ad unit,Date,Ad server impressions,Ad server clicks\nhome,2026-11-01,10,2\nTotal,,10,2\n",
-        "Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-01,home,10,2\n,Total,10,2\n",
         "Advertiser,Date,Ad unit,Ad server impressions,Ad server clicks\nAcme,2026-11-01,home,10,2\nTOTAL,,,10,2\n",
     ])
     func theTotalRowIsSkippedWhicheverColumnComesFirst(text: String) throws {
@@ -85,6 +84,9 @@ import TrackerInput
         ("Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-01,,1,0\n", "row 2, column Ad unit: '' is not an ad unit name"),
         ("Date,Ad unit,Ad server impressions,Ad server clicks\n2026-11-01,home,1\n", "row 2: 3 field(s), but the header has 4"),
         ("", "the file is empty"),
+        // A row that lost its date, "Total" outside the first column or not: not the UI's last line.
+        ("Date,Ad unit,Ad server impressions,Ad server clicks\n,Total,10,2\n", "row 2, column Date: '' is not a date"),
+        ("Date,Ad unit,Ad server impressions,Ad server clicks\n,home,10,2\n", "row 2, column Date: '' is not a date"),
     ])
     func aMalformedFileIsRefusedNamingTheRowAndColumn(_ text: String, _ message: String) {
         #expect(throws: ImportError.self) { try AdManagerReport.parse(Array(text.utf8)) }
