@@ -212,6 +212,7 @@ struct ReportTests {
         ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&adUnit=%2F1234%2F%2F", "adUnit must be an ad unit path"),
         ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&adUnit=%2Fnews%2F", "adUnit must be an ad unit path"),
         ("/v1/reports/assets?from=2026-11-10&to=2026-11-11&formatId=bogus", "formatId must be a custom native format ID (digits, e.g. 10063170) or one of native"),
+        ("/v1/reports/summary?from=2026-11-10&to=2026-11-11&formatId=\(String(repeating: "1", count: 65))", "formatId must be at most 64 digits, got 65"),
         ("/v1/reports/reconciliation?formatId=native", "formatId is not a parameter of the reconciliation report"),
         ("/v1/reports/reconciliation?adUnitLevel=1", "adUnitLevel is not a parameter of the reconciliation report"),
         ("/v1/reports/reconciliation?adUnit=bogus", "adUnit must be an ad unit path"),

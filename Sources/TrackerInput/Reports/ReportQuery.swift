@@ -174,11 +174,11 @@ extension ReportQuery {
     /// `formatId`: absent, a custom native format ID (digits) or a system format, as events carry it.
     public static func formatIdFilter(_ value: String?) throws(ReportQueryError) -> String? {
         guard let value, !value.isEmpty else { return nil }
-        guard case .ok = EventRules.checkFormatId(value) else {
-            throw .invalidParameter("formatId must be a custom native format ID (digits, e.g. 10063170) or one of "
-                                    + "\(EventRules.list(SystemFormat.self)), got '\(value.prefix(80))'")
+        switch EventRules.checkFormatId(value) {
+        case .ok: return value
+        case .broken(let rule, let showValue):
+            throw .invalidParameter("formatId \(rule)" + (showValue ? ", got '\(value.prefix(80))'" : ""))
         }
-        return value
     }
 
     /// `adUnitLevel`: absent, or a whole number from 1 to `maxAdUnitLevel`.

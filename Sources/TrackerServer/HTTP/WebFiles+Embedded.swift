@@ -1558,32 +1558,7 @@ components:
         and `formatId`. A funnel field on a type it does not belong to rejects the event.
       required: [id, type, adUnit, occurredAt]
       allOf:
-        - if:
-            properties: {type: {const: click}}
-            required: [type]
-          then:
-            required: [assetKey]
-            properties:
-              assetKey: {$ref: "#/components/schemas/AssetKey"}
-        - if:
-            properties: {type: {enum: [ad_request, ad_failed, mediation_result]}}
-            required: [type]
-          then:
-            required: [loadId]
-            properties:
-              requestId: {type: "null"}
-          else:
-            required: [requestId, formatId]
-        - if:
-            properties: {type: {const: ad_failed}}
-            required: [type]
-          then:
-            required: [errorCode]
-        - if:
-            properties: {type: {const: mediation_result}}
-            required: [type]
-          then:
-            required: [result, adapter, position]
+        - $ref: "#/components/schemas/EventTypeRules"
       properties:
         id:
           description: The idempotency key; any UUID version (v7 recommended), either case, stored lower-case.
@@ -1823,19 +1798,20 @@ components:
                     maximum: 2592000
                   - type: "null"
 
-    BeaconEvent:
-      type: object
+    EventTypeRules:
       description: |
-        An event as `POST /v1/events` takes it (see `Event`, whose rules per type apply: a load's
-        own events carry a `loadId` and no `requestId`), without `occurredAt` and `sentAt`;
-        `id` is optional (a new UUIDv7 when absent).
-      required: [type, adUnit]
+        What each event type requires, for `Event` and `BeaconEvent` alike: `assetKey` on a
+        click; a load's own events (`ad_request`, `ad_failed`, `mediation_result`) a `loadId`
+        and no `requestId`, every other type a `requestId` and a `formatId`; `errorCode` on
+        `ad_failed`; `result`, `adapter` and `position` on `mediation_result`.
       allOf:
         - if:
             properties: {type: {const: click}}
             required: [type]
           then:
             required: [assetKey]
+            properties:
+              assetKey: {$ref: "#/components/schemas/AssetKey"}
         - if:
             properties: {type: {enum: [ad_request, ad_failed, mediation_result]}}
             required: [type]
@@ -1855,6 +1831,16 @@ components:
             required: [type]
           then:
             required: [result, adapter, position]
+
+    BeaconEvent:
+      type: object
+      description: |
+        An event as `POST /v1/events` takes it (see `Event`, whose rules per type apply: a load's
+        own events carry a `loadId` and no `requestId`), without `occurredAt` and `sentAt`;
+        `id` is optional (a new UUIDv7 when absent).
+      required: [type, adUnit]
+      allOf:
+        - $ref: "#/components/schemas/EventTypeRules"
       properties:
         id: {$ref: "#/components/schemas/Event/properties/id"}
         type: {$ref: "#/components/schemas/EventType"}
