@@ -264,6 +264,16 @@ def test_server_answers_every_endpoint_and_status_as_documented(contract, databa
         refused = walk.check("/v1/click", "get", beacon(bad), 400)
         assert "Location" not in refused.headers and refused.json()["error"] == "invalid_beacon"
     walk.check("/v1/pixel.gif", "get", beacon("/v1/pixel.gif?t=" + minted[1]["token"]), 400)
+    # A load's own event as a beacon: a loadId and no requestId, as POST /v1/events takes it; the
+    # document describes the order the server takes and refuses the same event with a requestId.
+    load_order = {"beacons": [{"event": {"type": "ad_request", "loadId": "b-load-1", "adUnit": ad_unit, "adsRequested": 2}}]}
+    contract.validate(load_order, "/components/schemas/BeaconRequest", "a load's beacon order")
+    load_pixel = walk.check("/v1/beacons", "post", mint(json.dumps(load_order)), 200).json()["beacons"][0]["path"]
+    assert walk.check("/v1/pixel.gif", "get", beacon(load_pixel), 200).headers["X-Beacon-Outcome"] == "recorded"
+    with_request = {"beacons": [{"event": dict(load_order["beacons"][0]["event"], requestId="r-1")}]}
+    with pytest.raises(AssertionError):
+        contract.validate(with_request, "/components/schemas/BeaconRequest", "a load's beacon order with a requestId")
+    assert "requestId" in walk.check("/v1/beacons", "post", mint(json.dumps(with_request)), 400).json()["message"]
     unsigned = json.dumps({"beacons": [{"event": order["beacons"][1]["event"]}]})
     assert "beacons[0].destination" in walk.check("/v1/beacons", "post", mint(unsigned), 400).json()["message"]
     walk.check("/v1/beacons", "post", mint(b"{"), 400)

@@ -596,6 +596,26 @@ private func rowKeys(_ ad: Ad, _ table: ProjectionTable) -> Set<ProjectionKey> {
         }
     }
 
+    /// A state's bytes are a function of its events, in any order: a rebuilt `ad_state` equals
+    /// the incremental one byte for byte.
+    @Test func aStateIsStoredAsTheSameBytesForEveryOrderOfItsEvents() throws {
+        var ad = Ad()
+        ad.loaded(.zero)
+        ad.impression(.seconds(2), source: .sdk)
+        ad.impression(.seconds(2), source: .app)
+        ad.click("MainImage", .seconds(1))
+        ad.click("Headline", .seconds(4000))
+        ad.add(.adchoicesImpression, .seconds(3))
+        let reference = AdState.encode(ad.events.sorted(by: AdEvent.earlier))
+        var generator = ContributionSeed(seed: 11)
+        for _ in 0..<50 {
+            #expect(AdState.encode(ad.events.shuffled(using: &generator)) == reference)
+        }
+        var strings = StringTable()
+        let decoded = try #require(reference.withUnsafeBytes { AdState.decode($0, strings: &strings) })
+        #expect(decoded.map(\.id) == ad.events.sorted(by: AdEvent.earlier).map(\.id))
+    }
+
     @Test func replacingAnAdsContributionWithItsNewOneEqualsComputingFromScratch() {
         // What the projector does when a late event arrives: subtract old, add new.
         var ad = Ad()
