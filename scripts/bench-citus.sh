@@ -7,6 +7,11 @@
 # commits, routing, a round trip per worker), not what more machines give.
 #  (1) ingest: batches of 100 from 16 connections for DURATION_SECONDS (20), events/s;
 #  (2) projection: the projector alone (tracker project --once) over what (1) logged, events/s;
+#  (2b) on Citus, one projector against two projectors of groups of shards at once (tracker
+#      project --once, and --once --group 1/2 beside --group 2/2, then a pass of the whole log
+#      for what the last group's step left in the other's inbox), each over a window of the same
+#      ingest with the ad funnel's events (DURATION_SECONDS each), alternating GROUP_ROUNDS (2)
+#      times: events/s and their ratio;
 #  (3) REPORT_EVENTS (10 000 000) synthetic events loaded into each log: tracker rebuild's rate,
 #      then each report over 30 days over HTTP, p50 of 21 calls.
 # Needs the citus extension for PostgreSQL 15 (see scripts/test-citus.sh) and wrk.
@@ -77,6 +82,40 @@ for side in single citus; do
   say "(2) $side: tracker project --once over $((after - before)) events: $(printf '%.1f' "$(echo "$end - $start" | bc -l)") s = $(printf '%.0f' "${project[$side]}") events/s"
 done
 say "    Citus / single node: ingest $(printf '%.2f' "$(echo "${ingest[citus]} / ${ingest[single]}" | bc -l)") x, projection $(printf '%.2f' "$(echo "${project[citus]} / ${project[single]}" | bc -l)") x"
+
+# (2b) One projector against two at once, over windows of the same ingest, alternating; how
+# busy the machine's cores were meanwhile says what they leave a second projector.
+cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }  # busy idle
+cpu_busy() {  # cpu_busy "BUSY IDLE" "BUSY IDLE": the busy share between the two, in %
+  local b0 i0 b1 i1; read -r b0 i0 <<<"$1"; read -r b1 i1 <<<"$2"
+  echo $(( 100 * (b1 - b0) / (b1 - b0 + i1 - i0) ))
+}
+gkey=$(DATABASE_URL=$citus "$bin" keys create --name bench-groups --scope ingest | tail -n 1)
+declare -a one_rates two_rates
+for round in $(seq "${GROUP_ROUNDS:-2}"); do
+  for projectors in 1 2; do
+    serve "$citus" TRACKER_PROJECTOR=off
+    before=$(count "$citus")
+    wrk -t2 -c16 -d"${duration}s" -s scripts/bench/events.lua "http://127.0.0.1:$http" -- "$gkey" 100 $((round * 10 + projectors)) 1 >"$out/citus-wrk-groups.txt"
+    after=$(count "$citus")
+    stop_server
+    start=$(now); cpu_before=$(cpu_ticks)
+    if [ "$projectors" = 1 ]; then
+      DATABASE_URL=$citus "$bin" project --once >/dev/null
+    else
+      DATABASE_URL=$citus "$bin" project --once --group 1/2 >/dev/null & g1=$!
+      DATABASE_URL=$citus "$bin" project --once --group 2/2 >/dev/null & g2=$!
+      wait "$g1" "$g2"
+      DATABASE_URL=$citus "$bin" project --once >/dev/null
+    fi
+    end=$(now); busy=$(cpu_busy "$cpu_before" "$(cpu_ticks)")
+    rate=$(echo "($after - $before) / ($end - $start)" | bc -l)
+    if [ "$projectors" = 1 ]; then one_rates+=("$rate"); else two_rates+=("$rate"); fi
+    say "(2b) round $round, $projectors projector(s): $((after - before)) events with the funnel's in $(printf '%.1f' "$(echo "$end - $start" | bc -l)") s = $(printf '%.0f' "$rate") events/s, the cores ${busy} % busy; inbox left $(psql "$citus" -qAtc "SELECT count(*) FROM projection_inbox")"
+  done
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
+say "    two projectors / one: $(printf '%.2f' "$(echo "$(median "${two_rates[@]}") / $(median "${one_rates[@]}")" | bc -l)") x (medians of ${GROUP_ROUNDS:-2} rounds; all three servers and both projectors on these $(nproc) cores)"
 
 # (3) A large log in both: rebuild rate and report p50.
 for side in single citus; do

@@ -178,7 +178,8 @@ private func backgroundServices(_ configuration: ServeConfiguration, _ deps: Ser
     var services: [any Service] = [deps.log]
     if let status = deps.projectorStatus {
         services.append(Projector(pool: deps.pools.projection, attributionWindow: configuration.attributionWindow,
-                                  batchSize: configuration.projectorBatchSize, status: status, logger: logger))
+                                  batchSize: configuration.projectorBatchSize, group: configuration.projectorGroup, status: status,
+                                  logger: logger))
     }
     if let keepDays = configuration.retentionDays {
         services.append(RetentionService(pool: deps.pools.projection, keepDays: keepDays, logger: logger))

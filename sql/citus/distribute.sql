@@ -29,7 +29,9 @@ CREATE TABLE log_shards (
     worker_checkpoint_seq bigint,
     -- Every row of the shard whose tx is below it is projected (NULL: not known yet). With
     -- log_marks (019_append_marks.sql), what lets a report skip asking the workers.
-    drained_below         xid8
+    drained_below         xid8,
+    -- The newest receipt projected from the shard (020_projector_groups.sql).
+    projected_receipt     timestamptz
 );
 INSERT INTO log_shards (shard_id, node_group, checkpoint_tx, checkpoint_seq)
 SELECT s.shardid, p.groupid, st.checkpoint_tx, st.checkpoint_seq

@@ -55,7 +55,12 @@ enum ClientMinutes {
     /// - Returns: the groups that hold more events than `limit` after this (every event of
     ///   them is `high_rate`), and the events of earlier steps in groups that went over the
     ///   limit in this one (they are to be relabelled).
-    static func count(_ added: [ClientGroup: GroupAddition], limit: Int,
+    ///
+    /// - Parameter concurrently: whether projectors of other groups count into the same groups
+    ///   meanwhile: then every group is first made to exist and the rows are locked in one
+    ///   order, so that two steps wait for each other's counts rather than overwrite them, and
+    ///   never each wait for the other.
+    static func count(_ added: [ClientGroup: GroupAddition], limit: Int, concurrently: Bool = false,
                       on connection: Connection) throws -> (overLimit: Set<ClientGroup>, relabel: [GroupMember]) {
         guard !added.isEmpty else { return ([], []) }
         let groups = Array(added.keys)
@@ -67,8 +72,9 @@ enum ClientMinutes {
             agents.append(g.userAgent)
             addresses.append(bytes: g.address)
         }
-        let stored = try connection.query(ClientMinutesSQL.lock, [minutes.parameter, agents.parameter, addresses.parameter],
-                                          binaryResults: true)
+        let keys = [minutes.parameter, agents.parameter, addresses.parameter]
+        if concurrently { try connection.query(ClientMinutesSQL.create, keys) }
+        let stored = try connection.query(concurrently ? ClientMinutesSQL.lockInOrder : ClientMinutesSQL.lock, keys, binaryResults: true)
         var before: [ClientGroup: (events: Int, members: [UInt8]?)] = [:]
         for row in 0..<stored.rowCount {
             guard let micros = BinaryValue.microsecondsSince1970(timestamptz: stored.bytes(row, 0)),
@@ -110,6 +116,14 @@ enum ClientMinutes {
         var limit = BinaryArray(.timestamptz, capacity: 1)
         limit.append(microsecondsSince1970: minute * ClientGroup.microsecondsPerMinute)
         try connection.query("DELETE FROM client_minutes WHERE minute < ($1::timestamptz[])[1]", [limit.parameter])
+    }
+
+    /// Forgets the groups of minutes an hour before the newest receipt every shard's projector
+    /// has projected (`log_shards.projected_receipt`): with a projector per group of shards, one
+    /// may be far behind another, and a group forgotten before it counted its events would be
+    /// decided on part of them. Nothing is forgotten while a shard has none yet.
+    static func forgetBehindEveryShard(on connection: Connection) throws {
+        try connection.query(ClientMinutesSQL.forgetBehindEveryShard, [String(keptMinutes)])
     }
 
     /// How far behind the newest projected receipt a group is kept.
@@ -156,6 +170,33 @@ enum ClientMinutesSQL {
         JOIN unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
           ON c.minute = g.minute AND c.user_agent_id = g.user_agent_id AND c.client_ip = g.client_ip
         FOR UPDATE OF c
+        """
+
+    /// Makes the groups $1-$3 exist (with no events yet), in one order: `lockInOrder` then
+    /// locks rows that exist, and two steps making the same group wait for each other.
+    static let create = """
+        INSERT INTO client_minutes (minute, user_agent_id, client_ip, events, members)
+        SELECT g.minute, g.user_agent_id, g.client_ip, 0, ''::bytea
+        FROM unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
+        ORDER BY 1, 2, 3
+        ON CONFLICT (minute, user_agent_id, client_ip) DO NOTHING
+        """
+
+    /// `lock`, the rows locked in the order `create` makes them.
+    static let lockInOrder = """
+        SELECT c.minute, c.user_agent_id, c.client_ip, c.events, c.members
+        FROM client_minutes c
+        JOIN unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
+          ON c.minute = g.minute AND c.user_agent_id = g.user_agent_id AND c.client_ip = g.client_ip
+        ORDER BY c.minute, c.user_agent_id, c.client_ip
+        FOR UPDATE OF c
+        """
+
+    /// `ClientMinutes.forgetBehindEveryShard`: $1 the minutes kept.
+    static let forgetBehindEveryShard = """
+        DELETE FROM client_minutes
+        WHERE minute < (SELECT date_trunc('minute', min(projected_receipt)) FROM log_shards HAVING bool_and(projected_receipt IS NOT NULL))
+                       - make_interval(mins => $1::int)
         """
 
     static let store = """

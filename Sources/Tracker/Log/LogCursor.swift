@@ -46,6 +46,9 @@ struct LogProgress {
     var reached: Bool
     var checkpoint: String?
     var readable: Bool
+    /// The highest sequence number in the groups' inbox when the log's cursors were first found
+    /// at the head: what was owed for the events up to the head is at or below it.
+    var inboxMark: Int64? = nil
 }
 
 /// The projections' place in the log, read one way by all who need it: the projector and
@@ -79,18 +82,31 @@ public struct LogCursor: Sendable {
     }
 
     /// How far the projections are toward `head` (read in the caller's transaction, if any).
-    static func progress(on connection: Connection, layout: LogLayout, toward head: LogHead) throws -> LogProgress {
+    ///
+    /// On a distributed log the projections reach the head once every cursor does and then
+    /// the groups' inbox holds nothing it held at that moment (`inboxMark`, the previous
+    /// progress's): what a group's step owed another group for the events up to the head was
+    /// written with its checkpoints. `waitsForInbox` false: the cursors alone (a projector's
+    /// catch-up, whose steps fold its inbox).
+    static func progress(on connection: Connection, layout: LogLayout, toward head: LogHead, inboxMark: Int64? = nil,
+                         waitsForInbox: Bool = true) throws -> LogProgress {
         switch (layout, head) {
         case (.citus(let log), .shards(let heads)):
-            let (behind, backlog) = try log.reading(on: connection) { shards -> ([LogShard], [Int64: ShardBacklog]) in
+            let (behind, backlog, inbox) = try log.reading(on: connection) { shards -> ([LogShard], [Int64: ShardBacklog], ClosedRange<Int64>?) in
                 let behind = shards.all.filter { shard in heads[shard.cursor].map { !shard.checkpoint.reaches($0) } ?? false }
-                if behind.isEmpty { return ([], [:]) }
+                if behind.isEmpty { return ([], [:], shards.inboxSeqs) }
                 // Every shard is asked (one statement text per worker, prepared once), the answer
                 // read for the shards behind.
-                return (behind, try log.backlog(shards, cap: 1))
+                return (behind, try log.backlog(shards, cap: 1), shards.inboxSeqs)
             }
-            if behind.isEmpty { return LogProgress(reached: true, checkpoint: nil, readable: false) }
-            let runs = try connection.query(SQL.projectorRunning, [.text(ProjectorSQL.lock), .text(ProjectorSQL.running)]).bool(0, 0) ?? false
+            let projectorRuns = { try connection.query(SQL.projectorRunning, [.text(ProjectorSQL.lock), .text(ProjectorSQL.running)]).bool(0, 0) ?? false }
+            if behind.isEmpty {
+                guard waitsForInbox, let inbox else { return LogProgress(reached: true, checkpoint: nil, readable: false) }
+                let mark = inboxMark ?? inbox.upperBound
+                if inbox.lowerBound > mark { return LogProgress(reached: true, checkpoint: nil, readable: false) }
+                return LogProgress(reached: false, checkpoint: "inbox:\(inbox.lowerBound)", readable: !(try projectorRuns()), inboxMark: mark)
+            }
+            let runs = try projectorRuns()
             return LogProgress(reached: false, checkpoint: behind.map { "\($0.cursor):\($0.checkpoint.tx)/\($0.checkpoint.seq)" }.joined(separator: ","),
                                readable: !runs && behind.contains { backlog[$0.cursor]?.readable ?? false })
         case (_, .single(let position)):
@@ -127,8 +143,11 @@ public struct LogCursor: Sendable {
                                  seconds: Double(r.string(0, 1) ?? "0") ?? 0)
         case .citus(let log):
             // Counted up to the cap on each shard: never 0 while an event waits anywhere.
-            let backlog = try log.reading(on: connection) { try log.backlog($0, cap: ProjectionLag.cap, networks: networks) }.values
-            return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events },
+            // The groups' inbox counts too (unscoped: its entries name no network cheaply).
+            let (backlog, inbox) = try log.reading(on: connection) { shards in
+                (try log.backlog(shards, cap: ProjectionLag.cap, networks: networks).values, networks == nil ? shards.inboxEntries : 0)
+            }
+            return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events } + inbox,
                                  seconds: backlog.compactMap(\.seconds).max() ?? 0)
         }
     }
@@ -140,7 +159,10 @@ public struct LogCursor: Sendable {
     /// the lag is 0 for every scope.
     private static func caughtUp(_ log: CitusLog, on connection: Connection) throws -> Bool {
         if try CitusLog.caughtUpByMarks(on: connection) { return true }
-        return try log.reading(on: connection) { try log.backlog($0, cap: 1) }.values.allSatisfy { $0.events == 0 }
+        return try log.reading(on: connection) { shards in
+            guard shards.inboxEntries == 0 else { return false }
+            return try log.backlog(shards, cap: 1).values.allSatisfy { $0.events == 0 }
+        }
     }
 
     /// Waits (at most `maxWait`) until the projections hold every event committed when it was
@@ -180,10 +202,14 @@ public struct LogCursor: Sendable {
         guard !first.reached, ContinuousClock.now - start < maxWait else { return nil }
         var checkpoint = first.checkpoint
         var moved = start
+        var inboxMark = first.inboxMark
         while true {
             try await Task.sleep(for: .milliseconds(20))
-            let progress = try await pool.withConnection { try Self.progress(on: $0, layout: layout, toward: head) }
+            let progress = try await pool.withConnection { [inboxMark] in
+                try Self.progress(on: $0, layout: layout, toward: head, inboxMark: inboxMark)
+            }
             if progress.reached { return nil }
+            inboxMark = progress.inboxMark
             let time = ContinuousClock.now
             if progress.checkpoint != checkpoint || !progress.readable { (checkpoint, moved) = (progress.checkpoint, time) }
             if time - start >= maxWait || time - moved >= stallLimit { return nil }
@@ -207,6 +233,8 @@ public struct LogCursor: Sendable {
             let (early, waiting) = try await pool.withConnection { c -> (T?, Bool) in
                 if try CitusLog.caughtUpByMarks(on: c) { return (try read(c), false) }
                 let shards = try log.shards(on: c)
+                // What one group's step owes another's states waits like the log.
+                if shards.inboxEntries > 0 { return (nil, true) }
                 let (backlog, value) = try log.backlog(shards, cap: 1) { try read(c) }
                 // A pass that failed (a shard moved between the listing and the read) proves
                 // nothing: the wait below lists the shards again.

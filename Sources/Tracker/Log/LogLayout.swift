@@ -131,6 +131,10 @@ struct LogShards: Sendable {
     /// Whether the worker-stamped rows' day is more than an hour past: once none of those rows
     /// waits, their cursors can retire.
     var workerOrderDue: Bool
+    /// Entries in the groups' inbox (`projection_inbox`), of every shard.
+    var inboxEntries = 0
+    /// The lowest and highest sequence number in the inbox (`nil`: it is empty).
+    var inboxSeqs: ClosedRange<Int64>?
 
     var count: Int { all.count }
     var nodes: Set<WorkerNode> { Set(all.map(\.node)) }
@@ -202,7 +206,9 @@ final class CitusLog: Sendable {
         guard !shards.isEmpty, let taken = r.string(0, 11).flatMap(UInt64.init) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "log_shards lists no shard of the log")
         }
-        return LogShards(all: shards, taken: taken, workerOrderDue: r.bool(0, 12) ?? false)
+        let inbox = r.int64(0, 14).flatMap { low in r.int64(0, 15).map { low...max(low, $0) } }
+        return LogShards(all: shards, taken: taken, workerOrderDue: r.bool(0, 12) ?? false, inboxEntries: Int(r.int64(0, 13) ?? 0),
+                         inboxSeqs: inbox)
     }
 
     /// `read` over the cursors as a listing finds them, listed again (up to three listings) while
@@ -309,8 +315,8 @@ final class CitusLog: Sendable {
     }
 
     /// Whether every event committed before the call is projected, asked of the coordinator
-    /// alone: every shard has a drained horizon, none has worker-stamped rows waiting, and no
-    /// append's mark is at or past the lowest horizon. `false` says only that the workers must be
+    /// alone: every shard has a drained horizon, none has worker-stamped rows waiting, no
+    /// append's mark is at or past the lowest horizon, and the groups' inbox is empty. `false` says only that the workers must be
     /// asked: also on a standby (its marks and horizons may be replayed before the rows they
     /// speak of) and on projections swapped in by a rebuild of a version without the horizons.
     static func caughtUpByMarks(on coordinator: Connection) throws -> Bool {
@@ -381,14 +387,23 @@ final class CitusLog: Sendable {
     /// Moves the checkpoints of the cursors a step read to the last row each gave, in the
     /// step's transaction; retires the worker-stamped cursors once their day is past and none
     /// of their rows waits.
-    func advance(_ shards: LogShards, to ends: [Int64: LogBatch.ShardEnd], on coordinator: Connection) throws {
-        var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8)
+    ///
+    /// A projector of one group of shards (`group`) also records the newest receipt it
+    /// projected from each shard (`ClientMinutes.forgetBehindEveryShard`), and leaves the
+    /// retirement, which writes every shard's row, to a projector of the whole log.
+    func advance(_ shards: LogShards, to ends: [Int64: LogBatch.ShardEnd], group: Bool = false, on coordinator: Connection) throws {
+        var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8), receipts = BinaryArray(.timestamptz)
         for (cursor, last) in ends {
             ids.append(cursor)
             txs.append(String(last.tx))
             seqs.append(last.seq)
+            receipts.append(microsecondsSince1970: last.newestReceipt.microseconds)
         }
         if ids.count > 0 { try coordinator.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter]) }
+        if group {
+            if ids.count > 0 { try coordinator.query(CitusSQL.projectedReceipts, [ids.parameter, receipts.parameter]) }
+            return
+        }
         let workerStamped = shards.all.filter { $0.cursor < 0 }
         guard shards.workerOrderDue, !workerStamped.isEmpty, !workerStamped.contains(where: { ends[$0.cursor] != nil }) else { return }
         let waiting = try backlog(LogShards(all: workerStamped, taken: shards.taken, workerOrderDue: true), cap: 1)
@@ -546,16 +561,19 @@ enum CitusSQL {
     /// rows, 6-7 checkpoint of its worker-stamped rows (NULL: none wait), 8 its number of
     /// placements, 9 the day coordinator stamps begin (NULL: every row has one), 10 whether the
     /// shard is on the worker that stamped its older rows, 11 the coordinator's snapshot xmin,
-    /// 12 whether the worker-stamped rows' day is more than an hour past.
+    /// 12 whether the worker-stamped rows' day is more than an hour past, 13-15 the entries of
+    /// the groups' inbox and their lowest and highest sequence numbers (NULL: none).
     static let shards = """
         SELECT l.shard_id, shard_name('events'::regclass, l.shard_id), n.nodename, n.nodeport,
                l.checkpoint_tx::text, l.checkpoint_seq, l.worker_checkpoint_tx::text, l.worker_checkpoint_seq,
                count(*) OVER (PARTITION BY l.shard_id),
                CASE WHEN o.coordinator_from > '-infinity' THEN to_char(o.coordinator_from, 'YYYY-MM-DD') END,
                p.groupid = l.node_group, pg_snapshot_xmin(pg_current_snapshot())::text,
-               now() >= (o.coordinator_from::timestamp AT TIME ZONE 'UTC') + interval '1 hour'
+               now() >= (o.coordinator_from::timestamp AT TIME ZONE 'UTC') + interval '1 hour',
+               i.entries, i.low, i.high
         FROM log_shards l
         CROSS JOIN log_order o
+        CROSS JOIN (SELECT count(*) AS entries, min(seq) AS low, max(seq) AS high FROM projection_inbox) i
         JOIN pg_dist_placement p ON p.shardid = l.shard_id
         JOIN pg_dist_node n ON n.groupid = p.groupid
         ORDER BY l.shard_id
@@ -696,6 +714,13 @@ enum CitusSQL {
         WHERE l.shard_id = u.shard
         """
 
+    /// The newest receipt projected from each shard: $1 cursors, $2 receipts.
+    static let projectedReceipts = """
+        UPDATE log_shards l SET projected_receipt = greatest(l.projected_receipt, u.receipt)
+        FROM (SELECT abs(c) AS shard, max(r) AS receipt FROM unnest($1::bigint[], $2::timestamptz[]) AS x(c, r) GROUP BY 1) u
+        WHERE l.shard_id = u.shard
+        """
+
     /// Every worker-stamped row is projected: from now on every row is read in the
     /// coordinator's order.
     static let retireWorkerOrder = [
@@ -750,9 +775,13 @@ enum CitusSQL {
     static let caughtUp = PreparedStatement(name: "tracker_citus_caught_up", sql: """
         SELECT bool_and(l.drained_below IS NOT NULL AND l.worker_checkpoint_tx IS NULL)
                AND NOT EXISTS (SELECT 1 FROM log_marks m WHERE m.tx >= (SELECT min(drained_below) FROM log_shards))
+               AND NOT EXISTS (SELECT 1 FROM projection_inbox)
                AND NOT pg_is_in_recovery()
         FROM log_shards l
         """)
+
+    /// Locks the checkpoints of the shards $1 for a projector of a group of them, in one order.
+    static let lockShards = "SELECT shard_id FROM log_shards WHERE shard_id = ANY($1::bigint[]) ORDER BY shard_id FOR UPDATE"
 
     /// Keeps a rebuild from starting until the caller's transaction ends; false when one runs.
     static let lockAgainstRebuilds = "SELECT pg_try_advisory_xact_lock(hashtext($1))"

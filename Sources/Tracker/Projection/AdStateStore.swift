@@ -38,25 +38,73 @@ enum AdStateStore {
     /// those it left unlabelled. The changed projection rows are written in parts of at most
     /// `rowsPerWrite` rows (`ProjectionChanges`).
     @discardableResult
-    static func project(_ batch: LogBatch, rules: AdContribution, labeller: IVTLabeller, rowKey: RowKey, rowsPerWrite: Int,
-                        strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
+    static func project(_ batch: LogBatch, inbox: [InboxEntry] = [], routing: inout ShardRouting, rules: AdContribution, labeller: IVTLabeller,
+                        rowKey: RowKey, rowsPerWrite: Int, strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
         var tally = ImpressionTally()
-        var changes = try load(Set(batch.events.keys), rowKey: rowKey, strings: &strings, on: connection)
+        // Load references whose load another group writes: labelled here with the step's other
+        // events (their client is known only here), then left in that group's inbox.
+        let foreign = try routing.foreign(batch.events.compactMap { key, logged in
+            logged.allSatisfy(\.event.isLoadReference) ? key : nil
+        }, on: connection)
+        var changes = try load(Set(batch.events.keys).subtracting(foreign).union(inbox.map(\.key)), rowKey: rowKey,
+                               strings: &strings, on: connection)
+        // The inbox's references first: a relabel, in the inbox or of this step, may name them.
+        receive(inbox, into: &changes)
         var fresh = freshEvents(of: batch, in: changes)
         try label(&fresh, by: labeller, on: connection)
         if let limit = labeller.rules.maxEventsPerClientMinute {
-            try applyHighRate(limit: limit, to: &fresh, and: &changes, tally: &tally, rowKey: rowKey, strings: &strings, on: connection)
-            if batch.newestReceipt.microseconds > 0 {
-                try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
-                                         on: connection)
+            try applyHighRate(limit: limit, to: &fresh, and: &changes, tally: &tally, routing: &routing, rowKey: rowKey,
+                              strings: &strings, on: connection)
+            if routing.isWhole {
+                if batch.newestReceipt.microseconds > 0 {
+                    try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
+                                             on: connection)
+                }
+            } else {
+                try ClientMinutes.forgetBehindEveryShard(on: connection)
             }
         }
+        relabel(inbox, in: &changes, tally: &tally)
         for (key, logged) in fresh {
             for l in logged { tally.count(l.event) }
+            if foreign.contains(key) {
+                for l in logged { routing.send(reference: l.event, to: key) }
+                continue
+            }
             changes[key, default: Change(stored: nil, events: [])].events += logged.map(\.event)
         }
-        try write(changes, rules: rules, rowKey: rowKey, rowsPerWrite: rowsPerWrite, on: connection)
+        try write(changes, rules: rules, rowKey: rowKey, rowsPerWrite: rowsPerWrite,
+                  rowsLock: routing.isWhole ? nil : ProjectorSQL.rowsLock, on: connection)
         return tally
+    }
+
+    /// Adds the inbox's load references to their loads' states (an event a state holds already
+    /// is not added again: the inbox is written once per log row, but a state is the judge).
+    private static func receive(_ inbox: [InboxEntry], into changes: inout Changes) {
+        for entry in inbox {
+            guard case .reference(let event) = entry.content else { continue }
+            var change = changes[entry.key] ?? Change(stored: nil, events: [])
+            let identity = EventIdentity(event)
+            guard !change.events.contains(where: { EventIdentity($0) == identity }) else { continue }
+            change.events.append(event)
+            changes[entry.key] = change
+        }
+    }
+
+    /// Labels `high_rate` the events the inbox's relabels name (those not labelled already).
+    private static func relabel(_ inbox: [InboxEntry], in changes: inout Changes, tally: inout ImpressionTally) {
+        var byKey: [String: Set<PackedUUID>] = [:]
+        for entry in inbox {
+            if case .relabel(let id) = entry.content { byKey[entry.key, default: []].insert(id) }
+        }
+        for (key, ids) in byKey {
+            guard var change = changes[key] else { continue }
+            for i in change.events.indices where change.events[i].label == nil && ids.contains(change.events[i].id) {
+                change.events[i].label = .highRate
+                tally.count(change.events[i])
+            }
+            changes[key] = change
+        }
     }
 
     /// The step's events that their states do not hold yet (an event is known to a state by its
@@ -101,8 +149,8 @@ enum AdStateStore {
     /// `ad_loaded` again, a member but not a second event); a group over the limit labels all
     /// its events, those of earlier steps too, whose states are loaded into `changes`.
     private static func applyHighRate(limit: Int, to fresh: inout Fresh, and changes: inout Changes,
-                                      tally: inout ImpressionTally, rowKey: RowKey, strings: inout StringTable,
-                                      on connection: Connection) throws {
+                                      tally: inout ImpressionTally, routing: inout ShardRouting, rowKey: RowKey,
+                                      strings: inout StringTable, on connection: Connection) throws {
         var added: [ClientGroup: GroupAddition] = [:]
         for (key, logged) in fresh {
             for l in logged {
@@ -111,12 +159,18 @@ enum AdStateStore {
                 added[group, default: GroupAddition()].members.append(GroupMember(requestId: key, id: l.event.id))
             }
         }
-        let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, on: connection)
+        let (overLimit, relabel) = try ClientMinutes.count(added, limit: limit, concurrently: !routing.isWhole, on: connection)
         setLabels(of: &fresh) { IVTLabel.of(client: $0.event.label, group: group(of: $0), overLimit: overLimit.contains) }
         guard !relabel.isEmpty else { return }
         let missing = Set(relabel.map(\.requestId)).subtracting(changes.keys)
-        changes.merge(try load(missing, rowKey: rowKey, strings: &strings, on: connection)) { a, _ in a }
+        // Another group's states get their labels through its inbox.
+        let foreign = try routing.foreign(missing, on: connection)
+        changes.merge(try load(missing.subtracting(foreign), rowKey: rowKey, strings: &strings, on: connection)) { a, _ in a }
         for (key, members) in Dictionary(grouping: relabel, by: \.requestId).mapValues({ Set($0.map(\.id)) }) {
+            if foreign.contains(key) {
+                for id in members { routing.send(relabel: id, of: key) }
+                continue
+            }
             guard var change = changes[key] else { continue }
             change.events = change.events.map { e in
                 var e = e
@@ -131,8 +185,13 @@ enum AdStateStore {
     }
 
     /// Writes the changed states and what their change does to the projection tables.
-    private static func write(_ changes: Changes, rules: AdContribution, rowKey: RowKey, rowsPerWrite: Int, on connection: Connection) throws {
-        var rows = ProjectionChanges(rowsPerWrite: rowsPerWrite)
+    ///
+    /// - Parameter rowsLock: the advisory lock taken before the first projection row is written,
+    ///   when projectors of other groups write them too (their half-day rows are read, added to
+    ///   and written back); held until the step commits.
+    private static func write(_ changes: Changes, rules: AdContribution, rowKey: RowKey, rowsPerWrite: Int, rowsLock: String?,
+                              on connection: Connection) throws {
+        var rows = ProjectionChanges(rowsPerWrite: rowsPerWrite, lock: rowsLock)
         var newKeys = BinaryArray(.text), newStates = BinaryArray(.bytea)
         var changedRows = BinaryArray(rowKey.element), changedStates = BinaryArray(.bytea)
         var buffer: [UInt8] = []
@@ -154,6 +213,9 @@ enum AdStateStore {
         if newKeys.count > 0 { try connection.query(AdStateSQL.insert, [newKeys.parameter, newStates.parameter]) }
         if changedRows.count > 0 { try connection.query(rowKey.update, [changedRows.parameter, changedStates.parameter]) }
         try rows.write(on: connection)
+        // The step's writes of shared rows after this one (checkpoint counts, marks) come under
+        // the lock too, whether or not it changed a projection row.
+        try rows.lockOnce(on: connection)
     }
 
     /// How a state tells its events apart: an `ad_loaded` and its load reference share an id

@@ -20,6 +20,8 @@ struct LogBatch {
         var tx: UInt64
         var seq: Int64
         var rows: Int
+        /// The newest receipt among the shard's rows.
+        var newestReceipt: Timestamp
     }
 
     /// The events of each ad and load the step touches, by state key.
@@ -55,7 +57,9 @@ struct LogBatch {
                 guard let shard = ByteReader.int64(rows.bytes(r, Self.shardColumn)) else {
                     throw DatabaseError(.unexpectedResult, serverMessage: "projector: a log row without its shard")
                 }
-                shardEnds[shard] = ShardEnd(tx: tx, seq: seq, rows: (shardEnds[shard]?.rows ?? 0) + 1)
+                let before = shardEnds[shard]
+                shardEnds[shard] = ShardEnd(tx: tx, seq: seq, rows: (before?.rows ?? 0) + 1,
+                                            newestReceipt: max(before?.newestReceipt ?? row.receivedAt, row.receivedAt))
             }
         }
         if let rows = results.last(where: { $0.rowCount > 0 }) {

@@ -112,8 +112,19 @@ struct ProjectionChanges {
     var added = Contribution()
     var removed = Contribution()
 
-    init(rowsPerWrite: Int) {
+    /// The advisory lock taken before the first write (`nil`: none, the caller is the only writer).
+    private var lock: String?
+
+    init(rowsPerWrite: Int, lock: String? = nil) {
         self.rowsPerWrite = max(1, rowsPerWrite)
+        self.lock = lock
+    }
+
+    /// Takes `lock`, if it is not held yet; it is held until the transaction ends.
+    mutating func lockOnce(on connection: Connection) throws {
+        guard let name = lock else { return }
+        try connection.lockForTransaction(name)
+        lock = nil
     }
 
     /// Writes the changes held when they reach `rowsPerWrite` rows.
@@ -127,6 +138,7 @@ struct ProjectionChanges {
         swap(&delta, &added)
         delta.subtract(removed)
         removed = Contribution()
+        try lockOnce(on: connection)
         // Rows that cancelled out are left to the writer, which skips them: no copy without them.
         try ProjectionWriter.apply(delta, on: connection)
     }
@@ -140,7 +152,8 @@ struct ProjectionChanges {
 ///
 /// The half-day rows are read, added to and written back, so the caller must be their only
 /// writer until it commits: a projector step holds the projector's lock (`ProjectorSQL.lock`),
-/// and a rebuild writes tables of its own schema before it swaps them in under that lock.
+/// or, as one of the groups' projectors, the lock of the rows (`ProjectorSQL.rowsLock`); a
+/// rebuild writes tables of its own schema before it swaps them in under the projector's lock.
 enum ProjectionWriter {
     static func apply(_ delta: Contribution, on connection: Connection) throws {
         for table in ProjectionTable.allCases {

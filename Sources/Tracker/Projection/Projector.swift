@@ -35,6 +35,9 @@ public final class Projector: Service, Sendable {
 
     /// Projection rows a step holds before it writes them (`ProjectionChanges`).
     public let rowsPerWrite: Int
+    /// The group of shards this projector reads, one of several projectors working at once on
+    /// a distributed log; `nil`: the whole log, taking turns with any other projector.
+    public let group: ProjectorGroup?
     /// When the last step that read the log began. On a distributed log a step between two
     /// reads first asks the coordinator whether an append's mark lies past the shards' drained
     /// horizons (`CitusLog.caughtUpByMarks`), and reads the workers only then: an idle
@@ -54,9 +57,10 @@ public final class Projector: Service, Sendable {
     public static let defaultRowsPerWrite = 4_000
 
     public init(pool: ConnectionPool, attributionWindow: Duration = AdContribution.defaultAttributionWindow, batchSize: Int = Projector.defaultBatchSize,
-                rowsPerWrite: Int = Projector.defaultRowsPerWrite,
+                rowsPerWrite: Int = Projector.defaultRowsPerWrite, group: ProjectorGroup? = nil,
                 pollInterval: Duration = .milliseconds(100), status: ProjectorStatus = ProjectorStatus(), logger: Logger) {
         self.pool = pool
+        self.group = group
         self.attributionWindow = attributionWindow
         self.batchSize = batchSize
         self.rowsPerWrite = rowsPerWrite
@@ -135,7 +139,7 @@ public final class Projector: Service, Sendable {
         let window = attributionWindow
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
-        let (labellers, conninfo) = (self.labellers, pool.conninfo)
+        let (labellers, conninfo, group) = (self.labellers, pool.conninfo, self.group)
         let outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
             if case .citus = layout, let last = self.lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
@@ -144,7 +148,7 @@ public final class Projector: Service, Sendable {
             }
             self.lastRead.withLock { $0 = started }
             return try connection.transaction {
-                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true)
+                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true, group: group)
             }
         }
         if outcome.consumed > 0 {
@@ -163,12 +167,18 @@ public final class Projector: Service, Sendable {
     @discardableResult
     public func catchUp() async throws -> Int {
         try await checkWindow()
-        let (window, pause, labellers, conninfo) = (attributionWindow, pollInterval, labellers, pool.conninfo)
+        let (window, pause, labellers, conninfo, group) = (attributionWindow, pollInterval, labellers, pool.conninfo, self.group)
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         return try await pool.withConnection { c in
             let layout = try LogLayout.of(c, conninfo: conninfo)
-            return try Self.catchUp(on: c, layout: layout, to: try LogCursor.head(on: c, layout: layout), window: window, limit: limit,
-                                    pause: pause, labellers: labellers, drains: true)
+            var head = try LogCursor.head(on: c, layout: layout)
+            // A group catches up with its own shards.
+            if let group, case .citus(let log) = layout, case .shards(let heads) = head {
+                let own = group.shards(of: try log.shards(on: c).all.map(\.id))
+                head = .shards(heads.filter { own.contains(abs($0.key)) })
+            }
+            return try Self.catchUp(on: c, layout: layout, to: head, window: window, limit: limit,
+                                    pause: pause, labellers: labellers, drains: true, group: group)
         }
     }
 
@@ -177,7 +187,8 @@ public final class Projector: Service, Sendable {
     /// `searchPath` points the steps at other projection tables (a rebuild's fresh schema);
     /// `drains` is `step`'s.
     static func catchUp(on connection: Connection, layout: LogLayout, to head: LogHead?, window: Duration, limit: StepLimits,
-                        pause: Duration, labellers: LabellerCache, searchPath: String? = nil, drains: Bool = false) throws -> Int {
+                        pause: Duration, labellers: LabellerCache, searchPath: String? = nil, drains: Bool = false,
+                        group: ProjectorGroup? = nil) throws -> Int {
         func inTransaction<T>(_ body: () throws -> T) throws -> T {
             try connection.transaction {
                 if let searchPath { try connection.execute("SET LOCAL search_path = \(searchPath)") }
@@ -187,20 +198,23 @@ public final class Projector: Service, Sendable {
         var total = 0
         while true {
             let outcome = try inTransaction {
-                try step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: drains)
+                try step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: drains, group: group)
             }
             total += outcome.consumed
             if outcome.more { continue }
             guard let head else { return total }
-            let reached = try inTransaction { try LogCursor.progress(on: connection, layout: layout, toward: head).reached }
+            let reached = try inTransaction {
+                try LogCursor.progress(on: connection, layout: layout, toward: head, waitsForInbox: false).reached
+            }
             if reached { return total }
             // Nothing readable yet: an older transaction elsewhere is still open.
             if outcome.consumed == 0 { try connection.sleep(for: pause) }
         }
     }
 
-    /// What one step did: the log events it consumed, whether more were ready than it took, and
-    /// the impressions it labelled or not.
+    /// What one step did: the log events it consumed, whether more were ready than it took (or
+    /// it folded entries of the groups' inbox, after which more may have come), and the
+    /// impressions it labelled or not.
     struct StepOutcome {
         var consumed: Int
         var more: Bool
@@ -217,19 +231,29 @@ public final class Projector: Service, Sendable {
     /// One step in the caller's transaction: the next events of the log, read under the
     /// projector's lock, folded into the projections with the new checkpoints.
     ///
-    /// - Parameter drains: whether a step on a distributed log records the horizons below which
-    ///   each shard is read (`CitusLog.recordDrained`): the live projections' projector does, a
-    ///   rebuild's steps on its own tables do not.
+    /// - Parameters:
+    ///   - drains: whether a step on a distributed log records the horizons below which each
+    ///     shard is read (`CitusLog.recordDrained`): the live projections' projector does, a
+    ///     rebuild's steps on its own tables do not.
+    ///   - group: the group of shards the step reads (`nil`: the whole log). Projectors of groups
+    ///     share the projector's lock, so they step at once while a projector of the whole log
+    ///     or a rebuild's swap waits for them all.
     static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: StepLimits, labellers: LabellerCache,
-                     drains: Bool = false) throws -> StepOutcome {
+                     drains: Bool = false, group: ProjectorGroup? = nil) throws -> StepOutcome {
         // The planner settings keep every statement of the step on its index, and the step's
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
-        try connection.lockForTransaction(ProjectorSQL.lock)
+        if group != nil {
+            try connection.query(ProjectorSQL.lockShared, [ProjectorSQL.lock])
+        } else {
+            try connection.lockForTransaction(ProjectorSQL.lock)
+        }
         let layout = try layout.refreshed(on: connection)
-        let (tx, seq, ivtRules) = try lockState(on: connection, window: window)
+        let (tx, seq, ivtRules) = try lockState(on: connection, window: window, shared: group != nil)
+        var routing = ShardRouting(own: nil)
         switch layout {
         case .singleNode, .coordinator:
+            if let group { throw ProjectorError.groupsNeedADistributedLog(group: group.description) }
             var strings = StringTable()
             // The rows read go once they are in the batch: the step holds one copy of its events.
             let (batch, read): (LogBatch, Int) = try {
@@ -237,27 +261,42 @@ public final class Projector: Service, Sendable {
                 return (try LogBatch([rows], shardColumn: false, strings: &strings), rows.rowCount)
             }()
             guard read > 0 else { return StepOutcome(consumed: 0, more: false) }
-            let impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID,
+            let impressions = try project(batch, routing: &routing, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID,
                                           rowsPerWrite: limit.rowsPerWrite, strings: &strings, on: connection)
             try connection.query(ProjectorSQL.checkpoint, [String(batch.lastTx), String(batch.lastSeq), String(read)])
             return StepOutcome(consumed: read, more: read == limit.events, impressions: impressions)
         case .citus(let log):
             // Each shard in its own order, an equal share of the step each.
-            let shards = try log.shards(on: connection)
+            var shards = try log.shards(on: connection)
+            if let group {
+                // The group's shards, their checkpoints locked first and then read: another
+                // projector that counts them in its group waits for this step's commit.
+                let own = group.shards(of: shards.all.map(\.id))
+                var ids = BinaryArray(.int8, capacity: own.count)
+                for id in own { ids.append(id) }
+                try connection.query(CitusSQL.lockShards, [ids.parameter])
+                shards = try log.shards(on: connection)
+                shards.all.removeAll { !own.contains($0.id) }
+                routing = ShardRouting(own: own)
+                guard !shards.all.isEmpty else { return StepOutcome(consumed: 0, more: false) }
+            }
             let perShard = max(limit.events / shards.count, 1)
             let (results, below) = try log.nextEvents(shards, limit: perShard)
             let consumed = results.reduce(0) { $0 + $1.rowCount }
             var outcome = StepOutcome(consumed: consumed, more: false)
             var ends: [Int64: LogBatch.ShardEnd] = [:]
-            if consumed > 0 {
-                var strings = StringTable()
+            var strings = StringTable()
+            let inbox = shards.inboxEntries > 0 ? try Inbox.read(for: routing.own, strings: &strings, on: connection) : nil
+            if consumed > 0 || !(inbox?.entries.isEmpty ?? true) {
                 let batch = try LogBatch(results, shardColumn: true, strings: &strings)
-                outcome.impressions = try project(batch, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .requestId,
-                                                  rowsPerWrite: limit.rowsPerWrite, strings: &strings, on: connection)
-                try log.advance(shards, to: batch.shardEnds, on: connection)
-                try connection.query(ProjectorSQL.countProjected, [String(consumed)])
+                outcome.impressions = try project(batch, inbox: inbox?.entries ?? [], routing: &routing, ivtRules: ivtRules, window: window,
+                                                  labellers: labellers, rowKey: .requestId, rowsPerWrite: limit.rowsPerWrite,
+                                                  strings: &strings, on: connection)
+                try Inbox.settle(read: inbox?.seqs ?? BinaryArray(.int8), outbox: routing.outbox, on: connection)
+                try log.advance(shards, to: batch.shardEnds, group: group != nil, on: connection)
+                if consumed > 0 { try connection.query(ProjectorSQL.countProjected, [String(consumed)]) }
                 ends = batch.shardEnds
-                outcome.more = ends.values.contains { $0.rows >= perShard }
+                outcome.more = ends.values.contains { $0.rows >= perShard } || !(inbox?.entries.isEmpty ?? true)
             }
             if drains {
                 // A coordinator-stamped cursor that gave fewer rows than its share has none left below the horizon.
@@ -269,11 +308,13 @@ public final class Projector: Service, Sendable {
     }
 
     /// Folds a step's events into the projections (in the caller's transaction).
-    private static func project(_ batch: LogBatch, ivtRules: Int, window: Duration, labellers: LabellerCache, rowKey: AdStateStore.RowKey,
-                                rowsPerWrite: Int, strings: inout StringTable, on connection: Connection) throws -> ImpressionTally {
-        guard !batch.events.isEmpty else { return ImpressionTally() }
+    private static func project(_ batch: LogBatch, inbox: [InboxEntry] = [], routing: inout ShardRouting, ivtRules: Int, window: Duration,
+                                labellers: LabellerCache, rowKey: AdStateStore.RowKey, rowsPerWrite: Int, strings: inout StringTable,
+                                on connection: Connection) throws -> ImpressionTally {
+        guard !batch.events.isEmpty || !inbox.isEmpty else { return ImpressionTally() }
         let labeller = try labellers.labeller(version: ivtRules, on: connection)
-        return try AdStateStore.project(batch, rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
+        return try AdStateStore.project(batch, inbox: inbox, routing: &routing,
+                                        rules: AdContribution(attributionWindow: window, maxClicksPerAd: labeller.rules.maxClicksPerAd),
                                         labeller: labeller, rowKey: rowKey, rowsPerWrite: rowsPerWrite, strings: &strings, on: connection)
     }
 
@@ -281,11 +322,17 @@ public final class Projector: Service, Sendable {
     /// projections, after making sure they were computed with `window` (set it when nothing is
     /// projected yet, refuse otherwise). Projections with nothing in them take the newest rule
     /// set; others keep theirs until `tracker rebuild` applies a newer one.
-    static func lockState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64, ivtRules: Int) {
-        let state = try connection.query(ProjectorSQL.state)
+    ///
+    /// `shared`: the row is read without a lock (projectors of groups read it at once), and
+    /// locked only when it is to be written.
+    static func lockState(on connection: Connection, window: Duration, shared: Bool = false) throws -> (tx: String, seq: Int64, ivtRules: Int) {
+        let state = try connection.query(shared ? ProjectorSQL.stateUnlocked : ProjectorSQL.state)
         guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
               let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
+        }
+        if shared, storedWindow != window.microseconds || (projected == 0 && state.int64(0, 5).map { Int($0) != rules } ?? false) {
+            return try lockState(on: connection, window: window)
         }
         if storedWindow != window.microseconds {
             guard projected == 0 else {
@@ -335,6 +382,8 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
     case rebuildRunning
     /// Retention dropped these days of the log, so a rebuild would empty their report rows.
     case logTruncated(days: Int, first: String, last: String)
+    /// A projector of a group of shards runs where the log is not distributed.
+    case groupsNeedADistributedLog(group: String)
     /// A stored rule set this binary cannot read (written by a newer version?).
     case unreadableRuleSet(version: Int, reason: String)
     /// A shard of a log distributed by an older tracker moved while rows stamped in its former
@@ -357,6 +406,8 @@ public enum ProjectorError: Error, Sendable, Equatable, CustomStringConvertible 
             "invalid-traffic rule set \(version) cannot be read by this tracker (\(reason)); the projector stopped: upgrade the tracker"
         case .shardMoved(let shard, let node):
             "shard \(shard) of the log moved to \(node) while rows stamped in its former worker's order wait to be projected; the projector stopped: move it back, and move shards once those rows are projected (docs/SCALING.md, \"What is not supported\")"
+        case .groupsNeedADistributedLog(let group):
+            "this projector reads group \(group) of the log's shards, but the log is not distributed; the projector stopped: run it without --group (TRACKER_PROJECTOR_GROUP), or distribute the log first (docs/SCALING.md, \"Citus\")"
         case .shardReplicated(let shard):
             "shard \(shard) of the log has more than one placement; the projector stopped: the Citus layout needs citus.shard_replication_factor = 1 (docs/SCALING.md, \"Citus\")"
         case .windowMismatch(let projected, let configured):
@@ -370,6 +421,12 @@ enum ProjectorSQL {
     static let lock = "tracker.projector"
     /// The shared lock each running projector holds for its life (`PresenceLock`).
     static let running = "tracker.projector.running"
+    /// Taken by a projector of a group of shards before it writes rows that other groups write
+    /// too: the half-day projection rows (read, added to and written back), the checkpoints'
+    /// counts and the marks. Held until its step commits.
+    static let rowsLock = "tracker.projector.rows"
+    /// `lock` in share mode: the projectors of groups step at once.
+    static let lockShared = "SELECT pg_advisory_xact_lock_shared(hashtext($1))"
 
     /// Every statement of a step wants its index: the log in (tx, seq) order, `ad_state` by
     /// request id or ctid, the day tables by primary key. The planner does not always see it:
@@ -419,6 +476,9 @@ enum ProjectorSQL {
                events_projected, ivt_rules, (SELECT max(version) FROM ivt_rule_sets)
         FROM projection_state FOR UPDATE
         """
+
+    /// `state` unlocked (`lockState`'s `shared`).
+    static let stateUnlocked = String(state.dropLast(" FOR UPDATE".count))
 
     static let setIVTRules = "UPDATE projection_state SET ivt_rules = $1::int"
 

@@ -39,7 +39,7 @@ public struct Rebuild: Sendable {
     /// About 48 MiB: a row is 0.37 KiB (a key and its measures), and under three quarters of
     /// 2^17 rows the dictionary holding them keeps 2^17 buckets.
     public static let defaultRowsInMemory = 96_000
-    static let projectionTables = ["ad_state", "client_minutes"]
+    static let projectionTables = ["ad_state", "client_minutes", "projection_inbox"]
         + ProjectionTable.allCases.flatMap { table in ProjectionGrain.allCases.map { table.tableName($0) } }
         + ["projection_state"]
 

@@ -56,6 +56,21 @@ struct Settings: Sendable {
         try positiveInt("TRACKER_PROJECTOR_BATCH_SIZE") ?? Projector.defaultBatchSize
     }
 
+    /// `TRACKER_PROJECTOR_GROUP` (`K/N`): the group of a distributed log's shards this
+    /// process's projector reads; `nil`: the whole log.
+    func projectorGroup() throws -> ProjectorGroup? {
+        guard let value = values["TRACKER_PROJECTOR_GROUP"], !value.isEmpty else { return nil }
+        return try Self.projectorGroup(value, name: "TRACKER_PROJECTOR_GROUP")
+    }
+
+    /// `K/N` parsed, or an error naming `name` and the rule.
+    static func projectorGroup(_ value: String, name: String) throws -> ProjectorGroup {
+        guard let group = ProjectorGroup(value) else {
+            throw ValidationError("\(name) must be K/N, group K of N (1 ≤ K ≤ N ≤ \(ProjectorGroup.maxCount)), got '\(value)'")
+        }
+        return group
+    }
+
     /// `TRACKER_REPORT_WAIT` in seconds (0 = never wait): how long a report waits for the
     /// projections to include every event committed when it was asked (see `Reports`).
     func reportWait() throws -> Duration {

@@ -14,10 +14,17 @@ struct ProjectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "project",
         abstract: "Run the projector alone (e.g. on another machine; then serve with TRACKER_PROJECTOR=off).",
-        discussion: "Several projectors on one database take turns; none corrupts another. SIGTERM stops it between steps.")
+        discussion: """
+            Several projectors of the whole log take turns; none corrupts another. On a distributed log, \
+            projectors of groups of its shards (--group) work at once. SIGTERM stops it between steps.
+            """)
 
     @Flag(help: "Catch up with the log once, then exit.")
     var once = false
+
+    @Option(help: ArgumentHelp("On a distributed log: project group K of N of its shards, at once with the other groups' projectors (default: TRACKER_PROJECTOR_GROUP, else the whole log).",
+                               valueName: "K/N"))
+    var group: String?
 
     @OptionGroup var database: DatabaseOptions
 
@@ -25,15 +32,17 @@ struct ProjectCommand: AsyncParsableCommand {
         let logger = makeLogger()
         let pool = try database.pool(maxConnections: 2, logger: logger)
         defer { pool.close() }
+        let group = try self.group.map { try Settings.projectorGroup($0, name: "--group") } ?? Settings.process.projectorGroup()
         let projector = Projector(pool: pool, attributionWindow: try Settings.process.attributionWindow(),
-                                  batchSize: try Settings.process.projectorBatchSize(), status: ProjectorStatus(endsTheRun: true), logger: logger)
+                                  batchSize: try Settings.process.projectorBatchSize(), group: group,
+                                  status: ProjectorStatus(endsTheRun: true), logger: logger)
         if once {
             let n = try await projector.catchUp()
             print("projected \(n) events")
             return
         }
-        let group = ServiceGroup(configuration: .init(services: [projector], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        let services = ServiceGroup(configuration: .init(services: [projector], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await services.run()
     }
 }
 

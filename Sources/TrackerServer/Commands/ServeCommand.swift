@@ -23,6 +23,8 @@ struct ServeConfiguration: Sendable {
     var attributionWindow = AdContribution.defaultAttributionWindow
     var runProjector = true
     var projectorBatchSize = Projector.defaultBatchSize
+    /// `TRACKER_PROJECTOR_GROUP`: the shards the projector reads; `nil`: the whole log.
+    var projectorGroup: ProjectorGroup? = nil
     var reportDatabaseURL: String? = nil
     /// The projector's and retention's connection (the tracker_projector role); `nil`: `databaseURL`.
     var projectorDatabaseURL: String? = nil
@@ -73,6 +75,7 @@ struct ServeConfiguration: Sendable {
         attributionWindow = try settings.attributionWindow()
         runProjector = settings.string("TRACKER_PROJECTOR") != "off"
         projectorBatchSize = try settings.projectorBatchSize()
+        projectorGroup = try settings.projectorGroup()
         reportDatabaseURL = settings.string("REPORT_DATABASE_URL")
         projectorDatabaseURL = settings.string("PROJECTOR_DATABASE_URL")
         retentionDays = try settings.positiveInt("TRACKER_RETENTION_DAYS")
@@ -183,6 +186,9 @@ struct ServeCommand: AsyncParsableCommand {
                   off when 'tracker project' runs elsewhere
               TRACKER_PROJECTOR_BATCH_SIZE [\(Projector.defaultBatchSize)]
                   log events per projector transaction
+              TRACKER_PROJECTOR_GROUP [the whole log]
+                  K/N: on a distributed log, project group K of N of its shards, at once with
+                  the projectors of the other groups
               TRACKER_ATTRIBUTION_WINDOW [\(ServeDefaults.attributionWindowSeconds)]
                   seconds after its impression a click is attributed
               TRACKER_REPORT_WAIT [\(ServeDefaults.reportWaitSeconds)]
