@@ -1,5 +1,6 @@
 import ArgumentParser
 import Testing
+import Tracker
 @testable import TrackerServer
 
 /// `tracker serve`'s settings, resolved from a dictionary as from the environment.
@@ -36,6 +37,8 @@ struct ServeConfigurationTests {
         #expect(c.reportWait == .milliseconds(500))
         #expect(c.clients.truncatesAddresses)
         #expect(c.rateLimit == ServeDefaults.rateLimit, "an empty value is unset")
+        #expect(c.projectorGroup == nil, "the projector reads the whole log")
+        #expect(try Self.resolve(["TRACKER_PROJECTOR_GROUP": "2/4"]).projectorGroup?.description == "2/4")
     }
 
     @Test(arguments: [
@@ -47,6 +50,7 @@ struct ServeConfigurationTests {
         ("TRACKER_DEFAULT_TZ", "america/new_york", ServeConfigurationTests.badZone("america/new_york")),
         ("TRACKER_DEFAULT_TZ", "EST5EDT,M3.2.0,M11.1.0", ServeConfigurationTests.badZone("EST5EDT,M3.2.0,M11.1.0")),
         ("TRACKER_DEFAULT_TZ", "../../etc/passwd", ServeConfigurationTests.badZone("../../etc/passwd")),
+        ("TRACKER_PROJECTOR_GROUP", "3/2", "TRACKER_PROJECTOR_GROUP must be K/N, group K of N (1 ≤ K ≤ N ≤ 1024), got '3/2'"),
     ])
     func aBadValueStopsServeNamingTheSettingAndTheRule(name: String, value: String, message: String) {
         #expect { try Self.resolve([name: value]) } throws: { ($0 as? ValidationError)?.message == message }

@@ -1016,9 +1016,10 @@ def base(checks, binary, coordinator, worker, ports, rng, trackers):
 def projector_groups(checks, binary, clusters, rng, trackers):
     """Two projectors of groups of shards (`tracker project --group K/2`) at once under a retrying
     load, with loads whose `ad_loaded` is on another group's shard than the load (the inbox's
-    references) and clients over the `high_rate` limit across both groups (the inbox's relabels):
-    every acknowledged event projected once, a report right after an append counts it, and the
-    projections equal a rebuild."""
+    references) and clients over the `high_rate` limit across both groups (the inbox's relabels),
+    one of them killed (-9) and started again, and a rebuild while both run: every acknowledged
+    event projected once, a report right after an append counts it, and the projections equal
+    a rebuild."""
     part, database = "projector-groups", "groups"
     coordinator = clusters[0]
     url = add_database([c.port for c in clusters], database)
@@ -1031,8 +1032,10 @@ def projector_groups(checks, binary, clusters, rng, trackers):
     report_key = s.create_key(binary, url, "citus-groups-report", "report")
     port = s.free_port()
     trackers.append(s.Tracker(binary, url, env={"TRACKER_PROJECTOR": "off"}, port=port, name="citus-groups").start())
-    projectors = [subprocess.Popen([binary, "project", "--group", f"{k}/2"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in (1, 2)]
+    def projector(k):
+        return subprocess.Popen([binary, "project", "--group", f"{k}/2"], env=dict(os.environ, DATABASE_URL=url, TRACKER_LOG_LEVEL="warning"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    projectors = [projector(k) for k in (1, 2)]
     load = s.RetryingLoad(lambda: port, key, workers=3, batch_sizes=(1, 60), seed=rng.random())
     load.start()
     today = time.strftime("%Y-%m-%d", time.gmtime())
@@ -1057,6 +1060,11 @@ def projector_groups(checks, binary, clusters, rng, trackers):
             filled = sum(row.get("filledRequests", 0) for row in rows)
             if i % 3 != 0 and filled != 4:
                 missed.append((i, r.status, filled))
+            if i == 20:
+                # kill -9 of one group's projector in the middle of its steps, and a new one.
+                projectors[0].kill()
+                projectors[0].wait()
+                projectors[0] = projector(1)
             time.sleep(0.1)
     finally:
         load.stop()
@@ -1066,12 +1074,6 @@ def projector_groups(checks, binary, clusters, rng, trackers):
     checks.check(f"{part}.a-report-waits-for-the-inbox-and-never-shows-lag-0-without-the-fill",
                  inbox_wait[0][0] == 0 and inbox_wait[0][1] > 0 and inbox_wait[1] == (1, 0),
                  f"(filled, lag events) with the load's group stopped, then running: {inbox_wait}")
-    deadline = time.time() + 300
-    while time.time() < deadline and readyz_lag(port) != 0:
-        time.sleep(0.3)
-    for p in projectors:
-        p.send_signal(signal.SIGTERM)
-    errors = [p.communicate(timeout=60)[1] for p in projectors]
     checks.check(f"{part}.a-report-right-after-an-append-counts-its-fills", not missed,
                  f"40 batches of 4 filled loads, each followed by a funnel report of its ad unit; missed (round, status, filled): {missed[:5]}")
     crossing = coordinator.psql("""
@@ -1080,30 +1082,59 @@ def projector_groups(checks, binary, clusters, rng, trackers):
         JOIN s a ON a.shardid = get_shard_id_for_distribution_column('events', e.request_id)
         JOIN s b ON b.shardid = get_shard_id_for_distribution_column('events', e.load_id)
         WHERE a.n % 2 <> b.n % 2""", database)[0][0]
-    labelled = coordinator.psql("SELECT count(*) FROM ad_events WHERE label = 'high_rate'", database)[0][0]
-    inbox = coordinator.psql("SELECT count(*) FROM projection_inbox", database)[0][0]
-    logged, references = (int(x) for x in coordinator.psql(
-        "SELECT count(*), count(*) FILTER (WHERE type = 'ad_loaded' AND load_id IS NOT NULL) FROM events", database)[0])
-    projected = coordinator.psql("SELECT (SELECT events_projected FROM projection_state), (SELECT count(*) FROM ad_events), "
-                                 "(SELECT count(DISTINCT id) FROM ad_events)", database)[0]
-    # An ad_loaded that names its load is in two states: its ad's, and its load's.
-    checks.check(f"{part}.every-logged-event-is-projected-once-by-two-projectors",
-                 [int(x) for x in projected] == [logged, logged + references, logged] and inbox == "0" and int(crossing) > 0
-                 and int(labelled) > 0 and all(p.returncode == 0 for p in projectors),
-                 f"{logged} logged ({references} naming their load); projected {projected[0]}, in ad_state {projected[1]} ({projected[2]} distinct); "
-                 f"{crossing} ad_loaded on the other group's shard than their load; {labelled} high_rate; inbox {inbox}; "
-                 f"exits {[p.returncode for p in projectors]} {[e.strip().splitlines()[-1:] for e in errors]}")
     tables = [r[0] for r in coordinator.psql("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
                                              "AND (tablename LIKE '%\\_day' OR tablename LIKE '%\\_quarters' OR tablename = 'ad_state') "
                                              "ORDER BY 1", database)]
+
+    def caught_up_and_projected_once(name):
+        deadline = time.time() + 300
+        while time.time() < deadline and readyz_lag(port) != 0:
+            time.sleep(0.3)
+        labelled = coordinator.psql("SELECT count(*) FROM ad_events WHERE label = 'high_rate'", database)[0][0]
+        inbox = coordinator.psql("SELECT count(*) FROM projection_inbox", database)[0][0]
+        logged, references = (int(x) for x in coordinator.psql(
+            "SELECT count(*), count(*) FILTER (WHERE type = 'ad_loaded' AND load_id IS NOT NULL) FROM events", database)[0])
+        projected = coordinator.psql("SELECT (SELECT events_projected FROM projection_state), (SELECT count(*) FROM ad_events), "
+                                     "(SELECT count(DISTINCT id) FROM ad_events)", database)[0]
+        # An ad_loaded that names its load is in two states: its ad's, and its load's.
+        checks.check(f"{part}.{name}", [int(x) for x in projected] == [logged, logged + references, logged] and inbox == "0"
+                     and int(labelled) > 0 and all(p.poll() is None for p in projectors),
+                     f"{logged} logged ({references} naming their load); projected {projected[0]}, in ad_state {projected[1]} "
+                     f"({projected[2]} distinct); {labelled} high_rate; inbox {inbox}; {crossing} ad_loaded on the other group's "
+                     f"shard than their load; projectors running: {[p.poll() is None for p in projectors]}")
+
     def every_row():
         return {t: [r[0] for r in coordinator.psql(f"SELECT t::text FROM {t} t ORDER BY 1", database)] for t in tables}
-    mine = every_row()
-    s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
-    theirs = every_row()
-    differences = [f"{t}: {len(mine[t])} rows, rebuilt {len(theirs[t])}" for t in tables if mine[t] != theirs[t]]
-    checks.check(f"{part}.projections-equal-a-rebuild", not differences and "funnel_day" in tables,
-                 "; ".join(differences) or f"{sum(len(v) for v in mine.values())} rows of {len(tables)} tables equal")
+
+    def equal_to_a_rebuild(name):
+        mine = every_row()
+        # The rebuild swaps in while both groups' projectors run (and with it, an empty inbox).
+        s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
+        theirs = every_row()
+        differences = [f"{t}: {len(mine[t])} rows, rebuilt {len(theirs[t])}" for t in tables if mine[t] != theirs[t]]
+        checks.check(f"{part}.{name}", not differences and "funnel_day" in tables and int(crossing) > 0,
+                     "; ".join(differences) or f"{sum(len(v) for v in mine.values())} rows of {len(tables)} tables equal")
+
+    caught_up_and_projected_once("every-logged-event-is-projected-once-by-two-projectors")
+    equal_to_a_rebuild("projections-equal-a-rebuild")
+    # The groups go on over what the rebuild swapped in under them.
+    for i in range(12):
+        unit = f"/1234/groupsafter{i}/native"
+        at = s.iso(time.time() - 5)
+        batch = []
+        for j in range(4):
+            load_id, ad = f"g-after-load-{i}-{j}", f"g-after-ad-{i}-{j}"
+            batch += [{"id": s.uuid7(), "type": "ad_request", "loadId": load_id, "adUnit": unit, "formatId": "10063170", "occurredAt": at},
+                      s.event(type="ad_loaded", requestId=ad, loadId=load_id, adUnit=unit, occurredAt=at),
+                      s.event(requestId=ad, adUnit=unit, occurredAt=at)]
+        send(port, key, batch, user_agent="ExampleApp/1.0 (busy client)" if i % 3 == 0 else f"ExampleApp/1.0 (client after {i})")
+    caught_up_and_projected_once("every-event-after-a-rebuild-under-them-is-projected-once")
+    for p in projectors:
+        p.send_signal(signal.SIGTERM)
+    errors = [p.communicate(timeout=60)[1] for p in projectors]
+    checks.check(f"{part}.projectors-of-groups-stop-cleanly-on-sigterm", all(p.returncode == 0 for p in projectors),
+                 f"exits {[p.returncode for p in projectors]} {[e.strip().splitlines()[-1:] for e in errors]}")
+    equal_to_a_rebuild("projections-equal-a-rebuild-after-one-swapped-in-under-them")
     trackers[-1].kill(signal.SIGTERM)
     for node in (c.port for c in clusters):
         psql_at(node, "postgres", f"DROP DATABASE {database} WITH (FORCE)")

@@ -143,9 +143,11 @@ public struct LogCursor: Sendable {
                                  seconds: Double(r.string(0, 1) ?? "0") ?? 0)
         case .citus(let log):
             // Counted up to the cap on each shard: never 0 while an event waits anywhere.
-            // The groups' inbox counts too (unscoped: its entries name no network cheaply).
-            let (backlog, inbox) = try log.reading(on: connection) { shards in
-                (try log.backlog(shards, cap: ProjectionLag.cap, networks: networks).values, networks == nil ? shards.inboxEntries : 0)
+            // The groups' inbox counts too: with `networks`, the load references of those networks.
+            let (backlog, inbox) = try log.reading(on: connection) { shards -> ([ShardBacklog], Int) in
+                let backlog = Array(try log.backlog(shards, cap: ProjectionLag.cap, networks: networks).values)
+                guard let networks, shards.inboxEntries > 0 else { return (backlog, shards.inboxEntries) }
+                return (backlog, Int(try connection.query(InboxSQL.referencesOfNetworks, [networks.arrayParameter]).int64(0, 0) ?? 0))
             }
             return ProjectionLag(events: backlog.reduce(0) { $0 + $1.events } + inbox,
                                  seconds: backlog.compactMap(\.seconds).max() ?? 0)

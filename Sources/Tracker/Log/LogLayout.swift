@@ -387,11 +387,10 @@ final class CitusLog: Sendable {
     /// Moves the checkpoints of the cursors a step read to the last row each gave, in the
     /// step's transaction; retires the worker-stamped cursors once their day is past and none
     /// of their rows waits.
-    ///
-    /// A projector of one group of shards (`group`) also records the newest receipt it
-    /// projected from each shard (`ClientMinutes.forgetBehindEveryShard`), and leaves the
-    /// retirement, which writes every shard's row, to a projector of the whole log.
-    func advance(_ shards: LogShards, to ends: [Int64: LogBatch.ShardEnd], group: Bool = false, on coordinator: Connection) throws {
+    /// Records the newest receipt projected from each shard (`ClientMinutes.forgetBehindEveryShard`).
+    /// `retires` false (a projector of one group of shards): the retirement, which writes
+    /// every shard's row, is left to a projector of the whole log.
+    func advance(_ shards: LogShards, to ends: [Int64: LogBatch.ShardEnd], retires: Bool = true, on coordinator: Connection) throws {
         var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8), receipts = BinaryArray(.timestamptz)
         for (cursor, last) in ends {
             ids.append(cursor)
@@ -399,11 +398,11 @@ final class CitusLog: Sendable {
             seqs.append(last.seq)
             receipts.append(microsecondsSince1970: last.newestReceipt.microseconds)
         }
-        if ids.count > 0 { try coordinator.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter]) }
-        if group {
-            if ids.count > 0 { try coordinator.query(CitusSQL.projectedReceipts, [ids.parameter, receipts.parameter]) }
-            return
+        if ids.count > 0 {
+            try coordinator.query(CitusSQL.checkpoints, [ids.parameter, txs.parameter, seqs.parameter])
+            try coordinator.query(CitusSQL.projectedReceipts, [ids.parameter, receipts.parameter])
         }
+        guard retires else { return }
         let workerStamped = shards.all.filter { $0.cursor < 0 }
         guard shards.workerOrderDue, !workerStamped.isEmpty, !workerStamped.contains(where: { ends[$0.cursor] != nil }) else { return }
         let waiting = try backlog(LogShards(all: workerStamped, taken: shards.taken, workerOrderDue: true), cap: 1)

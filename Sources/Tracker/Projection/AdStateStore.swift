@@ -43,11 +43,13 @@ enum AdStateStore {
         var tally = ImpressionTally()
         // Load references whose load another group writes: labelled here with the step's other
         // events (their client is known only here), then left in that group's inbox.
-        let foreign = try routing.foreign(batch.events.compactMap { key, logged in
+        let foreign = routing.isWhole ? [] : try routing.foreign(batch.events.compactMap { key, logged in
             logged.allSatisfy(\.event.isLoadReference) ? key : nil
         }, on: connection)
-        var changes = try load(Set(batch.events.keys).subtracting(foreign).union(inbox.map(\.key)), rowKey: rowKey,
-                               strings: &strings, on: connection)
+        var keys = Set(batch.events.keys)
+        if !foreign.isEmpty { keys.subtract(foreign) }
+        for entry in inbox { keys.insert(entry.key) }
+        var changes = try load(keys, rowKey: rowKey, strings: &strings, on: connection)
         // The inbox's references first: a relabel, in the inbox or of this step, may name them.
         receive(inbox, into: &changes)
         var fresh = freshEvents(of: batch, in: changes)
@@ -55,19 +57,18 @@ enum AdStateStore {
         if let limit = labeller.rules.maxEventsPerClientMinute {
             try applyHighRate(limit: limit, to: &fresh, and: &changes, tally: &tally, routing: &routing, rowKey: rowKey,
                               strings: &strings, on: connection)
-            if routing.isWhole {
-                if batch.newestReceipt.microseconds > 0 {
-                    try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
-                                             on: connection)
-                }
-            } else {
+            if routing.distributed {
+                // Shards projected by groups (now or before) may be far apart in time.
                 try ClientMinutes.forgetBehindEveryShard(on: connection)
+            } else if batch.newestReceipt.microseconds > 0 {
+                try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
+                                         on: connection)
             }
         }
         relabel(inbox, in: &changes, tally: &tally)
         for (key, logged) in fresh {
             for l in logged { tally.count(l.event) }
-            if foreign.contains(key) {
+            if !foreign.isEmpty, foreign.contains(key) {
                 for l in logged { routing.send(reference: l.event, to: key) }
                 continue
             }
@@ -148,6 +149,11 @@ enum AdStateStore {
     /// `high_rate`: the step's events counted into their groups (a load reference is its
     /// `ad_loaded` again, a member but not a second event); a group over the limit labels all
     /// its events, those of earlier steps too, whose states are loaded into `changes`.
+    ///
+    /// With projectors of other groups, a member may be a load reference another group's step
+    /// committed to this group's inbox after this step read it (the count waited for that
+    /// step's lock on the minute): its label goes to this group's own inbox, behind the
+    /// reference, and the next step folds both.
     private static func applyHighRate(limit: Int, to fresh: inout Fresh, and changes: inout Changes,
                                       tally: inout ImpressionTally, routing: inout ShardRouting, rowKey: RowKey,
                                       strings: inout StringTable, on connection: Connection) throws {
@@ -166,21 +172,31 @@ enum AdStateStore {
         // Another group's states get their labels through its inbox.
         let foreign = try routing.foreign(missing, on: connection)
         changes.merge(try load(missing.subtracting(foreign), rowKey: rowKey, strings: &strings, on: connection)) { a, _ in a }
+        var notYetFolded: [String: Set<PackedUUID>] = [:]
         for (key, members) in Dictionary(grouping: relabel, by: \.requestId).mapValues({ Set($0.map(\.id)) }) {
             if foreign.contains(key) {
                 for id in members { routing.send(relabel: id, of: key) }
                 continue
             }
-            guard var change = changes[key] else { continue }
-            change.events = change.events.map { e in
-                var e = e
-                if e.label == nil, members.contains(e.id) {
-                    e.label = .highRate
-                    tally.count(e)
+            var unseen = members
+            if var change = changes[key] {
+                change.events = change.events.map { e in
+                    unseen.remove(e.id)
+                    var e = e
+                    if e.label == nil, members.contains(e.id) {
+                        e.label = .highRate
+                        tally.count(e)
+                    }
+                    return e
                 }
-                return e
+                changes[key] = change
             }
-            changes[key] = change
+            if !routing.isWhole, !unseen.isEmpty { notYetFolded[key] = unseen }
+        }
+        guard !notYetFolded.isEmpty else { return }
+        _ = try routing.foreign(notYetFolded.keys, on: connection)
+        for (key, ids) in notYetFolded {
+            for id in ids { routing.send(relabel: id, of: key) }
         }
     }
 

@@ -8,7 +8,9 @@ import Synchronization
 /// Each step reads the next events in log order, recomputes the contribution of every ad
 /// they touch, and commits the changed rows together with the new checkpoint in one
 /// transaction: a crash loses the step entirely or not at all. A transaction-level
-/// advisory lock makes two projectors on one database take turns rather than collide.
+/// advisory lock makes two projectors of the whole log on one database take turns rather
+/// than collide; projectors of groups of a distributed log's shards (`group`) share it and
+/// step at once.
 public final class Projector: Service, Sendable {
     public let batchSize: Int
     public let pollInterval: Duration
@@ -124,8 +126,15 @@ public final class Projector: Service, Sendable {
     /// Refuses to mix two attribution windows in one set of projections.
     func checkWindow() async throws {
         let window = attributionWindow
-        _ = try await pool.withConnection { c in
-            try c.transaction { try Self.lockState(on: c, window: window) }
+        try await pool.withConnection { try Self.settleState(on: $0, window: window) }
+    }
+
+    /// `lockState` in a transaction of its own, under the projector's lock taken exclusively:
+    /// the window and the rule set are set, when they are, while no step of any projector runs.
+    static func settleState(on connection: Connection, window: Duration) throws {
+        _ = try connection.transaction {
+            try connection.lockForTransaction(ProjectorSQL.lock)
+            return try lockState(on: connection, window: window)
         }
     }
 
@@ -140,17 +149,20 @@ public final class Projector: Service, Sendable {
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
         let (labellers, conninfo, group) = (self.labellers, pool.conninfo, self.group)
-        let outcome = try await pool.withConnection { connection in
+        var outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
             if case .citus = layout, let last = self.lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
                try CitusLog.caughtUpByMarks(on: connection) {
                 return StepOutcome(consumed: 0, more: false)
             }
             self.lastRead.withLock { $0 = started }
-            return try connection.transaction {
+            let outcome = try connection.transaction {
                 try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true, group: group)
             }
+            if outcome.stateDue { try Self.settleState(on: connection, window: window) }
+            return outcome
         }
+        if outcome.stateDue { outcome.more = true }
         if outcome.consumed > 0 {
             stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             projectedEvents.increment(by: outcome.consumed)
@@ -201,7 +213,8 @@ public final class Projector: Service, Sendable {
                 try step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: drains, group: group)
             }
             total += outcome.consumed
-            if outcome.more { continue }
+            if outcome.stateDue { try settleState(on: connection, window: window) }
+            if outcome.more || outcome.stateDue { continue }
             guard let head else { return total }
             let reached = try inTransaction {
                 try LogCursor.progress(on: connection, layout: layout, toward: head, waitsForInbox: false).reached
@@ -219,6 +232,9 @@ public final class Projector: Service, Sendable {
         var consumed: Int
         var more: Bool
         var impressions = ImpressionTally()
+        /// A projector of a group found the window or the rule set to be set (nothing is
+        /// projected yet): it did nothing, and `settleState` sets them before its next step.
+        var stateDue = false
     }
 
     /// What one step takes on at most: the log events it reads, and the projection rows it
@@ -244,13 +260,16 @@ public final class Projector: Service, Sendable {
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
         if group != nil {
+            try connection.execute(ProjectorSQL.groupStepSettings)
             try connection.query(ProjectorSQL.lockShared, [ProjectorSQL.lock])
         } else {
             try connection.lockForTransaction(ProjectorSQL.lock)
         }
         let layout = try layout.refreshed(on: connection)
-        let (tx, seq, ivtRules) = try lockState(on: connection, window: window, shared: group != nil)
-        var routing = ShardRouting(own: nil)
+        guard let (tx, seq, ivtRules) = try group == nil ? lockState(on: connection, window: window) : readState(on: connection, window: window) else {
+            return StepOutcome(consumed: 0, more: false, stateDue: true)
+        }
+        var routing = ShardRouting(own: nil, distributed: false)
         switch layout {
         case .singleNode, .coordinator:
             if let group { throw ProjectorError.groupsNeedADistributedLog(group: group.description) }
@@ -268,6 +287,7 @@ public final class Projector: Service, Sendable {
         case .citus(let log):
             // Each shard in its own order, an equal share of the step each.
             var shards = try log.shards(on: connection)
+            routing = ShardRouting(own: nil, distributed: true)
             if let group {
                 // The group's shards, their checkpoints locked first and then read: another
                 // projector that counts them in its group waits for this step's commit.
@@ -277,7 +297,7 @@ public final class Projector: Service, Sendable {
                 try connection.query(CitusSQL.lockShards, [ids.parameter])
                 shards = try log.shards(on: connection)
                 shards.all.removeAll { !own.contains($0.id) }
-                routing = ShardRouting(own: own)
+                routing = ShardRouting(own: own, distributed: true)
                 guard !shards.all.isEmpty else { return StepOutcome(consumed: 0, more: false) }
             }
             let perShard = max(limit.events / shards.count, 1)
@@ -286,14 +306,15 @@ public final class Projector: Service, Sendable {
             var outcome = StepOutcome(consumed: consumed, more: false)
             var ends: [Int64: LogBatch.ShardEnd] = [:]
             var strings = StringTable()
-            let inbox = shards.inboxEntries > 0 ? try Inbox.read(for: routing.own, strings: &strings, on: connection) : nil
+            let inbox = shards.inboxEntries > 0
+                ? try Inbox.read(for: routing.own, limit: limit.events, strings: &strings, on: connection) : nil
             if consumed > 0 || !(inbox?.entries.isEmpty ?? true) {
                 let batch = try LogBatch(results, shardColumn: true, strings: &strings)
                 outcome.impressions = try project(batch, inbox: inbox?.entries ?? [], routing: &routing, ivtRules: ivtRules, window: window,
                                                   labellers: labellers, rowKey: .requestId, rowsPerWrite: limit.rowsPerWrite,
                                                   strings: &strings, on: connection)
                 try Inbox.settle(read: inbox?.seqs ?? BinaryArray(.int8), outbox: routing.outbox, on: connection)
-                try log.advance(shards, to: batch.shardEnds, group: group != nil, on: connection)
+                try log.advance(shards, to: batch.shardEnds, retires: group == nil, on: connection)
                 if consumed > 0 { try connection.query(ProjectorSQL.countProjected, [String(consumed)]) }
                 ends = batch.shardEnds
                 outcome.more = ends.values.contains { $0.rows >= perShard } || !(inbox?.entries.isEmpty ?? true)
@@ -322,17 +343,11 @@ public final class Projector: Service, Sendable {
     /// projections, after making sure they were computed with `window` (set it when nothing is
     /// projected yet, refuse otherwise). Projections with nothing in them take the newest rule
     /// set; others keep theirs until `tracker rebuild` applies a newer one.
-    ///
-    /// `shared`: the row is read without a lock (projectors of groups read it at once), and
-    /// locked only when it is to be written.
-    static func lockState(on connection: Connection, window: Duration, shared: Bool = false) throws -> (tx: String, seq: Int64, ivtRules: Int) {
-        let state = try connection.query(shared ? ProjectorSQL.stateUnlocked : ProjectorSQL.state)
+    static func lockState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64, ivtRules: Int) {
+        let state = try connection.query(ProjectorSQL.state)
         guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
               let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
-        }
-        if shared, storedWindow != window.microseconds || (projected == 0 && state.int64(0, 5).map { Int($0) != rules } ?? false) {
-            return try lockState(on: connection, window: window)
         }
         if storedWindow != window.microseconds {
             guard projected == 0 else {
@@ -346,6 +361,24 @@ public final class Projector: Service, Sendable {
             try connection.query(ProjectorSQL.setIVTRules, [String(ivtRules)])
         }
         return (tx, seq, ivtRules)
+    }
+
+    /// `lockState` for a projector of a group, whose steps share the state row: read without a
+    /// lock; `nil` when the window or the rule set is to be set first (`settleState`, which
+    /// waits for every step), since two groups setting them at once could each project with
+    /// another rule set.
+    static func readState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64, ivtRules: Int)? {
+        let state = try connection.query(ProjectorSQL.stateUnlocked)
+        guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
+              let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
+            throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
+        }
+        if storedWindow != window.microseconds {
+            guard projected == 0 else { throw ProjectorError.windowMismatch(projected: .microseconds(storedWindow), configured: window) }
+            return nil
+        }
+        if projected == 0, let newest = state.int64(0, 5), newest != rules { return nil }
+        return (tx, seq, Int(rules))
     }
 }
 
@@ -421,10 +454,17 @@ enum ProjectorSQL {
     static let lock = "tracker.projector"
     /// The shared lock each running projector holds for its life (`PresenceLock`).
     static let running = "tracker.projector.running"
-    /// Taken by a projector of a group of shards before it writes rows that other groups write
-    /// too: the half-day projection rows (read, added to and written back), the checkpoints'
-    /// counts and the marks. Held until its step commits.
+    /// Taken by a projector of a group of shards, in a step that projects, before it writes
+    /// rows that other groups write too: the half-day projection rows (read, added to and
+    /// written back), then the checkpoints' count and the marks. Held until the step commits.
     static let rowsLock = "tracker.projector.rows"
+    /// A group's writes of `ad_state` reach every shard (an update by request id cannot be
+    /// routed to the shards of its keys), and Citus lets one multi-shard write at a time run on a
+    /// shard, to keep two of them from locking the same rows in different orders: the groups'
+    /// steps would wait for each other from their first write of states to their commit. They
+    /// never write the same row (each writes the states of its own shards only), so that
+    /// ordering is not needed between them.
+    static let groupStepSettings = "SET LOCAL citus.enable_deadlock_prevention = off"
     /// `lock` in share mode: the projectors of groups step at once.
     static let lockShared = "SELECT pg_advisory_xact_lock_shared(hashtext($1))"
 
@@ -477,7 +517,7 @@ enum ProjectorSQL {
         FROM projection_state FOR UPDATE
         """
 
-    /// `state` unlocked (`lockState`'s `shared`).
+    /// `state` unlocked (`readState`).
     static let stateUnlocked = String(state.dropLast(" FOR UPDATE".count))
 
     static let setIVTRules = "UPDATE projection_state SET ivt_rules = $1::int"

@@ -11,8 +11,8 @@ public struct ProjectorGroup: Sendable, Hashable, CustomStringConvertible {
     public let index: Int
     public let count: Int
 
-    /// The most groups a log is dealt into: more would leave groups without a shard at the
-    /// default shard count of 32.
+    /// The most groups `K/N` names: a bound on what a setting can ask for, far above the
+    /// shards a cluster has (32 by default; a group without a shard has nothing to project).
     public static let maxCount = 1024
 
     public init?(index: Int, count: Int) {
@@ -41,13 +41,17 @@ public struct ProjectorGroup: Sendable, Hashable, CustomStringConvertible {
 struct ShardRouting {
     /// The shards whose states this step writes; `nil`: every shard (a projector of the whole log).
     let own: Set<Int64>?
+    /// Whether the log is distributed: its shards' projectors may be at different places in
+    /// it (`ClientMinutes.forgetBehindEveryShard`).
+    let distributed: Bool
     /// The shard of each state key looked up so far.
     private var shardOf: [String: Int64] = [:]
     /// What the step owes other groups' states, written with its checkpoints.
     private(set) var outbox: [InboxEntry] = []
 
-    init(own: Set<Int64>?) {
+    init(own: Set<Int64>?, distributed: Bool) {
         self.own = own
+        self.distributed = distributed
     }
 
     /// Whether this step writes every state (no other group exists).
@@ -102,13 +106,15 @@ struct InboxEntry {
 /// transaction as its checkpoints, read and emptied by the owner's next step in the same
 /// transaction as its own.
 enum Inbox {
-    /// The entries for `shards`, oldest first, with their sequence numbers (to delete them).
-    static func read(for shards: Set<Int64>?, strings: inout StringTable,
+    /// The oldest `limit` entries for `shards`, oldest first, with their sequence numbers (to
+    /// delete them). A relabel is never read before the reference it may name: the reference
+    /// committed first, with a lower number.
+    static func read(for shards: Set<Int64>?, limit: Int, strings: inout StringTable,
                      on connection: Connection) throws -> (entries: [InboxEntry], seqs: BinaryArray) {
         var ids = BinaryArray(.int8)
         for shard in shards ?? [] { ids.append(shard) }
-        let r = try connection.query(shards == nil ? InboxSQL.readAll : InboxSQL.read, shards == nil ? [] : [ids.parameter],
-                                     binaryResults: true)
+        let r = try connection.query(shards == nil ? InboxSQL.readAll : InboxSQL.read,
+                                     (shards == nil ? [] : [ids.parameter]) + [.text(String(limit))], binaryResults: true)
         var entries: [InboxEntry] = []
         var seqs = BinaryArray(.int8, capacity: r.rowCount)
         for row in 0..<r.rowCount {
@@ -139,6 +145,7 @@ enum Inbox {
         guard !outbox.isEmpty else { return }
         var shards = BinaryArray(.int8, capacity: outbox.count), keys = BinaryArray(.text, capacity: outbox.count)
         var events = BinaryArray(.bytea, capacity: outbox.count), ids = BinaryArray(.uuid, capacity: outbox.count)
+        var networks = BinaryArray(.text, capacity: outbox.count)
         for entry in outbox {
             shards.append(entry.shard)
             keys.append(entry.key)
@@ -146,12 +153,14 @@ enum Inbox {
             case .reference(let event):
                 events.append(bytes: AdState.encode([event]))
                 ids.appendNull()
+                networks.append(String(event.adUnit.split(separator: "/", omittingEmptySubsequences: false).dropFirst().first ?? ""))
             case .relabel(let id):
                 events.appendNull()
                 ids.append(uuid: id.high, id.low)
+                networks.appendNull()
             }
         }
-        try connection.query(InboxSQL.write, [shards.parameter, keys.parameter, events.parameter, ids.parameter])
+        try connection.query(InboxSQL.write, [shards.parameter, keys.parameter, events.parameter, ids.parameter, networks.parameter])
     }
 }
 
@@ -161,14 +170,17 @@ enum InboxSQL {
 
     /// Binary columns: 0 seq, 1 shard, 2 key, 3 event (NULL: a relabel), 4 event id.
     static let read = """
-        SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox WHERE shard_id = ANY($1::bigint[]) ORDER BY seq
+        SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox WHERE shard_id = ANY($1::bigint[]) ORDER BY seq LIMIT $2::int
         """
-    static let readAll = "SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox ORDER BY seq"
+    static let readAll = "SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox ORDER BY seq LIMIT $1::int"
 
     static let delete = "DELETE FROM projection_inbox WHERE seq = ANY($1::bigint[])"
 
     static let write = """
-        INSERT INTO projection_inbox (shard_id, state_key, event, event_id)
-        SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::uuid[])
+        INSERT INTO projection_inbox (shard_id, state_key, event, event_id, network)
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::uuid[], $5::text[])
         """
+
+    /// The references of the networks $1 waiting in the inbox (a scoped key's share of the lag).
+    static let referencesOfNetworks = "SELECT count(*) FROM projection_inbox WHERE network = ANY($1::text[])"
 }

@@ -269,7 +269,26 @@ private struct RebuildPhases {
     /// event committed before the rebuild started, even one an open transaction elsewhere kept
     /// below the horizon's reach until now); 6. the last events and the swap, atomically,
     /// while live projectors wait on the lock. Returns the events caught up.
+    ///
+    /// Each step and the swap are transactions of their own, so one that the server cancels as
+    /// a deadlock (the swap's DDL meets the live projectors' and readers' locks on the shards,
+    /// which Citus's detector may cancel on either side) is rolled back whole and run again.
     func catchUpAndSwap(to head: LogHead?, read: Int, projected: Int) throws -> Int {
+        var attempt = 1
+        while true {
+            do {
+                return try catchUpAndSwapOnce(to: head, read: read, projected: projected)
+            } catch let error as DatabaseError where error.state == .deadlockDetected && attempt < Self.deadlockAttempts {
+                attempt += 1
+                try c.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    /// How often `catchUpAndSwap` runs before a deadlock fails the rebuild.
+    static let deadlockAttempts = 5
+
+    private func catchUpAndSwapOnce(to head: LogHead?, read: Int, projected: Int) throws -> Int {
         report("catch-up+swap", read, projected)
         let labellers = LabellerCache()
         let limits = Projector.StepLimits(events: Projector.defaultBatchSize, rowsPerWrite: rowsPerWrite)

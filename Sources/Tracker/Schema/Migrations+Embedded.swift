@@ -1630,6 +1630,9 @@ CREATE TABLE projection_inbox (
     state_key text   NOT NULL,
     event     bytea,
     event_id  uuid,
+    -- A reference's network (its ad unit's first segment): what a key scoped to networks counts
+    -- in its lag. NULL for a relabel.
+    network   text,
     CHECK ((event IS NULL) <> (event_id IS NULL))
 );
 CREATE INDEX projection_inbox_shard ON projection_inbox (shard_id, seq);
