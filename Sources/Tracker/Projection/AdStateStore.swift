@@ -150,10 +150,10 @@ enum AdStateStore {
     /// `ad_loaded` again, a member but not a second event); a group over the limit labels all
     /// its events, those of earlier steps too, whose states are loaded into `changes`.
     ///
-    /// With projectors of other groups, a member may be a load reference another group's step
-    /// committed to this group's inbox after this step read it (the count waited for that
-    /// step's lock on the minute): its label goes to this group's own inbox, behind the
-    /// reference, and the next step folds both.
+    /// On a distributed log a member may be a load reference still in the inbox: committed by
+    /// another group's step after this step read the inbox (the count waited for that step's
+    /// lock on the minute), or past the part of the inbox this step read. Its label goes to
+    /// the inbox of the reference's shard, behind the reference, and a later step folds both.
     private static func applyHighRate(limit: Int, to fresh: inout Fresh, and changes: inout Changes,
                                       tally: inout ImpressionTally, routing: inout ShardRouting, rowKey: RowKey,
                                       strings: inout StringTable, on connection: Connection) throws {
@@ -191,10 +191,10 @@ enum AdStateStore {
                 }
                 changes[key] = change
             }
-            if !routing.isWhole, !unseen.isEmpty { notYetFolded[key] = unseen }
+            if routing.distributed, !unseen.isEmpty { notYetFolded[key] = unseen }
         }
         guard !notYetFolded.isEmpty else { return }
-        _ = try routing.foreign(notYetFolded.keys, on: connection)
+        try routing.lookUp(notYetFolded.keys, on: connection)
         for (key, ids) in notYetFolded {
             for id in ids { routing.send(relabel: id, of: key) }
         }

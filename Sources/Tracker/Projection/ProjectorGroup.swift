@@ -60,6 +60,12 @@ struct ShardRouting {
     /// The keys among `keys` whose states another group writes.
     mutating func foreign(_ keys: some Collection<String>, on connection: Connection) throws -> Set<String> {
         guard let own, !keys.isEmpty else { return [] }
+        try lookUp(keys, on: connection)
+        return Set(keys.filter { key in shardOf[key].map { !own.contains($0) } ?? false })
+    }
+
+    /// Finds the shard of each of `keys` not looked up yet (what `send` addresses).
+    mutating func lookUp(_ keys: some Collection<String>, on connection: Connection) throws {
         let unknown = keys.filter { shardOf[$0] == nil }
         if !unknown.isEmpty {
             var names = BinaryArray(.text, capacity: unknown.count)
@@ -72,7 +78,6 @@ struct ShardRouting {
                 shardOf[key] = shard
             }
         }
-        return Set(keys.filter { key in shardOf[key].map { !own.contains($0) } ?? false })
     }
 
     /// Leaves a load reference for the group of `key`'s shard (`key` was found foreign).
