@@ -1043,14 +1043,7 @@ def projector_groups(checks, binary, clusters, rng, trackers):
     try:
         for i in range(40):
             unit = f"/1234/groups{i}/native"
-            batch = []
-            for j in range(4):
-                load_id, ad = f"g-load-{i}-{j}", f"g-ad-{i}-{j}"
-                at = s.iso(time.time() - 5)
-                batch += [{"id": s.uuid7(), "type": "ad_request", "loadId": load_id, "adUnit": unit, "formatId": "10063170", "occurredAt": at,
-                           "adsRequested": 1},
-                          s.event(type="ad_loaded", requestId=ad, loadId=load_id, adUnit=unit, occurredAt=at),
-                          s.event(requestId=ad, adUnit=unit, occurredAt=at)]
+            batch = [e for j in range(4) for e in filled_load(f"g-load-{i}-{j}", f"g-ad-{i}-{j}", unit)]
             sent.update(e["id"] for e in batch)
             # Every third batch from one busy client: its minute goes over the limit on both groups.
             send(port, key, batch, user_agent="ExampleApp/1.0 (busy client)" if i % 3 == 0 else f"ExampleApp/1.0 (client {i})")
@@ -1120,13 +1113,7 @@ def projector_groups(checks, binary, clusters, rng, trackers):
     # The groups go on over what the rebuild swapped in under them.
     for i in range(12):
         unit = f"/1234/groupsafter{i}/native"
-        at = s.iso(time.time() - 5)
-        batch = []
-        for j in range(4):
-            load_id, ad = f"g-after-load-{i}-{j}", f"g-after-ad-{i}-{j}"
-            batch += [{"id": s.uuid7(), "type": "ad_request", "loadId": load_id, "adUnit": unit, "formatId": "10063170", "occurredAt": at},
-                      s.event(type="ad_loaded", requestId=ad, loadId=load_id, adUnit=unit, occurredAt=at),
-                      s.event(requestId=ad, adUnit=unit, occurredAt=at)]
+        batch = [e for j in range(4) for e in filled_load(f"g-after-load-{i}-{j}", f"g-after-ad-{i}-{j}", unit)]
         send(port, key, batch, user_agent="ExampleApp/1.0 (busy client)" if i % 3 == 0 else f"ExampleApp/1.0 (client after {i})")
     caught_up_and_projected_once("every-event-after-a-rebuild-under-them-is-projected-once")
     for p in projectors:
@@ -1138,6 +1125,15 @@ def projector_groups(checks, binary, clusters, rng, trackers):
     trackers[-1].kill(signal.SIGTERM)
     for node in (c.port for c in clusters):
         psql_at(node, "postgres", f"DROP DATABASE {database} WITH (FORCE)")
+
+
+def filled_load(load_id, ad, unit):
+    """A load's ad_request, the ad_loaded of the ad that filled it, and the ad's impression."""
+    at = s.iso(time.time() - 5)
+    return [{"id": s.uuid7(), "type": "ad_request", "loadId": load_id, "adUnit": unit, "formatId": "10063170", "occurredAt": at,
+             "adsRequested": 1},
+            s.event(type="ad_loaded", requestId=ad, loadId=load_id, adUnit=unit, occurredAt=at),
+            s.event(requestId=ad, adUnit=unit, occurredAt=at)]
 
 
 def inbox_alone_holds_a_fill(coordinator, database, port, key, report_key, projectors, today):
@@ -1158,9 +1154,8 @@ def inbox_alone_holds_a_fill(coordinator, database, port, key, report_key, proje
     load_id, ad = key_in(1, "inbox-load"), key_in(0, "inbox-ad")
     unit = "/1234/groupsinbox/native"
     agent = "ExampleApp/1.0 (inbox client)"
-    at = s.iso(time.time() - 5)
-    send(port, key, [{"id": s.uuid7(), "type": "ad_request", "loadId": load_id, "adUnit": unit, "formatId": "10063170",
-                      "occurredAt": at, "adsRequested": 1}], user_agent=agent)
+    request, loaded, _ = filled_load(load_id, ad, unit)
+    send(port, key, [request], user_agent=agent)
 
     def funnel():
         r = s.request(port, "GET", f"/v1/reports/funnel?from={today}&to={today}&adUnit={unit.replace('/', '%2F')}",
@@ -1171,7 +1166,7 @@ def inbox_alone_holds_a_fill(coordinator, database, port, key, report_key, proje
     funnel()
     os.kill(projectors[1].pid, signal.SIGSTOP)
     try:
-        send(port, key, [s.event(type="ad_loaded", requestId=ad, loadId=load_id, adUnit=unit, occurredAt=at)], user_agent=agent)
+        send(port, key, [loaded], user_agent=agent)
         held = funnel()
     finally:
         os.kill(projectors[1].pid, signal.SIGCONT)

@@ -57,9 +57,8 @@ enum ClientMinutes {
     ///   limit in this one (they are to be relabelled).
     ///
     /// - Parameter concurrently: whether projectors of other groups count into the same groups
-    ///   meanwhile: then every group is first made to exist and the rows are locked in one
-    ///   order, so that two steps wait for each other's counts rather than overwrite them, and
-    ///   never each wait for the other.
+    ///   meanwhile: then every group is first made to exist, so that the lock (in one order)
+    ///   makes two steps wait for each other's counts rather than overwrite them.
     static func count(_ added: [ClientGroup: GroupAddition], limit: Int, concurrently: Bool = false,
                       on connection: Connection) throws -> (overLimit: Set<ClientGroup>, relabel: [GroupMember]) {
         guard !added.isEmpty else { return ([], []) }
@@ -74,7 +73,7 @@ enum ClientMinutes {
         }
         let keys = [minutes.parameter, agents.parameter, addresses.parameter]
         if concurrently { try connection.query(ClientMinutesSQL.create, keys) }
-        let stored = try connection.query(concurrently ? ClientMinutesSQL.lockInOrder : ClientMinutesSQL.lock, keys, binaryResults: true)
+        let stored = try connection.query(ClientMinutesSQL.lock, keys, binaryResults: true)
         var before: [ClientGroup: (events: Int, members: [UInt8]?)] = [:]
         for row in 0..<stored.rowCount {
             guard let micros = BinaryValue.microsecondsSince1970(timestamptz: stored.bytes(row, 0)),
@@ -163,33 +162,26 @@ enum ClientMinutesSQL {
         """
 
     /// Binary columns: 0 minute, 1 user agent, 2 address, 3 events, 4 members. Locked: the
-    /// counts written back are computed from these.
+    /// counts written back are computed from these. Locked in the order `create` makes the
+    /// rows, so that two steps counting into the same minutes (projectors of groups) wait for
+    /// each other and never each for the other.
     static let lock = """
-        SELECT c.minute, c.user_agent_id, c.client_ip, c.events, c.members
-        FROM client_minutes c
-        JOIN unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
-          ON c.minute = g.minute AND c.user_agent_id = g.user_agent_id AND c.client_ip = g.client_ip
-        FOR UPDATE OF c
-        """
-
-    /// Makes the groups $1-$3 exist (with no events yet), in one order: `lockInOrder` then
-    /// locks rows that exist, and two steps making the same group wait for each other.
-    static let create = """
-        INSERT INTO client_minutes (minute, user_agent_id, client_ip, events, members)
-        SELECT g.minute, g.user_agent_id, g.client_ip, 0, ''::bytea
-        FROM unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
-        ORDER BY 1, 2, 3
-        ON CONFLICT (minute, user_agent_id, client_ip) DO NOTHING
-        """
-
-    /// `lock`, the rows locked in the order `create` makes them.
-    static let lockInOrder = """
         SELECT c.minute, c.user_agent_id, c.client_ip, c.events, c.members
         FROM client_minutes c
         JOIN unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
           ON c.minute = g.minute AND c.user_agent_id = g.user_agent_id AND c.client_ip = g.client_ip
         ORDER BY c.minute, c.user_agent_id, c.client_ip
         FOR UPDATE OF c
+        """
+
+    /// Makes the groups $1-$3 exist (with no events yet), in one order: `lock` then locks rows
+    /// that exist, and two steps making the same group wait for each other.
+    static let create = """
+        INSERT INTO client_minutes (minute, user_agent_id, client_ip, events, members)
+        SELECT g.minute, g.user_agent_id, g.client_ip, 0, ''::bytea
+        FROM unnest($1::timestamptz[], $2::int4[], $3::inet[]) AS g(minute, user_agent_id, client_ip)
+        ORDER BY 1, 2, 3
+        ON CONFLICT (minute, user_agent_id, client_ip) DO NOTHING
         """
 
     /// `ClientMinutes.forgetBehindEveryShard`: $1 the minutes kept.

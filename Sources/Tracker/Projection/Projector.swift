@@ -307,17 +307,17 @@ public final class Projector: Service, Sendable {
             var ends: [Int64: LogBatch.ShardEnd] = [:]
             var strings = StringTable()
             let inbox = shards.inboxEntries > 0
-                ? try Inbox.read(for: routing.own, limit: limit.events, strings: &strings, on: connection) : nil
-            if consumed > 0 || !(inbox?.entries.isEmpty ?? true) {
+                ? try Inbox.read(for: routing.own, limit: limit.events, strings: &strings, on: connection) : (entries: [], seqs: BinaryArray(.int8))
+            if consumed > 0 || !inbox.entries.isEmpty {
                 let batch = try LogBatch(results, shardColumn: true, strings: &strings)
-                outcome.impressions = try project(batch, inbox: inbox?.entries ?? [], routing: &routing, ivtRules: ivtRules, window: window,
+                outcome.impressions = try project(batch, inbox: inbox.entries, routing: &routing, ivtRules: ivtRules, window: window,
                                                   labellers: labellers, rowKey: .requestId, rowsPerWrite: limit.rowsPerWrite,
                                                   strings: &strings, on: connection)
-                try Inbox.settle(read: inbox?.seqs ?? BinaryArray(.int8), outbox: routing.outbox, on: connection)
+                try Inbox.settle(read: inbox.seqs, outbox: routing.outbox, on: connection)
                 try log.advance(shards, to: batch.shardEnds, retires: group == nil, on: connection)
                 if consumed > 0 { try connection.query(ProjectorSQL.countProjected, [String(consumed)]) }
                 ends = batch.shardEnds
-                outcome.more = ends.values.contains { $0.rows >= perShard } || !(inbox?.entries.isEmpty ?? true)
+                outcome.more = ends.values.contains { $0.rows >= perShard } || !inbox.entries.isEmpty
             }
             if drains {
                 // A coordinator-stamped cursor that gave fewer rows than its share has none left below the horizon.
@@ -344,23 +344,14 @@ public final class Projector: Service, Sendable {
     /// projected yet, refuse otherwise). Projections with nothing in them take the newest rule
     /// set; others keep theirs until `tracker rebuild` applies a newer one.
     static func lockState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64, ivtRules: Int) {
-        let state = try connection.query(ProjectorSQL.state)
-        guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
-              let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
-            throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
-        }
-        if storedWindow != window.microseconds {
-            guard projected == 0 else {
-                throw ProjectorError.windowMismatch(projected: .microseconds(storedWindow), configured: window)
-            }
+        let state = try ProjectionStateRow(try connection.query(ProjectorSQL.state))
+        if try state.lacks(window) {
             try connection.query(ProjectorSQL.setWindow, [String(window.microseconds)])
         }
-        var ivtRules = Int(rules)
-        if projected == 0, let newest = state.int64(0, 5), Int(newest) != ivtRules {
-            ivtRules = Int(newest)
-            try connection.query(ProjectorSQL.setIVTRules, [String(ivtRules)])
+        if let newer = state.newerRules {
+            try connection.query(ProjectorSQL.setIVTRules, [String(newer)])
         }
-        return (tx, seq, ivtRules)
+        return (state.tx, state.seq, state.newerRules ?? state.rules)
     }
 
     /// `lockState` for a projector of a group, whose steps share the state row: read without a
@@ -368,17 +359,39 @@ public final class Projector: Service, Sendable {
     /// waits for every step), since two groups setting them at once could each project with
     /// another rule set.
     static func readState(on connection: Connection, window: Duration) throws -> (tx: String, seq: Int64, ivtRules: Int)? {
-        let state = try connection.query(ProjectorSQL.stateUnlocked)
+        let state = try ProjectionStateRow(try connection.query(ProjectorSQL.stateUnlocked))
+        if try state.lacks(window) || state.newerRules != nil { return nil }
+        return (state.tx, state.seq, state.rules)
+    }
+}
+
+/// The row of `projection_state` (`ProjectorSQL.state`), and what a projector must set in it
+/// before it projects.
+private struct ProjectionStateRow {
+    var tx: String
+    var seq: Int64
+    var window: Int64
+    var projected: Int64
+    var rules: Int
+    /// The newest rule set, which projections with nothing in them take (`nil`: they keep theirs).
+    var newerRules: Int?
+
+    init(_ state: QueryResult) throws {
         guard state.rowCount == 1, let tx = state.string(0, 0), let seq = state.int64(0, 1),
-              let storedWindow = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
+              let window = state.int64(0, 2), let projected = state.int64(0, 3), let rules = state.int64(0, 4) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projection_state must hold one row")
         }
-        if storedWindow != window.microseconds {
-            guard projected == 0 else { throw ProjectorError.windowMismatch(projected: .microseconds(storedWindow), configured: window) }
-            return nil
-        }
-        if projected == 0, let newest = state.int64(0, 5), newest != rules { return nil }
-        return (tx, seq, Int(rules))
+        (self.tx, self.seq, self.window, self.projected, self.rules) = (tx, seq, window, projected, Int(rules))
+        let newest = state.int64(0, 5).map { Int($0) }
+        newerRules = projected == 0 && newest != nil && newest != self.rules ? newest : nil
+    }
+
+    /// Whether the projections lack `window` yet (nothing projected); throws when they were
+    /// computed with another.
+    func lacks(_ configured: Duration) throws -> Bool {
+        guard window != configured.microseconds else { return false }
+        guard projected == 0 else { throw ProjectorError.windowMismatch(projected: .microseconds(window), configured: configured) }
+        return true
     }
 }
 

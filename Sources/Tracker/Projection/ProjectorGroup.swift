@@ -119,7 +119,7 @@ enum Inbox {
         var ids = BinaryArray(.int8)
         for shard in shards ?? [] { ids.append(shard) }
         let r = try connection.query(shards == nil ? InboxSQL.readAll : InboxSQL.read,
-                                     (shards == nil ? [] : [ids.parameter]) + [.text(String(limit))], binaryResults: true)
+                                     [.text(String(limit))] + (shards == nil ? [] : [ids.parameter]), binaryResults: true)
         var entries: [InboxEntry] = []
         var seqs = BinaryArray(.int8, capacity: r.rowCount)
         for row in 0..<r.rowCount {
@@ -173,11 +173,15 @@ enum InboxSQL {
     /// Columns: 0 key, 1 the log shard its rows (and its state) are on.
     static let shardOf = "SELECT k, get_shard_id_for_distribution_column('events', k) FROM unnest($1::text[]) AS k"
 
-    /// Binary columns: 0 seq, 1 shard, 2 key, 3 event (NULL: a relabel), 4 event id.
-    static let read = """
-        SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox WHERE shard_id = ANY($1::bigint[]) ORDER BY seq LIMIT $2::int
-        """
-    static let readAll = "SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox ORDER BY seq LIMIT $1::int"
+    /// Binary columns: 0 seq, 1 shard, 2 key, 3 event (NULL: a relabel), 4 event id; the
+    /// oldest $1 entries for the shards $2.
+    static let read = entries(where: "WHERE shard_id = ANY($2::bigint[])")
+    /// `read` of every shard.
+    static let readAll = entries(where: "")
+
+    private static func entries(where condition: String) -> String {
+        "SELECT seq, shard_id, state_key, event, event_id FROM projection_inbox \(condition) ORDER BY seq LIMIT $1::int"
+    }
 
     static let delete = "DELETE FROM projection_inbox WHERE seq = ANY($1::bigint[])"
 
