@@ -65,7 +65,8 @@ struct ServerDependencies: Sendable {
     /// A batch's limits: the ingest route decodes by them, and `QuickAnswers` reckons from them
     /// the events a batch reserves at its head.
     var ingestLimits = IngestLimits()
-    var bodyBudgetBytes: Int
+    /// Bytes of ingest bodies still arriving, shared by the route and `QuickAnswers`.
+    var bodyBudget: BodyBudget
     var chartLibraryPath: String
     /// `TRACKER_DEFAULT_TZ`, for the reports and the dashboard.
     var defaultTimeZone: String? = nil
@@ -83,6 +84,15 @@ struct ServerDependencies: Sendable {
     var beaconClickWait: Duration
 }
 
+extension ServerDependencies {
+    /// `POST /v1/events`, as the router and `QuickAnswers` both run it.
+    var ingestRoute: IngestRoute {
+        IngestRoute(keys: keys, log: log, decoder: BatchDecoder(limits: ingestLimits), rateLimiter: rateLimiter,
+                    dimensionBudget: dimensionBudget, admission: admission, bodyBudget: bodyBudget, metrics: IngestMetrics(),
+                    clients: clients)
+    }
+}
+
 func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
     // HEAD is answered wherever GET is (RFC 9110 requires both of a general-purpose server).
     let router = Router(context: TrackerRequestContext.self, options: .autoGenerateHeadEndpoints)
@@ -98,10 +108,7 @@ func buildRouter(_ deps: ServerDependencies) -> Router<TrackerRequestContext> {
         .register(on: router)
     reconciliation.register(on: router)
     AdAuditRoute(keys: deps.keys, audit: deps.audit).register(on: router)
-    IngestRoute(keys: deps.keys, log: deps.log, decoder: BatchDecoder(limits: deps.ingestLimits), rateLimiter: deps.rateLimiter,
-                dimensionBudget: deps.dimensionBudget, admission: deps.admission, bodyBudget: BodyBudget(limitBytes: deps.bodyBudgetBytes),
-                metrics: IngestMetrics(), clients: deps.clients)
-        .register(on: router)
+    deps.ingestRoute.register(on: router)
     BeaconRoutes(beacons: deps.beacons, keys: deps.keys, log: deps.log, rejections: BeaconRejections(pool: deps.pools.primary),
                  clickCommitWait: deps.beaconClickWait, errands: deps.errands, clients: deps.clients)
         .register(on: router)
@@ -138,7 +145,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         rateLimiter: configuration.rateLimit.map(RateLimiter.init(eventsPerSecond:)),
         dimensionBudget: configuration.dimensionLimits == .off ? nil : DimensionBudget(limits: configuration.dimensionLimits),
         admission: Admission(limit: configuration.maxConcurrentBatches),
-        bodyBudgetBytes: configuration.bodyBudgetBytes,
+        bodyBudget: BodyBudget(limitBytes: configuration.bodyBudgetBytes),
         chartLibraryPath: configuration.chartLibraryPath,
         defaultTimeZone: configuration.defaultTimeZone,
         metricsRegistry: metricsRegistry,
@@ -149,7 +156,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
         beaconClickWait: configuration.beaconClickWait)
     let connections = ConnectionCounter(limit: configuration.connections.maxConnections)
     let quickAnswers = QuickAnswers.Rules(admission: deps.admission, keys: deps.keys, rateLimiter: deps.rateLimiter,
-                                          limits: deps.ingestLimits)
+                                          limits: deps.ingestLimits, ingest: deps.ingestRoute, serverName: "tracker", logger: logger)
     let requestTimeout = TimeAmount.nanoseconds(Int64(configuration.requestTimeout.microseconds) * 1000)
     return Application(
         router: buildRouter(deps),
@@ -157,7 +164,7 @@ func buildApplication(_ configuration: ServeConfiguration, logger: Logger,
             additionalChannelHandlers: [ConnectionGuard(counter: connections, requestTimeout: requestTimeout, quickAnswers: quickAnswers)],
             idleTimeout: .nanoseconds(Int64(configuration.idleTimeout.microseconds) * 1000))),
         configuration: .init(
-            address: .hostname(configuration.host, port: configuration.port), serverName: "tracker",
+            address: .hostname(configuration.host, port: configuration.port), serverName: quickAnswers.serverName,
             // The listener stops accepting before the process runs out of descriptors; the
             // guard's (lower) limit answers the connections in between with 503.
             availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.acceptLimit, logger: logger)),

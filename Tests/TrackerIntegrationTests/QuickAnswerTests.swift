@@ -115,4 +115,80 @@ struct QuickAnswerTests {
             }
         }
     }
+
+    /// A small batch is answered on the event loop and a large one by the route: the two answers
+    /// carry the same fields, and both batches are stored.
+    @Test func aSmallBatchAnsweredOnTheEventLoopCarriesTheRouteAnswersFields() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: the small batch's answer is written by the connection's NIO handler.
+            try await withTracker(db) { tracker in
+                let small = Wire.batch([Wire.event()])
+                let large = Wire.batch((0..<60).map { _ in Wire.event() })
+                #expect(small.count <= 8 * 1024 && large.count > 8 * 1024, "one batch on each side of the event loop's bound")
+                var fields: [[String: String]] = []
+                for (body, id) in [(small, "small-1"), (large, "large-1")] {
+                    let socket = try RawSocket(port: tracker.port)
+                    socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nX-Request-Id: \(id)\r\nContent-Length: \(body.count)\r\n\r\n")
+                    socket.write(body)
+                    let answer = socket.read(timeout: .seconds(30)) { String(decoding: $0, as: UTF8.self).hasSuffix("]}") }
+                    let text = String(decoding: answer.data, as: UTF8.self)
+                    #expect(RawSocket.status(of: answer.data) == 200, "\(text)")
+                    let head = text.components(separatedBy: "\r\n\r\n").first ?? ""
+                    var named: [String: String] = [:]
+                    for line in head.split(separator: "\r\n").dropFirst() {
+                        let pair = line.split(separator: ":", maxSplits: 1)
+                        if pair.count == 2 { named[pair[0].lowercased()] = pair[1].trimmingCharacters(in: .whitespaces) }
+                    }
+                    fields.append(named)
+                    #expect(named["x-request-id"] == id, "\(text)")
+                    #expect(named["server"] == "tracker", "\(text)")
+                    #expect(named["content-type"] == "application/json", "\(text)")
+                    #expect(named["date"]?.hasSuffix(" GMT") == true, "\(text)")
+                    #expect(text.contains("\"accepted\":\(body == small ? 1 : 60),\"duplicates\":0,\"rejected\":[]"), "\(text)")
+                }
+                #expect(fields.count == 2 && Set(fields[0].keys) == Set(fields[1].keys), "\(fields)")
+                #expect(try await db.scalar("SELECT count(*) FROM events") == "61")
+            }
+        }
+    }
+
+    /// Requests pipelined behind a small batch answered on the event loop are answered after
+    /// it, in order, whether the route or the event loop answers them; one that asks to close
+    /// the connection closes it once answered.
+    @Test func requestsPipelinedBehindASmallBatchAreAnsweredInOrder() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: pipelined requests on one connection.
+            try await withTracker(db) { tracker in
+                func post(_ body: Data, close: Bool = false) -> String {
+                    "POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n"
+                        + (close ? "Connection: close\r\n" : "") + "Content-Length: \(body.count)\r\n\r\n" + String(decoding: body, as: UTF8.self)
+                }
+                let first = Wire.batch([Wire.event()])
+                let invalid = Data("{\"events\": [".utf8)
+                let last = Wire.batch([Wire.event(), Wire.event()])
+                let socket = try RawSocket(port: tracker.port)
+                socket.write(post(first) + "GET /healthz/ HTTP/1.1\r\nHost: t\r\n\r\n" + post(invalid) + post(last, close: true))
+                let answered = socket.read(timeout: .seconds(30))
+                let text = String(decoding: answered.data, as: UTF8.self)
+                let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { String($0) }
+                #expect(answered.closed, "the connection closes after the answer to the request that asked it to: \(text)")
+                #expect(answers.count == 4, "\(text)")
+                guard answers.count == 4 else { return }
+                #expect(answers[0].hasPrefix("200") && answers[0].contains("\"accepted\":1,"), "\(answers[0])")
+                #expect(answers[1].hasPrefix("200") && answers[1].contains("\"status\":\"ok\""), "\(answers[1])")
+                #expect(answers[2].hasPrefix("400") && answers[2].contains("\"error\":\"invalid_json\""), "\(answers[2])")
+                #expect(answers[3].hasPrefix("200") && answers[3].contains("\"accepted\":2,"), "\(answers[3])")
+
+                // Alone on its connection, a batch that asks to close it is answered on the event loop, then closed.
+                let alone = try RawSocket(port: tracker.port)
+                alone.write(post(Wire.batch([Wire.event()]), close: true))
+                let closing = alone.read(timeout: .seconds(30))
+                let closingText = String(decoding: closing.data, as: UTF8.self)
+                #expect(closing.closed && closingText.hasPrefix("HTTP/1.1 200") && closingText.contains("\"accepted\":1,"), "\(closingText)")
+                #expect(try await db.scalar("SELECT count(*) FROM events") == "4")
+            }
+        }
+    }
 }

@@ -99,7 +99,7 @@ public final class EventLog: Service, Sendable {
     private struct Submission: Sendable {
         var events: [TrackingEvent]
         var keyName: String
-        var continuation: CheckedContinuation<AppendOutcome, any Error>
+        var reply: @Sendable (Result<AppendOutcome, AppendError>) -> Void
     }
 
     private typealias Taken = TakenAppend<Submission>
@@ -140,20 +140,25 @@ public final class EventLog: Service, Sendable {
     /// Stores `events` durably; returns only after their commit.
     public func append(_ events: [TrackingEvent], keyName: String) async throws(AppendError) -> AppendOutcome {
         if events.isEmpty { return AppendOutcome(stored: 0, duplicates: 0) }
-        do {
-            return try await withCheckedThrowingContinuation { continuation in
-                let submission = Submission(events: events, keyName: keyName, continuation: continuation)
-                switch state.withLock({ $0.submit(submission, events: events.count) }) {
-                case .refused(let error): continuation.resume(throwing: error)
-                case .accepted(_, let start, let timer):
-                    if let timer { schedule(timer) }
-                    start?.writer.resume(returning: start?.group)
-                }
-            }
-        } catch let error as AppendError {
-            throw error
-        } catch {
-            throw .failed
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<AppendOutcome, AppendError>, Never>) in
+            append(events, keyName: keyName) { continuation.resume(returning: $0) }
+        }
+        return try result.get()
+    }
+
+    /// Stores `events` durably and then calls `reply` with the outcome, once, on a thread of
+    /// the log's (or at once, on the caller's, when the append is refused or has no events).
+    /// For callers that are not tasks: a channel handler answers from its event loop without
+    /// a task to resume in between.
+    public func append(_ events: [TrackingEvent], keyName: String,
+                       then reply: @escaping @Sendable (Result<AppendOutcome, AppendError>) -> Void) {
+        if events.isEmpty { return reply(.success(AppendOutcome(stored: 0, duplicates: 0))) }
+        let submission = Submission(events: events, keyName: keyName, reply: reply)
+        switch state.withLock({ $0.submit(submission, events: events.count) }) {
+        case .refused(let error): reply(.failure(error))
+        case .accepted(_, let start, let timer):
+            if let timer { schedule(timer) }
+            start?.writer.resume(returning: start?.group)
         }
     }
 
@@ -199,7 +204,7 @@ public final class EventLog: Service, Sendable {
     private func timerFired() {
         let (expired, next) = state.withLock { $0.timerFired() }
         if let next { schedule(next) }
-        for submission in expired { submission.continuation.resume(throwing: AppendError.databaseUnavailable) }
+        for submission in expired { submission.reply(.failure(.databaseUnavailable)) }
     }
 
     /// Stops taking new events; writers finish the queue and return.
@@ -228,10 +233,10 @@ public final class EventLog: Service, Sendable {
 
     /// Answers the appends of `group` still waiting for their answer, each with `answer(i)`
     /// (its position in the group).
-    private func answer(_ group: [Taken], _ answer: (Int) -> Result<AppendOutcome, any Error>) {
+    private func answer(_ group: [Taken], _ answer: (Int) -> Result<AppendOutcome, AppendError>) {
         let waiting = state.withLock { s in group.map { s.claim($0.id) } }
         for (i, submission) in waiting.enumerated() {
-            submission?.continuation.resume(with: answer(i))
+            submission?.reply(answer(i))
         }
     }
 

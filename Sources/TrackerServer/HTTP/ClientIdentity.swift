@@ -16,10 +16,15 @@ struct ClientIdentity: Sendable {
     /// The request's client. A request without `User-Agent` has the empty one; a peer that is
     /// not an IP socket (none in tests that run the router alone) has no address.
     func client(of request: Request, context: some RequestContext) -> EventClient {
-        let agent = request.headers[values: .userAgent].first ?? ""
-        var address = (context as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress.flatMap { IPAddress($0) }
+        client(headers: request.headers, peer: (context as? any RemoteAddressRequestContext)?.remoteAddress)
+    }
+
+    /// The client of a request with `headers` from `peer`.
+    func client(headers: HTTPFields, peer: SocketAddress?) -> EventClient {
+        let agent = headers[values: .userAgent].first ?? ""
+        var address = peer?.ipAddress.flatMap { IPAddress($0) }
         if let peer = address {
-            let forwarded = request.headers[values: Self.forwardedFor]
+            let forwarded = headers[values: Self.forwardedFor]
             address = ForwardedFor.client(peer: peer, header: forwarded.isEmpty ? nil : forwarded.joined(separator: ","),
                                           trustedProxies: trustedProxies)
         }

@@ -123,8 +123,6 @@ package struct IngestRoute: Sendable {
     private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key principal: Principal, client: EventClient,
                                  charge: inout (key: String, events: Int)?,
                                  context: some RequestContext) async throws -> Response {
-        let key = principal.name
-        let server = principal.server, networks = principal.networks
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
             throw admission.refusal
@@ -132,9 +130,32 @@ package struct IngestRoute: Sendable {
         defer { admission.leave() }
         let receivedAt = Timestamp.now()
         let work: @Sendable () -> Result<DecodedBatch, APIError> = { [self, body] in
-            (gzip ? inflate(body) : .success(body)).flatMap { decode($0, receivedAt: receivedAt, serverKey: server, networks: networks) }
+            decoded(body, gzip: gzip, receivedAt: receivedAt, key: principal)
         }
         var batch = try (body.readableBytes >= Self.offloadBytes ? try await NIOThreadPool.singleton.runIfActive(work) : work()).get()
+        let events = admit(&batch, key: principal.name, client: client, receivedAt: receivedAt, charge: &charge)
+        let outcome: AppendOutcome
+        do {
+            outcome = try await log.append(events, keyName: principal.name)
+        } catch {
+            throw refusal(error)
+        }
+        return Response(status: .ok, headers: [.contentType: "application/json"],
+                        body: .init(byteBuffer: ByteBuffer(string: receipt(outcome, of: batch, key: principal.name, logger: context.logger))))
+    }
+
+    /// The batch in `body` (inflated first when `gzip`), or the error to answer.
+    func decoded(_ body: ByteBuffer, gzip: Bool, receivedAt: Timestamp, key principal: Principal) -> Result<DecodedBatch, APIError> {
+        (gzip ? inflate(body) : .success(body)).flatMap {
+            decode($0, receivedAt: receivedAt, serverKey: principal.server, networks: principal.networks)
+        }
+    }
+
+    /// What follows a batch's decoding before its append: the dimension budget, the parse
+    /// counters, and the rate limit's reservation in `charge` settled to the events carried.
+    /// Returns the events to append, each with its client.
+    func admit(_ batch: inout DecodedBatch, key: String, client: EventClient, receivedAt: Timestamp,
+               charge: inout (key: String, events: Int)?) -> [TrackingEvent] {
         dimensionBudget?.admit(&batch, key: key, receivedAt: receivedAt)
         let carried = batch.accepted.count + batch.rejected.count
         metrics.parsed(events: carried, rejected: batch.rejected)
@@ -142,17 +163,20 @@ package struct IngestRoute: Sendable {
             rateLimiter.settle(key: reserved.key, reserved: reserved.events, actual: carried)
             charge?.events = carried
         }
+        let truncates = clients.truncatesAddresses
+        return batch.accepted.map { $0.event.sent(by: client, truncatingAddresses: truncates) }
+    }
 
-        let outcome: AppendOutcome
-        do {
-            let truncates = clients.truncatesAddresses
-            outcome = try await log.append(batch.accepted.map { $0.event.sent(by: client, truncatingAddresses: truncates) }, keyName: key)
-        } catch {
-            if error == .overloaded { metrics.refused(by: .queue) }
-            throw APIError.from(error)
-        }
+    /// The answer to an append the log refused or could not store, counted.
+    func refusal(_ error: AppendError) -> APIError {
+        if error == .overloaded { metrics.refused(by: .queue) }
+        return APIError.from(error)
+    }
+
+    /// The receipt of `batch` once stored with `outcome`; counts the outcome and logs it.
+    func receipt(_ outcome: AppendOutcome, of batch: DecodedBatch, key: String, logger: Logger) -> String {
         metrics.stored(outcome)
-        context.logger.debug("batch stored", metadata: [
+        logger.debug("batch stored", metadata: [
             "tracker.key_name": .string(key), "tracker.accepted": .stringConvertible(outcome.stored),
             "tracker.duplicates": .stringConvertible(outcome.duplicates), "tracker.rejected": .stringConvertible(batch.rejected.count + outcome.refused.count),
         ])
@@ -166,7 +190,7 @@ package struct IngestRoute: Sendable {
             rejected.append(contentsOf: refusals)
             rejected.sort { $0.index < $1.index }
         }
-        return Self.receipt(outcome: outcome, rejected: rejected)
+        return Self.receiptBody(outcome: outcome, rejected: rejected)
     }
 
     /// The gzip body inflated, or the error to answer.
@@ -199,10 +223,7 @@ package struct IngestRoute: Sendable {
         defer { bodyBudget.release(held) }
         for try await chunk in request.body {
             guard body.readableBytes + chunk.readableBytes <= limit else { throw Self.tooLarge(limits) }
-            guard bodyBudget.take(chunk.readableBytes) else {
-                metrics.refused(by: .bodyBuffer)
-                throw APIError(.overloaded, "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
-            }
+            guard bodyBudget.take(chunk.readableBytes) else { throw bodyBudgetRefusal() }
             held += chunk.readableBytes
             var chunk = chunk
             body.writeBuffer(&chunk)
@@ -210,7 +231,13 @@ package struct IngestRoute: Sendable {
         return body
     }
 
-    private static func tooLarge(_ limits: IngestLimits) -> APIError {
+    /// The refusal of a body whose bytes would pass the body budget, counted.
+    func bodyBudgetRefusal() -> APIError {
+        metrics.refused(by: .bodyBuffer)
+        return APIError(.overloaded, "the tracker is reading too many request bodies at once; nothing of this batch was stored, retry after the delay", retryAfterSeconds: 1)
+    }
+
+    static func tooLarge(_ limits: IngestLimits) -> APIError {
         APIError(.payloadTooLarge, "the body is over \(limits.maxBodyBytes / 1024) KiB after decompression; send at most \(limits.maxEventsPerBatch) events and \(limits.maxBodyBytes / 1024) KiB per batch")
     }
 
@@ -222,11 +249,6 @@ package struct IngestRoute: Sendable {
     }
 
     /// `{"accepted": n, "duplicates": n, "rejected": [{"index": i, "id": "…", "error": "…"}]}`
-    static func receipt(outcome: AppendOutcome, rejected: [Rejection]) -> Response {
-        Response(status: .ok, headers: [.contentType: "application/json"],
-                 body: .init(byteBuffer: ByteBuffer(string: receiptBody(outcome: outcome, rejected: rejected))))
-    }
-
     package static func receiptBody(outcome: AppendOutcome, rejected: [Rejection]) -> String {
         var body = "{\"accepted\":\(outcome.stored),\"duplicates\":\(outcome.duplicates),\"rejected\":["
         for (n, r) in rejected.enumerated() {

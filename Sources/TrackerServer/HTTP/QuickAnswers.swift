@@ -1,6 +1,7 @@
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
+import Logging
 import NIOCore
 import NIOHTTPTypes
 import Tracker
@@ -15,6 +16,14 @@ import Tracker
 /// the events reserved for it (so the next head of that key already sees them taken) go to the
 /// route in its request context (`AdmittedBatch`, through `FrontDoorDecisions`), and the route
 /// decides none of it again.
+///
+/// A small admitted batch (a declared length of at most `inlineBytes`, not gzipped) is
+/// carried out here too, from its body to its receipt: decoded on the event loop, handed to
+/// the log's group commit, and answered from the event loop once its commit is durable, with
+/// the route's checks, counters, request log lines and answer. A single event so skips the hop
+/// to a task and back and the router, which cost more than the rest of its request.
+/// While its commit is awaited the connection reads nothing more, so a pipelined request is
+/// answered after it.
 ///
 /// The refused batch's body is read and dropped and the connection stays open: closing with
 /// the body unread could reset the connection before the client read the answer. Nothing is
@@ -41,6 +50,14 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     /// answer is written (a close discards writes still pending).
     private var closeAfterDropping = false
     private var answerWritten: EventLoopFuture<Void>?
+    /// The small batch being carried out here, from its head until its answer is written.
+    private var inline: InlineBatch?
+    /// Parts that arrived while `inline` waited for its commit, read once it is answered.
+    private var held: [NIOAny] = []
+    /// A read asked for while `inline` waited for its commit, passed on once it is answered.
+    private var readHeld = false
+    /// The connection went: an answer due is not written.
+    private var gone = false
 
     /// What the refusals are decided by; shared by every connection.
     struct Rules: Sendable {
@@ -51,7 +68,19 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var rateLimiter: RateLimiter?
         /// The route's, by which a batch's head is read as the route would.
         var limits: IngestLimits
+        /// The ingest route, whose steps a small admitted batch takes here (`nil`: every
+        /// batch goes to the route).
+        var ingest: IngestRoute?
+        /// The `Server` field of every answer, as Hummingbird writes it on the routes' answers.
+        var serverName: String
+        /// The server's logger: a batch carried out here logs the route's debug lines with it.
+        var logger: Logger
     }
+
+    /// Batches of a declared length up to this many bytes are carried out here (a single
+    /// event is about 300 bytes; decoding 8 KiB takes tens of microseconds, so other
+    /// connections of the event loop wait no longer than that).
+    static let inlineBytes = 8 * 1024
 
     init(rules: Rules) {
         self.rules = rules
@@ -68,7 +97,15 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if inline?.awaitingCommit == true {
+            held.append(data)
+            return
+        }
         let part = unwrapInboundIn(data)
+        if inline != nil {
+            read(part, context: context)
+            return
+        }
         if dropping {
             if case .end = part {
                 dropping = false
@@ -87,13 +124,12 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
             switch inFlight == 0 ? decide(head) : nil {
             case .answer(let answer)?:
                 dropping = true
-                closeAfterDropping = head.headerFields[values: .connection].contains { value in
-                    value.split(separator: ",").contains { String($0).trimmingSpaces.lowercased() == "close" }
-                }
-                let id = head.headerFields[RequestObserver<BasicRequestContext>.requestIDField].flatMap(ClientRequestID.sane)
-                    ?? Self.newRequestID()
+                closeAfterDropping = asksToClose(head)
                 Self.httpMetrics.count(route: answer.route, status: answer.status.code)
-                write(context, answer, requestID: id, close: closeAfterDropping)
+                answerWritten = write(context, answer, requestID: requestID(head), close: closeAfterDropping)
+                return
+            case .pass(let admitted)? where rules.ingest != nil && Self.carriesOutHere(head, admitted):
+                inline = InlineBatch(admitted: admitted, head: head, requestID: requestID(head), close: asksToClose(head))
                 return
             case .pass(let admitted)?:
                 inFlight += 1
@@ -107,11 +143,34 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        forgetDecisions(context)
+        leave(context)
         context.fireChannelInactive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        leave(context)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if inline?.awaitingCommit == true {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    /// The connection goes: what its requests reserved is given back, and an answer still due
+    /// is not written (a batch awaiting its commit still settles when it comes).
+    private func leave(_ context: ChannelHandlerContext) {
+        gone = true
+        held = []
+        if let batch = inline, !batch.awaitingCommit {
+            inline = nil
+            release(batch)
+            if let reserved = batch.admitted.reserved {
+                rules.rateLimiter?.refund(key: batch.admitted.principal.name, events: reserved)
+            }
+        }
         forgetDecisions(context)
     }
 
@@ -179,6 +238,20 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         var status: HTTPResponse.Status
         var body: String
         var retryAfter: Int?
+        /// Further fields of the answer.
+        var fields: HTTPFields = [:]
+    }
+
+    /// The request id of the request with `head`: its own when sane, else a new one.
+    private func requestID(_ head: HTTPRequest) -> String {
+        head.headerFields[RequestObserver<BasicRequestContext>.requestIDField].flatMap(ClientRequestID.sane) ?? Self.newRequestID()
+    }
+
+    /// Whether the request with `head` asked for `Connection: close`.
+    private func asksToClose(_ head: HTTPRequest) -> Bool {
+        head.headerFields[values: .connection].contains { value in
+            value.split(separator: ",").contains { String($0).trimmingSpaces.lowercased() == "close" }
+        }
     }
 
     /// A request id for a request that brought no sane one: Hummingbird's, as the routes' requests
@@ -187,19 +260,184 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         RequestID().description
     }
 
-    /// Writes a whole JSON answer; with `close`, the connection closes once the request has arrived whole.
-    private func write(_ context: ChannelHandlerContext, _ answer: Answer, requestID: String, close: Bool) {
-        var fields: HTTPFields = [RequestObserver<BasicRequestContext>.requestIDField: requestID]
+    /// Writes a whole JSON answer with the fields a route's answer has (`Date`, `Server`, the
+    /// request id); with `close`, marked so (the caller closes the connection once the request
+    /// has arrived whole and the answer is written).
+    private func write(_ context: ChannelHandlerContext, _ answer: Answer, requestID: String, close: Bool) -> EventLoopFuture<Void> {
+        var fields = answer.fields
+        fields[RequestObserver<BasicRequestContext>.requestIDField] = requestID
+        fields[.date] = HTTPDate.now()
+        fields[.server] = rules.serverName
         if close { fields[.connection] = "close" }
         if let retryAfter = answer.retryAfter { fields[.retryAfter] = String(retryAfter) }
-        answerWritten = WholeAnswer.write(context, status: answer.status, body: answer.body, fields: fields)
+        return WholeAnswer.write(context, status: answer.status, body: answer.body, fields: fields)
+    }
+}
+
+// MARK: - A small batch carried out on the event loop
+
+extension QuickAnswers {
+    /// A small admitted batch from its head to its answer.
+    struct InlineBatch {
+        var admitted: AdmittedBatch
+        var head: HTTPRequest
+        var requestID: String
+        /// The request asked for `Connection: close`.
+        var close: Bool
+        var started = ContinuousClock.now
+        var body = ByteBuffer()
+        /// Bytes of `body` taken from the body budget.
+        var budgeted = 0
+        /// Why the batch is refused, once known while its body still arrives.
+        var refusal: APIError?
+        /// Handed to the log; the connection reads nothing more until it is answered.
+        var awaitingCommit = false
+    }
+
+    /// Whether an admitted batch with `head` is carried out here: a declared length of at most
+    /// `inlineBytes`, not gzipped (its inflated size would not be bounded by that), and no
+    /// `Expect`, whose answer is the route's to give.
+    static func carriesOutHere(_ head: HTTPRequest, _ admitted: AdmittedBatch) -> Bool {
+        guard !admitted.head.gzip, head.headerFields[.expect] == nil,
+              let length = head.headerFields[.contentLength].flatMap(Int.init) else { return false }
+        return length <= inlineBytes
+    }
+
+    /// A part of the batch being read here.
+    private func read(_ part: HTTPRequestPart, context: ChannelHandlerContext) {
+        guard var batch = inline, let route = rules.ingest else { return }
+        inline = nil  // `batch` is the only holder of its body while it grows
+        switch part {
+        case .head:
+            break  // a head comes only after the end
+        case .body(var chunk):
+            if batch.refusal != nil {
+                break
+            } else if batch.body.readableBytes + chunk.readableBytes > batch.admitted.head.wireLimit {
+                batch.refusal = IngestRoute.tooLarge(route.limits)
+            } else if !route.bodyBudget.take(chunk.readableBytes) {
+                batch.refusal = route.bodyBudgetRefusal()
+            } else {
+                batch.budgeted += chunk.readableBytes
+                batch.body.writeBuffer(&chunk)
+            }
+        case .end:
+            inline = batch
+            carryOut(route, context: context)
+            return
+        }
+        inline = batch
+    }
+
+    /// The route's steps for the batch whose body is in: a place, decoding, the budgets, the
+    /// append; answered when the log replies.
+    private func carryOut(_ route: IngestRoute, context: ChannelHandlerContext) {
+        guard var batch = inline else { return }
+        let principal = batch.admitted.principal
+        var charge = batch.admitted.reserved.map { (key: principal.name, events: $0) }
+        if let refusal = batch.refusal {
+            return refuse(refusal, charge: charge, context: context)
+        }
+        guard route.admission.enter() else {
+            route.metrics.refused(by: .concurrentBatches)
+            return refuse(route.admission.refusal, charge: charge, context: context)
+        }
+        let receivedAt = Timestamp.now()
+        let decoded = route.decoded(batch.body, gzip: false, receivedAt: receivedAt, key: principal)
+        route.bodyBudget.release(batch.budgeted)
+        batch.budgeted = 0
+        batch.body = ByteBuffer()
+        guard case .success(var decodedBatch) = decoded else {
+            route.admission.leave()
+            if case .failure(let error) = decoded { refuse(error, charge: charge, context: context) }
+            return
+        }
+        let client = route.clients.client(headers: batch.head.headerFields, peer: context.channel.remoteAddress)
+        let events = route.admit(&decodedBatch, key: principal.name, client: client, receivedAt: receivedAt, charge: &charge)
+        batch.awaitingCommit = true
+        inline = batch
+        let loop = context.eventLoop
+        let handler = NIOLoopBound((self, context), eventLoop: loop)
+        let settled = charge, stored = decodedBatch
+        route.log.append(events, keyName: principal.name) { result in
+            loop.execute {
+                let (self_, context) = handler.value
+                self_.committed(result, batch: stored, key: principal.name, charge: settled, route: route, context: context)
+            }
+        }
+    }
+
+    /// The log's reply for the batch awaiting its commit.
+    private func committed(_ result: Result<AppendOutcome, AppendError>, batch: DecodedBatch, key: String,
+                           charge: (key: String, events: Int)?, route: IngestRoute, context: ChannelHandlerContext) {
+        route.admission.leave()
+        switch result {
+        case .success(let outcome):
+            let logger = inline.map(logger(for:)) ?? rules.logger
+            let receipt = route.receipt(outcome, of: batch, key: key, logger: logger)
+            finish(Answer(route: "/v1/events", status: .ok, body: receipt, retryAfter: nil), context: context)
+        case .failure(let error):
+            refuse(route.refusal(error), charge: charge, context: context)
+        }
+    }
+
+    /// Answers the batch with `error`, giving back what `charge` reserved.
+    private func refuse(_ error: APIError, charge: (key: String, events: Int)?, context: ChannelHandlerContext) {
+        if let charge { rules.rateLimiter?.refund(key: charge.key, events: charge.events) }
+        finish(Answer(refusing: error), context: context)
+    }
+
+    /// Counts and logs the batch's answer and writes it; then reads on: the parts that arrived
+    /// meanwhile, and the read held back.
+    private func finish(_ answer: Answer, context: ChannelHandlerContext) {
+        guard let batch = inline else { return }
+        inline = nil
+        release(batch)
+        Self.httpMetrics.count(route: answer.route, status: answer.status.code)
+        let logger = logger(for: batch)
+        if logger.logLevel <= .debug {
+            logger.debug("request", metadata: [
+                "http.method": "POST", "http.route": .string(answer.route),
+                "http.status": .stringConvertible(answer.status.code),
+                "http.duration_ms": .stringConvertible(Double((ContinuousClock.now - batch.started).nanoseconds / 1000) / 1000),
+            ])
+        }
+        guard !gone else { return }
+        let written = write(context, answer, requestID: batch.requestID, close: batch.close)
+        if batch.close {
+            held = []
+            written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            return
+        }
+        let parts = held
+        held = []
+        for part in parts { channelRead(context: context, data: part) }
+        // Hummingbird's handler passes on what it read at the end of a read.
+        if !parts.isEmpty { context.fireChannelReadComplete() }
+        if readHeld, inline?.awaitingCommit != true {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    /// Gives back the body bytes `batch` holds against the budget.
+    private func release(_ batch: InlineBatch) {
+        if batch.budgeted > 0 { rules.ingest?.bodyBudget.release(batch.budgeted) }
+    }
+
+    /// The server's logger with the request's id, as the routes' requests log (only when
+    /// debug lines are written: the metadata costs an allocation).
+    private func logger(for batch: InlineBatch) -> Logger {
+        var logger = rules.logger
+        if logger.logLevel <= .debug { logger[metadataKey: "tracker.request_id"] = .string(batch.requestID) }
+        return logger
     }
 }
 
 extension QuickAnswers.Answer {
     /// A batch's refusal.
     init(refusing error: APIError) {
-        self.init(route: "/v1/events", status: error.status, body: error.body, retryAfter: error.retryAfterSeconds)
+        self.init(route: "/v1/events", status: error.status, body: error.body, retryAfter: error.retryAfterSeconds, fields: error.headers)
     }
 }
 
