@@ -191,4 +191,41 @@ struct QuickAnswerTests {
             }
         }
     }
+
+    /// A large body pipelined behind a small batch that waits for its commit stops the
+    /// connection's reading past a bound, and is read and answered, in order, once the batch is.
+    @Test func aLargeBodyPipelinedBehindAWaitingBatchIsAnsweredAfterIt() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: pipelined requests on one connection.
+            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
+                let locker = try Connection.open(db.url)
+                defer { locker.close() }
+                try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
+                let small = Wire.batch([Wire.event()])
+                let large = Wire.batch((0..<400).map { _ in Wire.event() })
+                #expect(large.count > 64 * 1024, "more than the handler holds before it stops reading")
+                func post(_ body: Data) -> Data {
+                    Data("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body
+                }
+                let socket = try RawSocket(port: tracker.port)
+                let writer = Task.detached { [socket] in
+                    socket.write(post(small) + post(large) + Data("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8))
+                }
+                let early = socket.read(timeout: .seconds(1))
+                #expect(early.data.isEmpty, "nothing is answered while the first batch waits: \(String(decoding: early.data, as: UTF8.self))")
+                try locker.execute("COMMIT")
+                let all = socket.read(timeout: .seconds(30)) { String(decoding: $0, as: UTF8.self).components(separatedBy: "HTTP/1.1 ").count >= 4 }
+                _ = await writer.value
+                let text = String(decoding: all.data, as: UTF8.self)
+                let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { String($0) }
+                #expect(answers.count == 3, "\(text.prefix(2000))")
+                guard answers.count == 3 else { return }
+                #expect(answers[0].contains("\"accepted\":1,"), "\(answers[0])")
+                #expect(answers[1].contains("\"accepted\":400,"), "\(answers[1])")
+                #expect(answers[2].contains("{\"status\":\"ok\"}"), "\(answers[2])")
+                #expect(try await db.scalar("SELECT count(*) FROM events") == "401")
+            }
+        }
+    }
 }

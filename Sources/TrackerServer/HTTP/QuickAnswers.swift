@@ -22,8 +22,8 @@ import Tracker
 /// the log's group commit, and answered from the event loop once its commit is durable, with
 /// the route's checks, counters, request log lines and answer. A single event so skips the hop
 /// to a task and back and the router, which cost more than the rest of its request.
-/// While its commit is awaited the connection reads nothing more, so a pipelined request is
-/// answered after it.
+/// While its commit is awaited, what else the connection sends waits here (and past 64 KiB
+/// the connection stops reading), so a pipelined request is answered after it.
 ///
 /// The refused batch's body is read and dropped and the connection stays open: closing with
 /// the body unread could reset the connection before the client read the answer. Nothing is
@@ -54,7 +54,10 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     private var inline: InlineBatch?
     /// Parts that arrived while `inline` waited for its commit, read once it is answered.
     private var held: [NIOAny] = []
-    /// A read asked for while `inline` waited for its commit, passed on once it is answered.
+    /// Bytes of the bodies in `held`.
+    private var heldBytes = 0
+    /// A read asked for while `inline` waited for its commit with `heldLimit` bytes or more
+    /// held, passed on once it is answered.
     private var readHeld = false
     /// The connection went: an answer due is not written.
     private var gone = false
@@ -82,6 +85,11 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     /// connections of the event loop wait no longer than that).
     static let inlineBytes = 8 * 1024
 
+    /// Bytes of pipelined bodies held while a batch awaits its commit before the connection
+    /// stops reading. Reads go on below it: stopping and resuming them costs the event loop
+    /// two `epoll_ctl` calls, on every request if it were done for every commit.
+    static let heldLimit = 64 * 1024
+
     init(rules: Rules) {
         self.rules = rules
     }
@@ -98,6 +106,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if inline?.awaitingCommit == true {
+            if case .body(let chunk) = unwrapInboundIn(data) { heldBytes += chunk.readableBytes }
             held.append(data)
             return
         }
@@ -151,8 +160,11 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         leave(context)
     }
 
+    /// Whether reads wait: a batch awaits its commit with `heldLimit` bytes held behind it.
+    private var holdsReads: Bool { inline?.awaitingCommit == true && heldBytes >= Self.heldLimit }
+
     func read(context: ChannelHandlerContext) {
-        if inline?.awaitingCommit == true {
+        if holdsReads {
             readHeld = true
         } else {
             context.read()
@@ -164,6 +176,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     private func leave(_ context: ChannelHandlerContext) {
         gone = true
         held = []
+        heldBytes = 0
         if let batch = inline, !batch.awaitingCommit {
             inline = nil
             release(batch)
@@ -290,7 +303,7 @@ extension QuickAnswers {
         var budgeted = 0
         /// Why the batch is refused, once known while its body still arrives.
         var refusal: APIError?
-        /// Handed to the log; the connection reads nothing more until it is answered.
+        /// Handed to the log; what the connection sends next waits until it is answered.
         var awaitingCommit = false
     }
 
@@ -406,15 +419,17 @@ extension QuickAnswers {
         let written = write(context, answer, requestID: batch.requestID, close: batch.close)
         if batch.close {
             held = []
+            heldBytes = 0
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
             return
         }
         let parts = held
         held = []
+        heldBytes = 0
         for part in parts { channelRead(context: context, data: part) }
         // Hummingbird's handler passes on what it read at the end of a read.
         if !parts.isEmpty { context.fireChannelReadComplete() }
-        if readHeld, inline?.awaitingCommit != true {
+        if readHeld, !holdsReads {
             readHeld = false
             context.read()
         }
