@@ -13,9 +13,8 @@ struct QuickAnswerTests {
             // A process: raw sockets on a port: the refusal is written by the connection's NIO handler.
             try await withTracker(db, environment: ["TRACKER_MAX_CONCURRENT_BATCHES": "1", "TRACKER_APPEND_TIMEOUT": "120"]) { tracker in
                 // The one place is held by a batch whose write waits for a lock.
-                let locker = try Connection.open(db.url)
+                let locker = try Self.lockAppends(db)
                 defer { locker.close() }
-                try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
                 var client = tracker.client
                 // It waits for the lock until the refusal and /healthz below are read (up to 40 s each).
                 client.readTimeoutSeconds = 120
@@ -30,7 +29,7 @@ struct QuickAnswerTests {
                 let refusedID = UUID().uuidString.lowercased()
                 let body = Wire.batch([Wire.event(id: refusedID)])
                 let socket = try RawSocket(port: tracker.port)
-                socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n")
+                socket.write(Self.head(of: body, key: key))
                 socket.write(body)
                 // Generous bounds: in one whole-suite run on a loaded machine the answer took over 10 s.
                 let refusal = socket.read(timeout: .seconds(40)) { String(decoding: $0, as: UTF8.self).contains("}") }
@@ -68,7 +67,7 @@ struct QuickAnswerTests {
                 let refusedID = UUID().uuidString.lowercased()
                 let body = Wire.batch([Wire.event(id: refusedID)])
                 let socket = try RawSocket(port: tracker.port)
-                socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n")
+                socket.write(Self.head(of: body, key: key))
                 let refusal = socket.read(timeout: .seconds(40)) { String(decoding: $0, as: UTF8.self).contains("}") }
                 let text = String(decoding: refusal.data, as: UTF8.self)
                 #expect(RawSocket.status(of: refusal.data) == 429, "answered with the body not sent: \(text)")
@@ -95,12 +94,11 @@ struct QuickAnswerTests {
             let key = try await db.createKey("app", scope: .ingest)
             // A process: raw sockets on a port: pipelined requests on one connection.
             try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
-                let locker = try Connection.open(db.url)
+                let locker = try Self.lockAppends(db)
                 defer { locker.close() }
-                try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
                 let body = Wire.batch([Wire.event()])
                 let socket = try RawSocket(port: tracker.port)
-                socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n")
+                socket.write(Self.head(of: body, key: key))
                 socket.write(body)
                 socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
                 let early = socket.read(timeout: .seconds(1))
@@ -129,7 +127,7 @@ struct QuickAnswerTests {
                 var fields: [[String: String]] = []
                 for (body, id) in [(small, "small-1"), (large, "large-1")] {
                     let socket = try RawSocket(port: tracker.port)
-                    socket.write("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nX-Request-Id: \(id)\r\nContent-Length: \(body.count)\r\n\r\n")
+                    socket.write(Self.head(of: body, key: key, fields: "X-Request-Id: \(id)\r\n"))
                     socket.write(body)
                     let answer = socket.read(timeout: .seconds(30)) { String(decoding: $0, as: UTF8.self).hasSuffix("]}") }
                     let text = String(decoding: answer.data, as: UTF8.self)
@@ -162,8 +160,7 @@ struct QuickAnswerTests {
             // A process: raw sockets on a port: pipelined requests on one connection.
             try await withTracker(db) { tracker in
                 func post(_ body: Data, close: Bool = false) -> String {
-                    "POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n"
-                        + (close ? "Connection: close\r\n" : "") + "Content-Length: \(body.count)\r\n\r\n" + String(decoding: body, as: UTF8.self)
+                    Self.head(of: body, key: key, fields: close ? "Connection: close\r\n" : "") + String(decoding: body, as: UTF8.self)
                 }
                 let first = Wire.batch([Wire.event()])
                 let invalid = Data("{\"events\": [".utf8)
@@ -199,15 +196,12 @@ struct QuickAnswerTests {
             let key = try await db.createKey("app", scope: .ingest)
             // A process: raw sockets on a port: pipelined requests on one connection.
             try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
-                let locker = try Connection.open(db.url)
+                let locker = try Self.lockAppends(db)
                 defer { locker.close() }
-                try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
                 let small = Wire.batch([Wire.event()])
                 let large = Wire.batch((0..<400).map { _ in Wire.event() })
                 #expect(large.count > 64 * 1024, "more than the handler holds before it stops reading")
-                func post(_ body: Data) -> Data {
-                    Data("POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body
-                }
+                func post(_ body: Data) -> Data { Data(Self.head(of: body, key: key).utf8) + body }
                 let socket = try RawSocket(port: tracker.port)
                 let writer = Task.detached { [socket] in
                     socket.write(post(small) + post(large) + Data("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8))
@@ -227,5 +221,17 @@ struct QuickAnswerTests {
                 #expect(try await db.scalar("SELECT count(*) FROM events") == "401")
             }
         }
+    }
+
+    /// A session holding `event_ids` locked: appends wait until it commits.
+    static func lockAppends(_ db: TestDatabase) throws -> Connection {
+        let locker = try Connection.open(db.url)
+        try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
+        return locker
+    }
+
+    /// The head of a batch's request with `body`, with further header `fields` (each ending in CRLF).
+    static func head(of body: Data, key: String, fields: String = "") -> String {
+        "POST /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n\(fields)Content-Length: \(body.count)\r\n\r\n"
     }
 }
