@@ -223,6 +223,92 @@ struct QuickAnswerTests {
         }
     }
 
+    /// Small batches refused on the event loop give their bytes back to the body budget once:
+    /// after many of them the budget still refuses a body that would pass it.
+    @Test func smallBatchesRefusedOnTheEventLoopLeaveTheBodyBudgetWhole() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: uploads held open on their connections.
+            try await withTracker(db, environment: ["TRACKER_BODY_BUFFER_MIB": "1"]) { tracker in
+                let invalid = Data(("{\"events\": [" + String(repeating: " ", count: 4000)).utf8)
+                let socket = try RawSocket(port: tracker.port)
+                for n in 0..<300 {
+                    socket.write(Self.head(of: invalid, key: key) + String(decoding: invalid, as: UTF8.self))
+                    let answer = socket.read(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).hasSuffix("}") }
+                    guard RawSocket.status(of: answer.data) == 400 else {
+                        Issue.record("batch \(n): \(String(decoding: answer.data, as: UTF8.self))")
+                        return
+                    }
+                }
+                // Two uploads hold 800 KiB of the 1 MiB budget; a third passes it.
+                let declared = Data(count: 500 * 1024), sent = Data(repeating: 0x20, count: 400 * 1024)
+                var uploads: [RawSocket] = []
+                for _ in 0..<2 {
+                    let upload = try RawSocket(port: tracker.port)
+                    upload.write(Self.head(of: declared, key: key))
+                    upload.write(sent)
+                    uploads.append(upload)
+                }
+                try await Task.sleep(for: .milliseconds(500))
+                let third = try RawSocket(port: tracker.port)
+                third.write(Self.head(of: declared, key: key))
+                let writer = Task.detached { [third] in third.write(sent) }
+                let refusal = third.read(timeout: .seconds(20)) { String(decoding: $0, as: UTF8.self).contains("}") }
+                let text = String(decoding: refusal.data, as: UTF8.self)
+                #expect(RawSocket.status(of: refusal.data) == 503 && text.contains("too many request bodies"), "\(text)")
+                uploads.removeAll()
+                _ = await writer.value
+            }
+        }
+    }
+
+    /// A client that half-closes its connection after a small batch still gets the batch's
+    /// answer, written once its commit is in, before the connection closes.
+    @Test func aClientThatHalfClosesAfterASmallBatchGetsItsAnswer() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: a half-closed connection.
+            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
+                let locker = try Self.lockAppends(db)
+                defer { locker.close() }
+                let body = Wire.batch([Wire.event()])
+                let socket = try RawSocket(port: tracker.port)
+                socket.write(Self.head(of: body, key: key) + String(decoding: body, as: UTF8.self))
+                _ = Glibc.shutdown(socket.fd, Int32(SHUT_WR))
+                let early = socket.read(timeout: .seconds(1))
+                #expect(early.data.isEmpty && !early.closed, "the batch waits for its commit: \(String(decoding: early.data, as: UTF8.self))")
+                try locker.execute("COMMIT")
+                let answer = socket.read(timeout: .seconds(30))
+                let text = String(decoding: answer.data, as: UTF8.self)
+                #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("\"accepted\":1,"), "\(text)")
+                #expect(answer.closed, "then the connection closes")
+            }
+        }
+    }
+
+    /// A request the parser cannot read, pipelined behind a small batch that waits for its
+    /// commit, is answered after the batch.
+    @Test func anUnreadableRequestBehindASmallBatchIsAnsweredAfterIt() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            // A process: raw sockets on a port: pipelined requests on one connection.
+            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
+                let locker = try Self.lockAppends(db)
+                defer { locker.close() }
+                let body = Wire.batch([Wire.event()])
+                let socket = try RawSocket(port: tracker.port)
+                socket.write(Self.head(of: body, key: key) + String(decoding: body, as: UTF8.self) + "NOT HTTP AT ALL\r\n\r\n")
+                let early = socket.read(timeout: .seconds(1))
+                #expect(early.data.isEmpty, "nothing is answered while the batch waits: \(String(decoding: early.data, as: UTF8.self))")
+                try locker.execute("COMMIT")
+                let answers = socket.read(timeout: .seconds(30))
+                let text = String(decoding: answers.data, as: UTF8.self)
+                #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("\"accepted\":1,"), "the batch's answer comes first: \(text)")
+                #expect(answers.closed, "the connection closes after the unreadable request's answer: \(text)")
+            }
+        }
+    }
+
     /// A session holding `event_ids` locked: appends wait until it commits.
     static func lockAppends(_ db: TestDatabase) throws -> Connection {
         let locker = try Connection.open(db.url)

@@ -16,9 +16,10 @@ package struct IngestRoute: Sendable {
     /// Batches being decoded or written at once; more get `503` at once. A place is taken only
     /// once the body is in, so clients that send slowly or stall cannot hold the places.
     let admission: Admission
-    /// Bytes of bodies still arriving, across all requests: a client holds only what it
-    /// really sent, and beyond the budget new bytes get `503` (the connection guard's request
-    /// deadline bounds how long any of it is held).
+    /// Bytes of bodies still arriving (and, for a small batch on the event loop, until it is
+    /// decoded), across all requests: a client holds only what it really sent, and beyond the
+    /// budget new bytes get `503` (the connection guard's request deadline bounds how long any
+    /// of it is held).
     let bodyBudget: BodyBudget
     let metrics: IngestMetrics
     /// Who sent each request, recorded with its events.

@@ -22,8 +22,10 @@ import Tracker
 /// the log's group commit, and answered from the event loop once its commit is durable, with
 /// the route's checks, counters, request log lines and answer. A single event so skips the hop
 /// to a task and back and the router, which cost more than the rest of its request.
-/// While its commit is awaited, what else the connection sends waits here (and past 64 KiB
-/// the connection stops reading), so a pipelined request is answered after it.
+/// While its commit is awaited, what else arrives on the connection (pipelined requests, the
+/// input's end, a parse error) waits here, and past 64 KiB of it the connection stops reading,
+/// so what follows is answered after it. Reads also wait while the connection takes no more
+/// writes (a client that sends and never reads).
 ///
 /// The refused batch's body is read and dropped and the connection stays open: closing with
 /// the body unread could reset the connection before the client read the answer. Nothing is
@@ -52,12 +54,12 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     private var answerWritten: EventLoopFuture<Void>?
     /// The small batch being carried out here, from its head until its answer is written.
     private var inline: InlineBatch?
-    /// Parts that arrived while `inline` waited for its commit, read once it is answered.
-    private var held: [NIOAny] = []
-    /// Bytes of the bodies in `held`.
+    /// What arrived while `inline` waited for its commit (parts, the input's end, errors),
+    /// passed on in order once it is answered.
+    private var held: [Held] = []
+    /// What `held` is charged against `heldLimit`.
     private var heldBytes = 0
-    /// A read asked for while `inline` waited for its commit with `heldLimit` bytes or more
-    /// held, passed on once it is answered.
+    /// A read asked for while reads wait (`holdsReads`), passed on once they no longer do.
     private var readHeld = false
     /// The connection went: an answer due is not written.
     private var gone = false
@@ -85,10 +87,29 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     /// connections of the event loop wait no longer than that).
     static let inlineBytes = 8 * 1024
 
-    /// Bytes of pipelined bodies held while a batch awaits its commit before the connection
-    /// stops reading. Reads go on below it: stopping and resuming them costs the event loop
-    /// two `epoll_ctl` calls, on every request if it were done for every commit.
+    /// What may be held behind a batch awaiting its commit before the connection stops
+    /// reading (`charge(of:)`). Reads go on below it: stopping and resuming them costs the
+    /// event loop two `epoll_ctl` calls, on every request if it were done for every commit.
     static let heldLimit = 64 * 1024
+
+    /// What a held part counts against `heldLimit`: a body its bytes, a head its fields' bytes
+    /// and a fixed 256 for the parsed request, an end 64; so many small pipelined requests
+    /// stop the reading as surely as one large body does.
+    static func charge(of part: HTTPRequestPart) -> Int {
+        switch part {
+        case .body(let chunk): chunk.readableBytes
+        case .head(let head):
+            head.headerFields.reduce(256 + (head.path?.utf8.count ?? 0)) { $0 + $1.name.rawName.utf8.count + $1.value.utf8.count }
+        case .end: 64
+        }
+    }
+
+    /// Something that arrived while a batch awaited its commit.
+    enum Held {
+        case part(NIOAny)
+        case event(Any)
+        case error(any Error)
+    }
 
     init(rules: Rules) {
         self.rules = rules
@@ -105,9 +126,9 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if inline?.awaitingCommit == true {
-            if case .body(let chunk) = unwrapInboundIn(data) { heldBytes += chunk.readableBytes }
-            held.append(data)
+        if awaitingCommit {
+            heldBytes += Self.charge(of: unwrapInboundIn(data))
+            held.append(.part(data))
             return
         }
         let part = unwrapInboundIn(data)
@@ -156,15 +177,50 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelInactive()
     }
 
+    /// The input's end (a client that half-closes after its request) waits behind a batch
+    /// awaiting its commit: passed on at once, Hummingbird would close before the answer.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if awaitingCommit {
+            held.append(.event(event))
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    /// An error behind a batch awaiting its commit (a pipelined request the parser cannot
+    /// read) waits too, so the batch is answered before the error's answer.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if awaitingCommit {
+            held.append(.error(error))
+        } else {
+            context.fireErrorCaught(error)
+        }
+    }
+
+    /// Reads resume once the connection can take writes again.
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if readHeld, !holdsReads(context) {
+            readHeld = false
+            context.read()
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
     func handlerRemoved(context: ChannelHandlerContext) {
         leave(context)
     }
 
-    /// Whether reads wait: a batch awaits its commit with `heldLimit` bytes held behind it.
-    private var holdsReads: Bool { inline?.awaitingCommit == true && heldBytes >= Self.heldLimit }
+    /// Whether a batch carried out here awaits its commit.
+    private var awaitingCommit: Bool { inline?.awaitingCommit == true }
+
+    /// Whether reads wait: a batch awaits its commit with `heldLimit` held behind it, or the
+    /// connection takes no more writes (a client that sends and never reads its answers).
+    private func holdsReads(_ context: ChannelHandlerContext) -> Bool {
+        (awaitingCommit && heldBytes >= Self.heldLimit) || !context.channel.isWritable
+    }
 
     func read(context: ChannelHandlerContext) {
-        if holdsReads {
+        if holdsReads(context) {
             readHeld = true
         } else {
             context.read()
@@ -360,6 +416,7 @@ extension QuickAnswers {
         route.bodyBudget.release(batch.budgeted)
         batch.budgeted = 0
         batch.body = ByteBuffer()
+        inline = batch
         guard case .success(var decodedBatch) = decoded else {
             route.admission.leave()
             if case .failure(let error) = decoded { refuse(error, charge: charge, context: context) }
@@ -423,13 +480,22 @@ extension QuickAnswers {
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
             return
         }
-        let parts = held
+        let waiting = held
         held = []
         heldBytes = 0
-        for part in parts { channelRead(context: context, data: part) }
+        for item in waiting {
+            // A request among them may have closed the connection (`Connection: close`):
+            // nothing after it is read, as the route would not.
+            if gone { break }
+            switch item {
+            case .part(let part): channelRead(context: context, data: part)
+            case .event(let event): userInboundEventTriggered(context: context, event: event)
+            case .error(let error): errorCaught(context: context, error: error)
+            }
+        }
         // Hummingbird's handler passes on what it read at the end of a read.
-        if !parts.isEmpty { context.fireChannelReadComplete() }
-        if readHeld, !holdsReads {
+        if !waiting.isEmpty, !gone { context.fireChannelReadComplete() }
+        if readHeld, !holdsReads(context) {
             readHeld = false
             context.read()
         }
