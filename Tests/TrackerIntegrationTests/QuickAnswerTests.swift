@@ -90,27 +90,22 @@ struct QuickAnswerTests {
     /// Pipelined requests are answered in order: a `/healthz` behind a batch that waits for the
     /// database is not answered before the batch.
     @Test func aPipelinedHealthzWaitsForTheAnswerBeforeIt() async throws {
-        try await withTestDatabase { db in
-            let key = try await db.createKey("app", scope: .ingest)
-            // A process: raw sockets on a port: pipelined requests on one connection.
-            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
-                let locker = try Self.lockAppends(db)
-                defer { locker.close() }
-                let body = Wire.batch([Wire.event()])
-                let socket = try RawSocket(port: tracker.port)
-                socket.write(Self.head(of: body, key: key))
-                socket.write(body)
-                socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
-                let early = socket.read(timeout: .seconds(1))
-                #expect(early.data.isEmpty, "nothing is answered while the batch waits: \(String(decoding: early.data, as: UTF8.self))")
-                try locker.execute("COMMIT")
-                let both = socket.read(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).components(separatedBy: "HTTP/1.1 ").count >= 3 }
-                let text = String(decoding: both.data, as: UTF8.self)
-                let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst()
-                #expect(answers.count == 2, "\(text)")
-                #expect(answers.first?.contains("\"accepted\":1") == true, "the batch's answer comes first: \(text)")
-                #expect(answers.last?.contains("{\"status\":\"ok\"}") == true, "then /healthz's: \(text)")
-            }
+        // A process: raw sockets on a port: pipelined requests on one connection.
+        try await Self.withAppendsWaiting { db, tracker, key, locker in
+            let body = Wire.batch([Wire.event()])
+            let socket = try RawSocket(port: tracker.port)
+            socket.write(Self.head(of: body, key: key))
+            socket.write(body)
+            socket.write("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            let early = socket.read(timeout: .seconds(1))
+            #expect(early.data.isEmpty, "nothing is answered while the batch waits: \(String(decoding: early.data, as: UTF8.self))")
+            try locker.execute("COMMIT")
+            let both = socket.read(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).components(separatedBy: "HTTP/1.1 ").count >= 3 }
+            let text = String(decoding: both.data, as: UTF8.self)
+            let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst()
+            #expect(answers.count == 2, "\(text)")
+            #expect(answers.first?.contains("\"accepted\":1") == true, "the batch's answer comes first: \(text)")
+            #expect(answers.last?.contains("{\"status\":\"ok\"}") == true, "then /healthz's: \(text)")
         }
     }
 
@@ -192,34 +187,29 @@ struct QuickAnswerTests {
     /// A large body pipelined behind a small batch that waits for its commit stops the
     /// connection's reading past a bound, and is read and answered, in order, once the batch is.
     @Test func aLargeBodyPipelinedBehindAWaitingBatchIsAnsweredAfterIt() async throws {
-        try await withTestDatabase { db in
-            let key = try await db.createKey("app", scope: .ingest)
-            // A process: raw sockets on a port: pipelined requests on one connection.
-            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
-                let locker = try Self.lockAppends(db)
-                defer { locker.close() }
-                let small = Wire.batch([Wire.event()])
-                let large = Wire.batch((0..<400).map { _ in Wire.event() })
-                #expect(large.count > 64 * 1024, "more than the handler holds before it stops reading")
-                func post(_ body: Data) -> Data { Data(Self.head(of: body, key: key).utf8) + body }
-                let socket = try RawSocket(port: tracker.port)
-                let writer = Task.detached { [socket] in
-                    socket.write(post(small) + post(large) + Data("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8))
-                }
-                let early = socket.read(timeout: .seconds(1))
-                #expect(early.data.isEmpty, "nothing is answered while the first batch waits: \(String(decoding: early.data, as: UTF8.self))")
-                try locker.execute("COMMIT")
-                let all = socket.read(timeout: .seconds(30)) { String(decoding: $0, as: UTF8.self).components(separatedBy: "HTTP/1.1 ").count >= 4 }
-                _ = await writer.value
-                let text = String(decoding: all.data, as: UTF8.self)
-                let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { String($0) }
-                #expect(answers.count == 3, "\(text.prefix(2000))")
-                guard answers.count == 3 else { return }
-                #expect(answers[0].contains("\"accepted\":1,"), "\(answers[0])")
-                #expect(answers[1].contains("\"accepted\":400,"), "\(answers[1])")
-                #expect(answers[2].contains("{\"status\":\"ok\"}"), "\(answers[2])")
-                #expect(try await db.scalar("SELECT count(*) FROM events") == "401")
+        // A process: raw sockets on a port: pipelined requests on one connection.
+        try await Self.withAppendsWaiting { db, tracker, key, locker in
+            let small = Wire.batch([Wire.event()])
+            let large = Wire.batch((0..<400).map { _ in Wire.event() })
+            #expect(large.count > 64 * 1024, "more than the handler holds before it stops reading")
+            func post(_ body: Data) -> Data { Data(Self.head(of: body, key: key).utf8) + body }
+            let socket = try RawSocket(port: tracker.port)
+            let writer = Task.detached { [socket] in
+                socket.write(post(small) + post(large) + Data("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8))
             }
+            let early = socket.read(timeout: .seconds(1))
+            #expect(early.data.isEmpty, "nothing is answered while the first batch waits: \(String(decoding: early.data, as: UTF8.self))")
+            try locker.execute("COMMIT")
+            let all = socket.read(timeout: .seconds(30)) { String(decoding: $0, as: UTF8.self).components(separatedBy: "HTTP/1.1 ").count >= 4 }
+            _ = await writer.value
+            let text = String(decoding: all.data, as: UTF8.self)
+            let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { String($0) }
+            #expect(answers.count == 3, "\(text.prefix(2000))")
+            guard answers.count == 3 else { return }
+            #expect(answers[0].contains("\"accepted\":1,"), "\(answers[0])")
+            #expect(answers[1].contains("\"accepted\":400,"), "\(answers[1])")
+            #expect(answers[2].contains("{\"status\":\"ok\"}"), "\(answers[2])")
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "401")
         }
     }
 
@@ -265,47 +255,37 @@ struct QuickAnswerTests {
     /// A client that half-closes its connection after a small batch still gets the batch's
     /// answer, written once its commit is in, before the connection closes.
     @Test func aClientThatHalfClosesAfterASmallBatchGetsItsAnswer() async throws {
-        try await withTestDatabase { db in
-            let key = try await db.createKey("app", scope: .ingest)
-            // A process: raw sockets on a port: a half-closed connection.
-            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
-                let locker = try Self.lockAppends(db)
-                defer { locker.close() }
-                let body = Wire.batch([Wire.event()])
-                let socket = try RawSocket(port: tracker.port)
-                socket.write(Self.head(of: body, key: key) + String(decoding: body, as: UTF8.self))
-                _ = Glibc.shutdown(socket.fd, Int32(SHUT_WR))
-                let early = socket.read(timeout: .seconds(1))
-                #expect(early.data.isEmpty && !early.closed, "the batch waits for its commit: \(String(decoding: early.data, as: UTF8.self))")
-                try locker.execute("COMMIT")
-                let answer = socket.read(timeout: .seconds(30))
-                let text = String(decoding: answer.data, as: UTF8.self)
-                #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("\"accepted\":1,"), "\(text)")
-                #expect(answer.closed, "then the connection closes")
-            }
+        // A process: raw sockets on a port: a half-closed connection.
+        try await Self.withAppendsWaiting { db, tracker, key, locker in
+            let body = Wire.batch([Wire.event()])
+            let socket = try RawSocket(port: tracker.port)
+            socket.write(Self.head(of: body, key: key) + String(decoding: body, as: UTF8.self))
+            _ = Glibc.shutdown(socket.fd, Int32(SHUT_WR))
+            let early = socket.read(timeout: .seconds(1))
+            #expect(early.data.isEmpty && !early.closed, "the batch waits for its commit: \(String(decoding: early.data, as: UTF8.self))")
+            try locker.execute("COMMIT")
+            let answer = socket.read(timeout: .seconds(30))
+            let text = String(decoding: answer.data, as: UTF8.self)
+            #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("\"accepted\":1,"), "\(text)")
+            #expect(answer.closed, "then the connection closes")
         }
     }
 
     /// A request the parser cannot read, pipelined behind a small batch that waits for its
     /// commit, is answered after the batch.
     @Test func anUnreadableRequestBehindASmallBatchIsAnsweredAfterIt() async throws {
-        try await withTestDatabase { db in
-            let key = try await db.createKey("app", scope: .ingest)
-            // A process: raw sockets on a port: pipelined requests on one connection.
-            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
-                let locker = try Self.lockAppends(db)
-                defer { locker.close() }
-                let body = Wire.batch([Wire.event()])
-                let socket = try RawSocket(port: tracker.port)
-                socket.write(Self.head(of: body, key: key) + String(decoding: body, as: UTF8.self) + "NOT HTTP AT ALL\r\n\r\n")
-                let early = socket.read(timeout: .seconds(1))
-                #expect(early.data.isEmpty, "nothing is answered while the batch waits: \(String(decoding: early.data, as: UTF8.self))")
-                try locker.execute("COMMIT")
-                let answers = socket.read(timeout: .seconds(30))
-                let text = String(decoding: answers.data, as: UTF8.self)
-                #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("\"accepted\":1,"), "the batch's answer comes first: \(text)")
-                #expect(answers.closed, "the connection closes after the unreadable request's answer: \(text)")
-            }
+        // A process: raw sockets on a port: pipelined requests on one connection.
+        try await Self.withAppendsWaiting { db, tracker, key, locker in
+            let body = Wire.batch([Wire.event()])
+            let socket = try RawSocket(port: tracker.port)
+            socket.write(Self.head(of: body, key: key) + String(decoding: body, as: UTF8.self) + "NOT HTTP AT ALL\r\n\r\n")
+            let early = socket.read(timeout: .seconds(1))
+            #expect(early.data.isEmpty, "nothing is answered while the batch waits: \(String(decoding: early.data, as: UTF8.self))")
+            try locker.execute("COMMIT")
+            let answers = socket.read(timeout: .seconds(30))
+            let text = String(decoding: answers.data, as: UTF8.self)
+            #expect(text.hasPrefix("HTTP/1.1 200") && text.contains("\"accepted\":1,"), "the batch's answer comes first: \(text)")
+            #expect(answers.closed, "the connection closes after the unreadable request's answer: \(text)")
         }
     }
 
@@ -314,6 +294,19 @@ struct QuickAnswerTests {
         let locker = try Connection.open(db.url)
         try locker.execute("BEGIN; LOCK TABLE event_ids IN ACCESS EXCLUSIVE MODE")
         return locker
+    }
+
+    /// Runs `body` with a tracker process, an ingest key and `locker`, a session that holds
+    /// `event_ids` locked, so appends wait until `body` commits it (within 30 s).
+    static func withAppendsWaiting(_ body: (TestDatabase, TrackerProcess, String, Connection) async throws -> Void) async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db, environment: ["TRACKER_APPEND_TIMEOUT": "30"]) { tracker in
+                let locker = try lockAppends(db)
+                defer { locker.close() }
+                try await body(db, tracker, key, locker)
+            }
+        }
     }
 
     /// The head of a batch's request with `body`, with further header `fields` (each ending in CRLF).
