@@ -17,13 +17,14 @@ import Tracker
 /// route in its request context (`AdmittedBatch`, through `FrontDoorDecisions`), and the route
 /// decides none of it again.
 ///
-/// A small admitted batch (a declared length of at most `inlineBytes`, not gzipped) is
+/// A small admitted batch (a declared length of at most `inlineBytes`, not gzipped, no
+/// `Expect`) is
 /// carried out here too, from its body to its receipt: decoded on the event loop, handed to
 /// the log's group commit, and answered from the event loop once its commit is durable, with
 /// the route's checks, counters, request log lines and answer. A single event so skips the hop
 /// to a task and back and the router, which cost more than the rest of its request.
-/// While its commit is awaited, what else arrives on the connection (pipelined requests, the
-/// input's end, a parse error) waits here, and past 64 KiB of it the connection stops reading,
+/// While its commit is awaited, what else arrives on the connection (pipelined requests,
+/// events such as the input's end, errors such as a parse error) waits here, and past 64 KiB of it the connection stops reading,
 /// so what follows is answered after it. Reads also wait while the connection takes no more
 /// writes (a client that sends and never reads).
 ///
