@@ -252,6 +252,34 @@ struct QuickAnswerTests {
         }
     }
 
+    /// A small gzipped body is carried out on the event loop whatever it inflates to: past the
+    /// loop's bound it is inflated and decoded on the blocking pool and stored, past the batch
+    /// limit it is refused as the route refuses it.
+    @Test func aSmallGzippedBodyIsAnsweredAsTheRouteAnswersIt() async throws {
+        try await withTestDatabase { db in
+            let key = try await db.createKey("app", scope: .ingest)
+            try await withTracker(db) { tracker in
+                // Ids that differ in a few digits: the batch compresses about as well as an SDK's does.
+                let plain = Wire.batch((0..<400).map { i in
+                    Wire.event(id: "00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - String(i).count) + String(i), requestId: "req-many")
+                })
+                let many = try await gzipped(plain)
+                #expect(many.count <= 8 * 1024 && plain.count > 64 * 1024, "small on the wire (\(many.count) bytes), past the bound inflated (\(plain.count))")
+                let stored = try tracker.client.postEvents(many, key: key, headers: ["Content-Encoding": "gzip"])
+                #expect(stored.status == 200 && stored.text.contains("\"accepted\":400,"), "\(stored.text)")
+
+                let bomb = try await gzipped(Data(("{\"events\": [\"" + String(repeating: " ", count: 600 * 1024) + "\"]}").utf8))
+                #expect(bomb.count <= 8 * 1024)
+                let refused = try tracker.client.postEvents(bomb, key: key, headers: ["Content-Encoding": "gzip"])
+                #expect(refused.status == 413 && refused.text.contains("\"error\":\"payload_too_large\""), "\(refused.text)")
+
+                let broken = try tracker.client.postEvents(Data(many.prefix(many.count / 2)), key: key, headers: ["Content-Encoding": "gzip"])
+                #expect(broken.status == 400 && broken.text.contains("\"error\":\"invalid_gzip\""), "\(broken.text)")
+            }
+            #expect(try await db.scalar("SELECT count(*) FROM events") == "400")
+        }
+    }
+
     /// A client that half-closes its connection after a small batch still gets the batch's
     /// answer, written once its commit is in, before the connection closes.
     @Test func aClientThatHalfClosesAfterASmallBatchGetsItsAnswer() async throws {

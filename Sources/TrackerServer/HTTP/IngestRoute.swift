@@ -194,10 +194,23 @@ package struct IngestRoute: Sendable {
         return Self.receiptBody(outcome: outcome, rejected: rejected)
     }
 
-    /// The gzip body inflated, or the error to answer.
-    private func inflate(_ body: ByteBuffer) -> Result<ByteBuffer, APIError> {
+    /// The batch in `body` if it can be decoded at once: gzipped, only when it inflates to at
+    /// most `inflatedLimit` bytes, else `nil` (then `decoded`, with the batch's own limit, off
+    /// the event loop). The answer is the one `decoded` gives.
+    func decodedAtOnce(_ body: ByteBuffer, gzip: Bool, inflatingAtMost inflatedLimit: Int, receivedAt: Timestamp,
+                       key principal: Principal) -> Result<DecodedBatch, APIError>? {
+        guard gzip else { return decoded(body, gzip: false, receivedAt: receivedAt, key: principal) }
+        switch inflate(body, upTo: min(inflatedLimit, limits.maxBodyBytes)) {
+        case .failure(let error) where error.code == .payloadTooLarge && inflatedLimit < limits.maxBodyBytes: return nil
+        case let inflated: return inflated.flatMap { decode($0, receivedAt: receivedAt, serverKey: principal.server, networks: principal.networks) }
+        }
+    }
+
+    /// The gzip body inflated (to at most `maxSize` bytes, the batch limit unless given), or
+    /// the error to answer.
+    private func inflate(_ body: ByteBuffer, upTo maxSize: Int? = nil) -> Result<ByteBuffer, APIError> {
         do {
-            return .success(try Gunzip.decompress(body, maxSize: limits.maxBodyBytes))
+            return .success(try Gunzip.decompress(body, maxSize: maxSize ?? limits.maxBodyBytes))
         } catch {
             switch error {
             case .tooLarge: return .failure(Self.tooLarge(limits))

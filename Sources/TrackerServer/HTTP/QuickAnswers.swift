@@ -4,6 +4,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
+import NIOPosix
 import Tracker
 
 /// Answers given on the event loop, without waiting for the tasks that run the routes:
@@ -17,9 +18,9 @@ import Tracker
 /// route in its request context (`AdmittedBatch`, through `FrontDoorDecisions`), and the route
 /// decides none of it again.
 ///
-/// A small admitted batch (a declared length of at most `inlineBytes`, not gzipped, no
-/// `Expect`) is
-/// carried out here too, from its body to its receipt: decoded on the event loop, handed to
+/// A small admitted batch (a declared length of at most `inlineBytes`, no `Expect`) is
+/// carried out here too, from its body to its receipt: decoded on the event loop (a gzipped
+/// one that inflates past `inlineInflatedBytes` on NIO's blocking pool), handed to
 /// the log's group commit, and answered from the event loop once its commit is durable, with
 /// the route's checks, counters, request log lines and answer. A single event so skips the hop
 /// to a task and back and the router, which cost more than the rest of its request.
@@ -87,6 +88,11 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     /// event is about 300 bytes; decoding 8 KiB takes tens of microseconds, so other
     /// connections of the event loop wait no longer than that).
     static let inlineBytes = 8 * 1024
+
+    /// A gzipped batch carried out here is inflated on the event loop up to this many bytes
+    /// (a batch of a hundred events or so); one that inflates to more, up to the batch limit,
+    /// is inflated and decoded on NIO's blocking pool, so no body holds the event loop longer.
+    static let inlineInflatedBytes = 64 * 1024
 
     /// What may be held behind a batch awaiting its commit before the connection stops
     /// reading (`charge(of:)`). Reads go on below it: stopping and resuming them costs the
@@ -360,15 +366,15 @@ extension QuickAnswers {
         var budgeted = 0
         /// Why the batch is refused, once known while its body still arrives.
         var refusal: APIError?
-        /// Handed to the log; what the connection sends next waits until it is answered.
+        /// Handed to the log (or, to be decoded, to the blocking pool); what the connection
+        /// sends next waits until it is answered.
         var awaitingCommit = false
     }
 
     /// Whether an admitted batch with `head` is carried out here: a declared length of at most
-    /// `inlineBytes`, not gzipped (its inflated size would not be bounded by that), and no
-    /// `Expect`, whose answer is the route's to give.
+    /// `inlineBytes` and no `Expect`, whose answer is the route's to give.
     static func carriesOutHere(_ head: HTTPRequest, _ admitted: AdmittedBatch) -> Bool {
-        guard !admitted.head.gzip, head.headerFields[.expect] == nil,
+        guard head.headerFields[.expect] == nil,
               let length = head.headerFields[.contentLength].flatMap(Int.init) else { return false }
         return length <= inlineBytes
     }
@@ -400,11 +406,12 @@ extension QuickAnswers {
     }
 
     /// The route's steps for the batch whose body is in: a place, decoding, the budgets, the
-    /// append; answered when the log replies.
+    /// append; answered when the log replies. A gzipped body that inflates past
+    /// `inlineInflatedBytes` is decoded on NIO's blocking pool, as the route decodes a large one.
     private func carryOut(_ route: IngestRoute, context: ChannelHandlerContext) {
         guard var batch = inline else { return }
         let principal = batch.admitted.principal
-        var charge = batch.admitted.reserved.map { (key: principal.name, events: $0) }
+        let charge = batch.admitted.reserved.map { (key: principal.name, events: $0) }
         if let refusal = batch.refusal {
             return refuse(refusal, charge: charge, context: context)
         }
@@ -413,7 +420,31 @@ extension QuickAnswers {
             return refuse(route.admission.refusal, charge: charge, context: context)
         }
         let receivedAt = Timestamp.now()
-        let decoded = route.decoded(batch.body, gzip: false, receivedAt: receivedAt, key: principal)
+        let body = batch.body, gzip = batch.admitted.head.gzip
+        if let decoded = route.decodedAtOnce(body, gzip: gzip, inflatingAtMost: Self.inlineInflatedBytes,
+                                             receivedAt: receivedAt, key: principal) {
+            return append(decoded, receivedAt: receivedAt, charge: charge, route: route, context: context)
+        }
+        // Off the event loop; what arrives meanwhile waits as it does for the commit.
+        batch.awaitingCommit = true
+        inline = batch
+        let loop = context.eventLoop
+        let handler = NIOLoopBound((self, context), eventLoop: loop)
+        NIOThreadPool.singleton.submit { state in
+            let decoded = state == .active ? route.decoded(body, gzip: gzip, receivedAt: receivedAt, key: principal)
+                : .failure(APIError.from(AppendError.shuttingDown))
+            loop.execute {
+                let (self_, context) = handler.value
+                self_.append(decoded, receivedAt: receivedAt, charge: charge, route: route, context: context)
+            }
+        }
+    }
+
+    /// The decoded batch's budgets settled and its events handed to the log, or its error answered.
+    private func append(_ decoded: Result<DecodedBatch, APIError>, receivedAt: Timestamp, charge: (key: String, events: Int)?,
+                        route: IngestRoute, context: ChannelHandlerContext) {
+        guard var batch = inline else { return }
+        let principal = batch.admitted.principal
         route.bodyBudget.release(batch.budgeted)
         batch.budgeted = 0
         batch.body = ByteBuffer()
@@ -423,6 +454,7 @@ extension QuickAnswers {
             if case .failure(let error) = decoded { refuse(error, charge: charge, context: context) }
             return
         }
+        var charge = charge
         let client = route.clients.client(headers: batch.head.headerFields, peer: context.channel.remoteAddress)
         let events = route.admit(&decodedBatch, key: principal.name, client: client, receivedAt: receivedAt, charge: &charge)
         batch.awaitingCommit = true
