@@ -63,8 +63,12 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     private var heldBytes = 0
     /// A read asked for while reads wait (`holdsReads`), passed on once they no longer do.
     private var readHeld = false
-    /// The connection went: an answer due is not written.
+    /// The connection went: an answer due is not written. Set when the handler is removed
+    /// (Hummingbird's connection state handler, before this one, does not pass
+    /// `channelInactive` on), so a closed channel is also told by `isActive`.
     private var gone = false
+    /// A request answered here asked to close the connection: nothing after it is read.
+    private var closing = false
 
     /// What the refusals are decided by; shared by every connection.
     struct Rules: Sendable {
@@ -90,9 +94,9 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     static let inlineBytes = 8 * 1024
 
     /// A gzipped batch carried out here is inflated on the event loop up to this many bytes
-    /// (a batch of a hundred events or so); one that inflates to more, up to the batch limit,
+    /// (about a hundred events); one that inflates to more, up to the batch limit,
     /// is inflated and decoded on NIO's blocking pool, so no body holds the event loop longer.
-    static let inlineInflatedBytes = 64 * 1024
+    static let inlineInflatedBytes = 32 * 1024
 
     /// What may be held behind a batch awaiting its commit before the connection stops
     /// reading (`charge(of:)`). Reads go on below it: stopping and resuming them costs the
@@ -133,6 +137,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if closing { return }
         if awaitingCommit {
             heldBytes += Self.charge(of: unwrapInboundIn(data))
             held.append(.part(data))
@@ -147,6 +152,7 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
             if case .end = part {
                 dropping = false
                 if closeAfterDropping {
+                    closing = true
                     if let answerWritten {
                         answerWritten.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
                     } else {
@@ -232,6 +238,11 @@ final class QuickAnswers: ChannelDuplexHandler, RemovableChannelHandler {
         } else {
             context.read()
         }
+    }
+
+    /// Whether the connection is gone or closing: nothing more is answered or read.
+    private func isOver(_ context: ChannelHandlerContext) -> Bool {
+        gone || closing || !context.channel.isActive
     }
 
     /// The connection goes: what its requests reserved is given back, and an answer still due
@@ -420,10 +431,12 @@ extension QuickAnswers {
             return refuse(route.admission.refusal, charge: charge, context: context)
         }
         let receivedAt = Timestamp.now()
+        // Read now: once the connection closes, its addresses are gone.
+        let client = route.clients.client(headers: batch.head.headerFields, peer: context.channel.remoteAddress)
         let body = batch.body, gzip = batch.admitted.head.gzip
         if let decoded = route.decodedAtOnce(body, gzip: gzip, inflatingAtMost: Self.inlineInflatedBytes,
                                              receivedAt: receivedAt, key: principal) {
-            return append(decoded, receivedAt: receivedAt, charge: charge, route: route, context: context)
+            return append(decoded, client: client, receivedAt: receivedAt, charge: charge, route: route, context: context)
         }
         // Off the event loop; what arrives meanwhile waits as it does for the commit.
         batch.awaitingCommit = true
@@ -435,14 +448,14 @@ extension QuickAnswers {
                 : .failure(APIError.from(AppendError.shuttingDown))
             loop.execute {
                 let (self_, context) = handler.value
-                self_.append(decoded, receivedAt: receivedAt, charge: charge, route: route, context: context)
+                self_.append(decoded, client: client, receivedAt: receivedAt, charge: charge, route: route, context: context)
             }
         }
     }
 
     /// The decoded batch's budgets settled and its events handed to the log, or its error answered.
-    private func append(_ decoded: Result<DecodedBatch, APIError>, receivedAt: Timestamp, charge: (key: String, events: Int)?,
-                        route: IngestRoute, context: ChannelHandlerContext) {
+    private func append(_ decoded: Result<DecodedBatch, APIError>, client: EventClient, receivedAt: Timestamp,
+                        charge: (key: String, events: Int)?, route: IngestRoute, context: ChannelHandlerContext) {
         guard var batch = inline else { return }
         let principal = batch.admitted.principal
         route.bodyBudget.release(batch.budgeted)
@@ -455,7 +468,6 @@ extension QuickAnswers {
             return
         }
         var charge = charge
-        let client = route.clients.client(headers: batch.head.headerFields, peer: context.channel.remoteAddress)
         let events = route.admit(&decodedBatch, key: principal.name, client: client, receivedAt: receivedAt, charge: &charge)
         batch.awaitingCommit = true
         inline = batch
@@ -505,9 +517,10 @@ extension QuickAnswers {
                 "http.duration_ms": .stringConvertible(Double((ContinuousClock.now - batch.started).nanoseconds / 1000) / 1000),
             ])
         }
-        guard !gone else { return }
+        guard !isOver(context) else { return }
         let written = write(context, answer, requestID: batch.requestID, close: batch.close)
         if batch.close {
+            closing = true
             held = []
             heldBytes = 0
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
@@ -518,8 +531,8 @@ extension QuickAnswers {
         heldBytes = 0
         for item in waiting {
             // A request among them may have closed the connection (`Connection: close`):
-            // nothing after it is read, as the route would not.
-            if gone { break }
+            // nothing after it is read.
+            if isOver(context) { break }
             switch item {
             case .part(let part): channelRead(context: context, data: part)
             case .event(let event): userInboundEventTriggered(context: context, event: event)
@@ -527,7 +540,7 @@ extension QuickAnswers {
             }
         }
         // Hummingbird's handler passes on what it read at the end of a read.
-        if !waiting.isEmpty, !gone { context.fireChannelReadComplete() }
+        if !waiting.isEmpty, !isOver(context) { context.fireChannelReadComplete() }
         if readHeld, !holdsReads(context) {
             readHeld = false
             context.read()
