@@ -27,6 +27,9 @@ package struct IngestRoute: Sendable {
 
     var limits: IngestLimits { decoder.limits }
 
+    /// The events reserved against a key's rate limit for a batch, settled once it is decoded.
+    typealias Charge = (key: String, events: Int)
+
     /// Bodies of at least this many bytes are inflated and decoded on NIO's blocking thread
     /// pool instead of the cooperative threads that run every request's task and the server's
     /// accept loop. Under ten times the sustainable load, hundreds of 250 KiB decodes on those
@@ -65,7 +68,7 @@ package struct IngestRoute: Sendable {
 
     /// The decisions QuickAnswers did not make for `request`: its key, its head, and (with a
     /// rate limit) the events reserved for the key, in `charge`.
-    private func admit(_ request: Request, charge: inout (key: String, events: Int)?) async throws -> (Principal, BatchHead) {
+    private func admit(_ request: Request, charge: inout Charge?) async throws -> (Principal, BatchHead) {
         let principal = try await keys.principal(for: request, requiring: .ingest)
         let head = try Self.batchHead(request.headers, limits: limits).get()
         if let rateLimiter {
@@ -122,7 +125,7 @@ package struct IngestRoute: Sendable {
     /// Decodes and appends the batch; settles the rate limit's reservation in `charge` to the
     /// events the batch carried once it is decoded.
     private func decodeAndAppend(_ body: ByteBuffer, gzip: Bool, key principal: Principal, client: EventClient,
-                                 charge: inout (key: String, events: Int)?,
+                                 charge: inout Charge?,
                                  context: some RequestContext) async throws -> Response {
         guard admission.enter() else {
             metrics.refused(by: .concurrentBatches)
@@ -156,7 +159,7 @@ package struct IngestRoute: Sendable {
     /// counters, and the rate limit's reservation in `charge` settled to the events carried.
     /// Returns the events to append, each with its client.
     func admit(_ batch: inout DecodedBatch, key: String, client: EventClient, receivedAt: Timestamp,
-               charge: inout (key: String, events: Int)?) -> [TrackingEvent] {
+               charge: inout Charge?) -> [TrackingEvent] {
         dimensionBudget?.admit(&batch, key: key, receivedAt: receivedAt)
         let carried = batch.accepted.count + batch.rejected.count
         metrics.parsed(events: carried, rejected: batch.rejected)

@@ -420,7 +420,7 @@ extension QuickAnswers {
     /// append; answered when the log replies. A gzipped body that inflates past
     /// `inlineInflatedBytes` is decoded on NIO's blocking pool, as the route decodes a large one.
     private func carryOut(_ route: IngestRoute, context: ChannelHandlerContext) {
-        guard var batch = inline else { return }
+        guard let batch = inline else { return }
         let principal = batch.admitted.principal
         let charge = batch.admitted.reserved.map { (key: principal.name, events: $0) }
         if let refusal = batch.refusal {
@@ -439,29 +439,38 @@ extension QuickAnswers {
             return append(decoded, client: client, receivedAt: receivedAt, charge: charge, route: route, context: context)
         }
         // Off the event loop; what arrives meanwhile waits as it does for the commit.
-        batch.awaitingCommit = true
-        inline = batch
-        let loop = context.eventLoop
-        let handler = NIOLoopBound((self, context), eventLoop: loop)
+        inline?.awaitingCommit = true
+        let decodedThen = onEventLoop(context) { (self_, context, decoded: Result<DecodedBatch, APIError>) in
+            self_.append(decoded, client: client, receivedAt: receivedAt, charge: charge, route: route, context: context)
+        }
         NIOThreadPool.singleton.submit { state in
-            let decoded = state == .active ? route.decoded(body, gzip: gzip, receivedAt: receivedAt, key: principal)
-                : .failure(APIError.from(AppendError.shuttingDown))
+            decodedThen(state == .active ? route.decoded(body, gzip: gzip, receivedAt: receivedAt, key: principal)
+                : .failure(APIError.from(AppendError.shuttingDown)))
+        }
+    }
+
+    /// A callback for another thread that runs `body` with this handler and `context` on the
+    /// context's event loop.
+    private func onEventLoop<T: Sendable>(_ context: ChannelHandlerContext,
+                                          _ body: @escaping (QuickAnswers, ChannelHandlerContext, T) -> Void) -> @Sendable (T) -> Void {
+        let loop = context.eventLoop
+        let bound = NIOLoopBound((self, context, body), eventLoop: loop)
+        return { value in
             loop.execute {
-                let (self_, context) = handler.value
-                self_.append(decoded, client: client, receivedAt: receivedAt, charge: charge, route: route, context: context)
+                let (handler, context, body) = bound.value
+                body(handler, context, value)
             }
         }
     }
 
     /// The decoded batch's budgets settled and its events handed to the log, or its error answered.
     private func append(_ decoded: Result<DecodedBatch, APIError>, client: EventClient, receivedAt: Timestamp,
-                        charge: (key: String, events: Int)?, route: IngestRoute, context: ChannelHandlerContext) {
-        guard var batch = inline else { return }
+                        charge: IngestRoute.Charge?, route: IngestRoute, context: ChannelHandlerContext) {
+        guard let batch = inline else { return }
         let principal = batch.admitted.principal
         route.bodyBudget.release(batch.budgeted)
-        batch.budgeted = 0
-        batch.body = ByteBuffer()
-        inline = batch
+        inline?.budgeted = 0
+        inline?.body = ByteBuffer()
         guard case .success(var decodedBatch) = decoded else {
             route.admission.leave()
             if case .failure(let error) = decoded { refuse(error, charge: charge, context: context) }
@@ -469,22 +478,16 @@ extension QuickAnswers {
         }
         var charge = charge
         let events = route.admit(&decodedBatch, key: principal.name, client: client, receivedAt: receivedAt, charge: &charge)
-        batch.awaitingCommit = true
-        inline = batch
-        let loop = context.eventLoop
-        let handler = NIOLoopBound((self, context), eventLoop: loop)
+        inline?.awaitingCommit = true
         let settled = charge, stored = decodedBatch
-        route.log.append(events, keyName: principal.name) { result in
-            loop.execute {
-                let (self_, context) = handler.value
-                self_.committed(result, batch: stored, key: principal.name, charge: settled, route: route, context: context)
-            }
-        }
+        route.log.append(events, keyName: principal.name, then: onEventLoop(context) { self_, context, result in
+            self_.committed(result, batch: stored, key: principal.name, charge: settled, route: route, context: context)
+        })
     }
 
     /// The log's reply for the batch awaiting its commit.
     private func committed(_ result: Result<AppendOutcome, AppendError>, batch: DecodedBatch, key: String,
-                           charge: (key: String, events: Int)?, route: IngestRoute, context: ChannelHandlerContext) {
+                           charge: IngestRoute.Charge?, route: IngestRoute, context: ChannelHandlerContext) {
         route.admission.leave()
         switch result {
         case .success(let outcome):
@@ -497,7 +500,7 @@ extension QuickAnswers {
     }
 
     /// Answers the batch with `error`, giving back what `charge` reserved.
-    private func refuse(_ error: APIError, charge: (key: String, events: Int)?, context: ChannelHandlerContext) {
+    private func refuse(_ error: APIError, charge: IngestRoute.Charge?, context: ChannelHandlerContext) {
         if let charge { rules.rateLimiter?.refund(key: charge.key, events: charge.events) }
         finish(Answer(refusing: error), context: context)
     }
