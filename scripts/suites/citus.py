@@ -1091,7 +1091,7 @@ def projector_groups(checks, binary, clusters, rng, trackers):
                                      "(SELECT count(DISTINCT id) FROM ad_events)", database)[0]
         # An ad_loaded that names its load is in two states: its ad's, and its load's.
         checks.check(f"{part}.{name}", [int(x) for x in projected] == [logged, logged + references, logged] and inbox == "0"
-                     and int(labelled) > 0 and all(p.poll() is None for p in projectors),
+                     and int(labelled) > 0 and int(crossing) > 0 and all(p.poll() is None for p in projectors),
                      f"{logged} logged ({references} naming their load); projected {projected[0]}, in ad_state {projected[1]} "
                      f"({projected[2]} distinct); {labelled} high_rate; inbox {inbox}; {crossing} ad_loaded on the other group's "
                      f"shard than their load; projectors running: {[p.poll() is None for p in projectors]}")
@@ -1105,7 +1105,7 @@ def projector_groups(checks, binary, clusters, rng, trackers):
         s.run_tracker_command(binary, ["rebuild"], url, timeout=900)
         theirs = every_row()
         differences = [f"{t}: {len(mine[t])} rows, rebuilt {len(theirs[t])}" for t in tables if mine[t] != theirs[t]]
-        checks.check(f"{part}.{name}", not differences and "funnel_day" in tables and int(crossing) > 0,
+        checks.check(f"{part}.{name}", not differences and "funnel_day" in tables,
                      "; ".join(differences) or f"{sum(len(v) for v in mine.values())} rows of {len(tables)} tables equal")
 
     caught_up_and_projected_once("every-logged-event-is-projected-once-by-two-projectors")

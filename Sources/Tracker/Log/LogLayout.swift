@@ -390,7 +390,7 @@ final class CitusLog: Sendable {
     /// Records the newest receipt projected from each shard (`ClientMinutes.forgetBehindEveryShard`).
     /// `retires` false (a projector of one group of shards): the retirement, which writes
     /// every shard's row, is left to a projector of the whole log.
-    func advance(_ shards: LogShards, to ends: [Int64: LogBatch.ShardEnd], retires: Bool = true, on coordinator: Connection) throws {
+    func advance(_ shards: LogShards, to ends: [Int64: LogBatch.ShardEnd], retires: Bool, on coordinator: Connection) throws {
         var ids = BinaryArray(.int8), txs = BinaryArray(.text), seqs = BinaryArray(.int8), receipts = BinaryArray(.timestamptz)
         for (cursor, last) in ends {
             ids.append(cursor)

@@ -47,7 +47,7 @@ enum AdStateStore {
             logged.allSatisfy(\.event.isLoadReference) ? key : nil
         }, on: connection)
         var keys = Set(batch.events.keys)
-        if !foreign.isEmpty { keys.subtract(foreign) }
+        keys.subtract(foreign)
         for entry in inbox { keys.insert(entry.key) }
         var changes = try load(keys, rowKey: rowKey, strings: &strings, on: connection)
         // The inbox's references first: a relabel, in the inbox or of this step, may name them.
@@ -58,7 +58,7 @@ enum AdStateStore {
             try applyHighRate(limit: limit, to: &fresh, and: &changes, tally: &tally, routing: &routing, rowKey: rowKey,
                               strings: &strings, on: connection)
             if routing.distributed {
-                // Shards projected by groups (now or before) may be far apart in time.
+                // Shards projected by groups, running or having run, may be far apart in time.
                 try ClientMinutes.forgetBehindEveryShard(on: connection)
             } else if batch.newestReceipt.microseconds > 0 {
                 try ClientMinutes.forget(before: batch.newestReceipt.microseconds / ClientGroup.microsecondsPerMinute - ClientMinutes.keptMinutes,
@@ -68,7 +68,7 @@ enum AdStateStore {
         relabel(inbox, in: &changes, tally: &tally)
         for (key, logged) in fresh {
             for l in logged { tally.count(l.event) }
-            if !foreign.isEmpty, foreign.contains(key) {
+            if foreign.contains(key) {
                 for l in logged { routing.send(reference: l.event, to: key) }
                 continue
             }
@@ -98,13 +98,17 @@ enum AdStateStore {
         for entry in inbox {
             if case .relabel(let id) = entry.content { byKey[entry.key, default: []].insert(id) }
         }
-        for (key, ids) in byKey {
-            guard var change = changes[key] else { continue }
-            for i in change.events.indices where change.events[i].label == nil && ids.contains(change.events[i].id) {
-                change.events[i].label = .highRate
-                tally.count(change.events[i])
-            }
-            changes[key] = change
+        for (key, ids) in byKey where changes[key] != nil {
+            labelHighRate(ids, in: &changes[key]!, tally: &tally)
+        }
+    }
+
+    /// Labels `high_rate` the events of `change` that `ids` names and that have no label yet,
+    /// and counts them.
+    private static func labelHighRate(_ ids: Set<PackedUUID>, in change: inout Change, tally: inout ImpressionTally) {
+        for i in change.events.indices where change.events[i].label == nil && ids.contains(change.events[i].id) {
+            change.events[i].label = .highRate
+            tally.count(change.events[i])
         }
     }
 
@@ -178,20 +182,11 @@ enum AdStateStore {
                 for id in members { routing.send(relabel: id, of: key) }
                 continue
             }
-            var unseen = members
-            if var change = changes[key] {
-                change.events = change.events.map { e in
-                    unseen.remove(e.id)
-                    var e = e
-                    if e.label == nil, members.contains(e.id) {
-                        e.label = .highRate
-                        tally.count(e)
-                    }
-                    return e
-                }
-                changes[key] = change
+            if changes[key] != nil { labelHighRate(members, in: &changes[key]!, tally: &tally) }
+            if routing.distributed {
+                let unseen = members.subtracting(changes[key]?.events.map(\.id) ?? [])
+                if !unseen.isEmpty { notYetFolded[key] = unseen }
             }
-            if routing.distributed, !unseen.isEmpty { notYetFolded[key] = unseen }
         }
         guard !notYetFolded.isEmpty else { return }
         try routing.lookUp(notYetFolded.keys, on: connection)

@@ -149,7 +149,7 @@ public final class Projector: Service, Sendable {
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
         let (labellers, conninfo, group) = (self.labellers, pool.conninfo, self.group)
-        var outcome = try await pool.withConnection { connection in
+        let outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
             if case .citus = layout, let last = self.lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
                try CitusLog.caughtUpByMarks(on: connection) {
@@ -162,7 +162,6 @@ public final class Projector: Service, Sendable {
             if outcome.stateDue { try Self.settleState(on: connection, window: window) }
             return outcome
         }
-        if outcome.stateDue { outcome.more = true }
         if outcome.consumed > 0 {
             stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             projectedEvents.increment(by: outcome.consumed)
@@ -214,7 +213,7 @@ public final class Projector: Service, Sendable {
             }
             total += outcome.consumed
             if outcome.stateDue { try settleState(on: connection, window: window) }
-            if outcome.more || outcome.stateDue { continue }
+            if outcome.more { continue }
             guard let head else { return total }
             let reached = try inTransaction {
                 try LogCursor.progress(on: connection, layout: layout, toward: head, waitsForInbox: false).reached
@@ -233,7 +232,8 @@ public final class Projector: Service, Sendable {
         var more: Bool
         var impressions = ImpressionTally()
         /// A projector of a group found the window or the rule set to be set (nothing is
-        /// projected yet): it did nothing, and `settleState` sets them before its next step.
+        /// projected yet): it did nothing, and `settleState` sets them before its next step
+        /// (`more` is set: that step follows at once).
         var stateDue = false
     }
 
@@ -267,12 +267,12 @@ public final class Projector: Service, Sendable {
         }
         let layout = try layout.refreshed(on: connection)
         guard let (tx, seq, ivtRules) = try group == nil ? lockState(on: connection, window: window) : readState(on: connection, window: window) else {
-            return StepOutcome(consumed: 0, more: false, stateDue: true)
+            return StepOutcome(consumed: 0, more: true, stateDue: true)
         }
-        var routing = ShardRouting(own: nil, distributed: false)
         switch layout {
         case .singleNode, .coordinator:
             if let group { throw ProjectorError.groupsNeedADistributedLog(group: group.description) }
+            var routing = ShardRouting(own: nil, distributed: false)
             var strings = StringTable()
             // The rows read go once they are in the batch: the step holds one copy of its events.
             let (batch, read): (LogBatch, Int) = try {
@@ -287,19 +287,20 @@ public final class Projector: Service, Sendable {
         case .citus(let log):
             // Each shard in its own order, an equal share of the step each.
             var shards = try log.shards(on: connection)
-            routing = ShardRouting(own: nil, distributed: true)
+            var own: Set<Int64>?
             if let group {
                 // The group's shards, their checkpoints locked first and then read: another
                 // projector that counts them in its group waits for this step's commit.
-                let own = group.shards(of: shards.all.map(\.id))
-                var ids = BinaryArray(.int8, capacity: own.count)
-                for id in own { ids.append(id) }
+                let ownShards = group.shards(of: shards.all.map(\.id))
+                var ids = BinaryArray(.int8, capacity: ownShards.count)
+                for id in ownShards { ids.append(id) }
                 try connection.query(CitusSQL.lockShards, [ids.parameter])
                 shards = try log.shards(on: connection)
-                shards.all.removeAll { !own.contains($0.id) }
-                routing = ShardRouting(own: own, distributed: true)
+                shards.all.removeAll { !ownShards.contains($0.id) }
                 guard !shards.all.isEmpty else { return StepOutcome(consumed: 0, more: false) }
+                own = ownShards
             }
+            var routing = ShardRouting(own: own, distributed: true)
             let perShard = max(limit.events / shards.count, 1)
             let (results, below) = try log.nextEvents(shards, limit: perShard)
             let consumed = results.reduce(0) { $0 + $1.rowCount }

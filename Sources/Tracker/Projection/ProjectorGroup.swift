@@ -42,7 +42,8 @@ struct ShardRouting {
     /// The shards whose states this step writes; `nil`: every shard (a projector of the whole log).
     let own: Set<Int64>?
     /// Whether the log is distributed: its shards' projectors may be at different places in
-    /// it (`ClientMinutes.forgetBehindEveryShard`).
+    /// it (`ClientMinutes.forgetBehindEveryShard`), and a relabel of an event not folded yet
+    /// waits in the inbox (`AdStateStore.applyHighRate`).
     let distributed: Bool
     /// The shard of each state key looked up so far.
     private var shardOf: [String: Int64] = [:]
@@ -158,7 +159,7 @@ enum Inbox {
             case .reference(let event):
                 events.append(bytes: AdState.encode([event]))
                 ids.appendNull()
-                networks.append(String(event.adUnit.split(separator: "/", omittingEmptySubsequences: false).dropFirst().first ?? ""))
+                networks.append(String(NetworkScope.network(of: event.adUnit)))
             case .relabel(let id):
                 events.appendNull()
                 ids.append(uuid: id.high, id.low)
