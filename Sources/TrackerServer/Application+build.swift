@@ -30,10 +30,10 @@ struct ServerPools: Sendable {
         let report = configuration.reportDatabaseURL.map {
             ConnectionPool(conninfo: $0, maxConnections: configuration.poolSize, logger: logger)
         }
-        // The projector's own role: one connection projects, one runs retention, the rest read
-        // the lag for /readyz and /metrics.
+        // The projector's own role: one connection projects, one reads the log ahead of it, one
+        // runs retention, the rest read the lag for /readyz and /metrics.
         let projector = configuration.projectorDatabaseURL.map {
-            ConnectionPool(conninfo: $0, maxConnections: 4, logger: logger)
+            ConnectionPool(conninfo: $0, maxConnections: 5, logger: logger)
         }
         projection = projector ?? primary
         read = report ?? primary

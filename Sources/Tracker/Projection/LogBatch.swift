@@ -67,7 +67,8 @@ struct LogBatch {
         }
     }
 
-    private static func position(_ rows: QueryResult, _ row: Int) throws -> (UInt64, Int64) {
+    /// The place in the log of a row `ProjectorSQL.nextEvents` read.
+    static func position(_ rows: QueryResult, _ row: Int) throws -> (tx: UInt64, seq: Int64) {
         guard let tx = ByteReader.int64(rows.bytes(row, txColumn)), let seq = ByteReader.int64(rows.bytes(row, seqColumn)) else {
             throw DatabaseError(.unexpectedResult, serverMessage: "projector: a log row without tx or seq")
         }

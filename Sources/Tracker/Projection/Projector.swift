@@ -45,6 +45,9 @@ public final class Projector: Service, Sendable {
     /// horizons (`CitusLog.caughtUpByMarks`), and reads the workers only then: an idle
     /// projector's read is a union over every shard's daily partitions on every worker.
     private let lastRead = Mutex<ContinuousClock.Instant?>(nil)
+    /// The next window of a single-node log, read while a step that took a full share folds
+    /// and commits it.
+    private let readAhead: ReadAhead
     /// The longest an idle projector on a distributed log goes without reading the workers:
     /// rows written into the log without a mark (by hand, in SQL) wait at most this long.
     static let unmarkedRowsWait = Duration.seconds(1)
@@ -69,6 +72,7 @@ public final class Projector: Service, Sendable {
         self.pollInterval = pollInterval
         self.status = status
         self.logger = logger
+        readAhead = ReadAhead(pool: pool)
         presence = PresenceLock(conninfo: pool.conninfo, name: ProjectorSQL.running, applicationName: "tracker projector")
         let labels: [IVTLabel?] = [nil] + IVTLabel.stored.map { $0 }
         impressions = Dictionary(uniqueKeysWithValues: labels.map { label in
@@ -148,7 +152,8 @@ public final class Projector: Service, Sendable {
         let window = attributionWindow
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
         let started = ContinuousClock.now
-        let (labellers, conninfo, group) = (self.labellers, pool.conninfo, self.group)
+        let (labellers, conninfo, group, readAhead) = (self.labellers, pool.conninfo, self.group, self.readAhead)
+        let ahead = await readAhead.take()
         let outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
             if case .citus = layout, let last = self.lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
@@ -157,7 +162,8 @@ public final class Projector: Service, Sendable {
             }
             self.lastRead.withLock { $0 = started }
             let outcome = try connection.transaction {
-                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true, group: group)
+                try Self.step(on: connection, layout: layout, window: window, limit: limit, labellers: labellers, drains: true, group: group,
+                              ahead: ahead, readingAhead: readAhead)
             }
             if outcome.stateDue { try Self.settleState(on: connection, window: window) }
             return outcome
@@ -254,8 +260,13 @@ public final class Projector: Service, Sendable {
     ///   - group: the group of shards the step reads (`nil`: the whole log). Projectors of groups
     ///     share the projector's lock, so they step at once while a projector of the whole log
     ///     or a rebuild's swap waits for them all.
+    ///   - ahead: a window of a single-node log read ahead, which the step reads from when it
+    ///     starts at the step's checkpoint.
+    ///   - readingAhead: where a step on a single-node log that reads a full share starts
+    ///     reading the next window, before it folds this one.
     static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: StepLimits, labellers: LabellerCache,
-                     drains: Bool = false, group: ProjectorGroup? = nil) throws -> StepOutcome {
+                     drains: Bool = false, group: ProjectorGroup? = nil,
+                     ahead: ReadAhead.Window? = nil, readingAhead: ReadAhead? = nil) throws -> StepOutcome {
         // The planner settings keep every statement of the step on its index, and the step's
         // commit is durable (see ProjectorSQL.stepSettings).
         try connection.execute(ProjectorSQL.stepSettings)
@@ -276,8 +287,13 @@ public final class Projector: Service, Sendable {
             var strings = StringTable()
             // The rows read go once they are in the batch: the step holds one copy of its events.
             let (batch, read): (LogBatch, Int) = try {
-                let rows = try layout.nextEvents(after: tx, seq, limit: limit.events, on: connection)
-                return (try LogBatch([rows], shardColumn: false, strings: &strings), rows.rowCount)
+                let rows = try nextRows(of: layout, after: tx, seq, limit: limit.events, ahead: ahead, on: connection)
+                let read = rows.reduce(0) { $0 + $1.rowCount }
+                if let readingAhead, case .singleNode = layout, read == limit.events, let last = rows.last(where: { $0.rowCount > 0 }) {
+                    let end = try LogBatch.position(last, last.rowCount - 1)
+                    readingAhead.start(after: LogPosition(tx: String(end.tx), seq: String(end.seq)), limit: limit.events)
+                }
+                return (try LogBatch(rows, shardColumn: false, strings: &strings), read)
             }()
             guard read > 0 else { return StepOutcome(consumed: 0, more: false) }
             let impressions = try project(batch, routing: &routing, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID,
@@ -327,6 +343,19 @@ public final class Projector: Service, Sendable {
             }
             return outcome
         }
+    }
+
+    /// The rows after (`tx`, `seq`) a step on one table takes, at most `limit`: those of the
+    /// window read ahead when it starts there, then the rest of the share read now.
+    private static func nextRows(of layout: LogLayout, after tx: String, _ seq: Int64, limit: Int, ahead: ReadAhead.Window?,
+                                 on connection: Connection) throws -> [QueryResult] {
+        guard case .singleNode = layout, let ahead, ahead.after == LogPosition(tx: tx, seq: String(seq)),
+              case .success(let rows) = ahead.rows.value, rows.rowCount > 0, rows.rowCount <= limit else {
+            return [try layout.nextEvents(after: tx, seq, limit: limit, on: connection)]
+        }
+        guard rows.rowCount < limit else { return [rows] }
+        let end = try LogBatch.position(rows, rows.rowCount - 1)
+        return [rows, try layout.nextEvents(after: String(end.tx), end.seq, limit: limit - rows.rowCount, on: connection)]
     }
 
     /// Folds a step's events into the projections (in the caller's transaction).
