@@ -2,8 +2,9 @@ import CLibPQ
 
 /// The rows of one statement, read in place from libpq's result (text format).
 ///
-/// Not `Sendable`: it lives only inside the closure that ran the query, and its
-/// `PGresult` is cleared when it goes away.
+/// Not `Sendable`: it lives inside the closure that ran the query, or is handed once to a
+/// single reader that only reads it (the projector's read-ahead window). Its `PGresult` is
+/// cleared when it goes away.
 public final class QueryResult {
     private let result: OpaquePointer
 

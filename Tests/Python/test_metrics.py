@@ -88,6 +88,7 @@ def test_the_counters_move_by_what_the_requests_did(database, metered):
     # Another tracker's projector on the same database may have projected these events: only the kind is fixed.
     assert families.get("tracker_projector_events") == "counter"
     assert families.get("tracker_projector_step_duration_seconds") == "histogram"
+    assert families.get("tracker_projector_read_ahead") == "counter"
     assert moved("tracker_admission_rejections_total", limit="concurrent_batches") == 0
 
 

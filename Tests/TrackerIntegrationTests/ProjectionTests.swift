@@ -137,34 +137,47 @@ struct ProjectionTests {
         }
     }
 
-    /// A step that reads a full share starts reading the next window on another connection. The
-    /// next step takes that window only where the checkpoint still is: here a second projector
-    /// moved it in between, so the window is dropped and no event is projected twice. Windows
-    /// read while events keep arriving hold part of a share or all of it, and the step that takes
-    /// one reads the rest of its share after it.
+    /// A step that reads a full share from where its projector's last read ended starts reading
+    /// the next window on another connection. The next step takes that window only where the
+    /// checkpoint still is: here a second projector moved it in between, so the window is
+    /// dropped and no event is projected twice. A window the log filled only in part is followed
+    /// by the rest of the share, read by the step that takes it.
     @Test func aWindowReadAheadIsTakenOnlyFromTheCheckpoint() async throws {
         try await withTestDatabase { db in
             var g = SeededGenerator(seed: 41)
             let events = RandomTraffic.events(ads: 150, using: &g)
             let (first, second) = (Array(events.prefix(events.count / 2)), Array(events.dropFirst(events.count / 2)))
             try await db.append(first)
-            let share = first.count / 3
+            let share = first.count / 4
             let a = db.projector(batchSize: share), b = db.projector(batchSize: share / 4)
             func projected() async throws -> Int { Int(try await db.scalar("SELECT events_projected FROM projection_state") ?? "") ?? -1 }
+            func checkpoint() async throws -> Int {
+                Int(try await db.scalar("""
+                    SELECT count(*) FROM events
+                    WHERE (tx, seq) <= (SELECT checkpoint_tx, checkpoint_seq FROM projection_state)
+                    """) ?? "") ?? -1
+            }
 
             try await a.step()          // a full share: the next window is being read
             try await b.step()          // moves the checkpoint past the start of that window
-            try await a.step()          // drops the window, reads from the checkpoint
+            try await a.step()          // drops the window and reads from the checkpoint
+            #expect(a.readAheadCounts == ReadAheadTally(taken: 0, dropped: 1))
+            #expect(try await checkpoint() == 2 * share + share / 4)
             #expect(try await projected() == 2 * share + share / 4)
 
-            try await a.step()          // takes the window: the rest of the first delivery, less than a share
-            #expect(try await projected() == first.count)
-            for chunk in RandomTraffic.deliveries(of: second, chunks: 6, using: &g) {
-                try await db.append(chunk)
-                try await a.step()
-            }
+            try await a.step()          // a full share from where a's last read ended: a window follows
+            // The window holds what is left of the first delivery, less than a share, once its
+            // read has run (a second is ample); the step that takes it reads the rest after it.
+            try await Task.sleep(for: .seconds(1))
+            try await db.append(second)
+            try await a.step()
+            #expect(a.readAheadCounts.taken == 1)
+            #expect(try await projected() == 4 * share + share / 4)
+            #expect(try await checkpoint() == 4 * share + share / 4)
+
             while try await a.step() > 0 {}
             #expect(try await projected() == events.count, "each event projected once")
+            #expect(a.readAheadCounts.taken >= 2 && a.readAheadCounts.dropped == 1)
             #expect(try await db.reportsAsCSV() == ReferenceReports.csv(events))
             try await expectRebuildReproducesTheProjections(db)
         }

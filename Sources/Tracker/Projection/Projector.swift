@@ -109,6 +109,7 @@ public final class Projector: Service, Sendable {
                 } catch let error as ProjectorError {
                     self.logger.critical("projector stopped; ingestion and reports go on, reports no longer advance", metadata: ["tracker.error": "\(error)"])
                     self.status.stop(error)
+                    self.readAhead.discard()
                     self.presence.release()
                     // Alone (`tracker project`), the process ends with the error. Inside `tracker serve`
                     // it waits for the shutdown and the server goes on: nothing here changes by itself.
@@ -124,6 +125,7 @@ public final class Projector: Service, Sendable {
             return nil
         }
         presence.release()
+        readAhead.discard()
         if let stopped { throw stopped }
     }
 
@@ -142,6 +144,11 @@ public final class Projector: Service, Sendable {
         }
     }
 
+    /// How many windows of a single-node log read ahead of a step (while the step before it
+    /// folded) the steps took, and how many they dropped because the checkpoint had moved
+    /// elsewhere (also `tracker_projector_read_ahead_total`).
+    public var readAheadCounts: ReadAheadTally { readAhead.counts }
+
     /// Projects the next events of the log; returns how many log events it consumed.
     @discardableResult
     public func step() async throws -> Int {
@@ -151,9 +158,9 @@ public final class Projector: Service, Sendable {
     private func stepOutcome() async throws -> StepOutcome {
         let window = attributionWindow
         let limit = StepLimits(events: batchSize, rowsPerWrite: rowsPerWrite)
-        let started = ContinuousClock.now
         let (labellers, conninfo, group, readAhead) = (self.labellers, pool.conninfo, self.group, self.readAhead)
         let ahead = await readAhead.take()
+        let started = ContinuousClock.now
         let outcome = try await pool.withConnection { connection in
             let layout = try LogLayout.of(connection, conninfo: conninfo)
             if case .citus = layout, let last = self.lastRead.withLock({ $0 }), started - last < Self.unmarkedRowsWait,
@@ -260,10 +267,10 @@ public final class Projector: Service, Sendable {
     ///   - group: the group of shards the step reads (`nil`: the whole log). Projectors of groups
     ///     share the projector's lock, so they step at once while a projector of the whole log
     ///     or a rebuild's swap waits for them all.
-    ///   - ahead: a window of a single-node log read ahead, which the step reads from when it
-    ///     starts at the step's checkpoint.
-    ///   - readingAhead: where a step on a single-node log that reads a full share starts
-    ///     reading the next window, before it folds this one.
+    ///   - ahead: the window of a single-node log read ahead of this step, which it reads from
+    ///     when the window starts at its checkpoint.
+    ///   - readingAhead: the projector's `ReadAhead`, which hands the step its window and starts
+    ///     reading the next one before the step folds its own.
     static func step(on connection: Connection, layout: LogLayout, window: Duration, limit: StepLimits, labellers: LabellerCache,
                      drains: Bool = false, group: ProjectorGroup? = nil,
                      ahead: ReadAhead.Window? = nil, readingAhead: ReadAhead? = nil) throws -> StepOutcome {
@@ -285,13 +292,21 @@ public final class Projector: Service, Sendable {
             if let group { throw ProjectorError.groupsNeedADistributedLog(group: group.description) }
             var routing = ShardRouting(own: nil, distributed: false)
             var strings = StringTable()
-            // The rows read go once they are in the batch: the step holds one copy of its events.
+            // The rows read go once they are in the batch: the step holds one copy of its events
+            // (and a window read ahead of it is being read meanwhile).
             let (batch, read): (LogBatch, Int) = try {
-                let rows = try nextRows(of: layout, after: tx, seq, limit: limit.events, ahead: ahead, on: connection)
+                var window: QueryResult?
+                if let ahead, let readingAhead {
+                    let start = UInt64(tx).map { ReadAhead.Position(tx: $0, seq: seq) }
+                    window = readingAhead.rows(of: ahead, at: layout.isSingleNode ? start : nil)
+                }
+                let rows = try nextRows(of: layout, after: tx, seq, limit: limit.events, window: window, on: connection)
+                window = nil
                 let read = rows.reduce(0) { $0 + $1.rowCount }
-                if let readingAhead, case .singleNode = layout, read == limit.events, let last = rows.last(where: { $0.rowCount > 0 }) {
+                if let readingAhead, case .singleNode = layout, let start = UInt64(tx), let last = rows.last(where: { $0.rowCount > 0 }) {
                     let end = try LogBatch.position(last, last.rowCount - 1)
-                    readingAhead.start(after: LogPosition(tx: String(end.tx), seq: String(end.seq)), limit: limit.events)
+                    readingAhead.stepRead(from: ReadAhead.Position(tx: start, seq: seq), to: ReadAhead.Position(tx: end.tx, seq: end.seq),
+                                          full: read == limit.events, limit: limit.events)
                 }
                 return (try LogBatch(rows, shardColumn: false, strings: &strings), read)
             }()
@@ -346,11 +361,10 @@ public final class Projector: Service, Sendable {
     }
 
     /// The rows after (`tx`, `seq`) a step on one table takes, at most `limit`: those of the
-    /// window read ahead when it starts there, then the rest of the share read now.
-    private static func nextRows(of layout: LogLayout, after tx: String, _ seq: Int64, limit: Int, ahead: ReadAhead.Window?,
+    /// `window` read ahead from there, then the rest of the share, read now.
+    private static func nextRows(of layout: LogLayout, after tx: String, _ seq: Int64, limit: Int, window: QueryResult?,
                                  on connection: Connection) throws -> [QueryResult] {
-        guard case .singleNode = layout, let ahead, ahead.after == LogPosition(tx: tx, seq: String(seq)),
-              case .success(let rows) = ahead.rows.value, rows.rowCount > 0, rows.rowCount <= limit else {
+        guard let rows = window, rows.rowCount > 0, rows.rowCount <= limit else {
             return [try layout.nextEvents(after: tx, seq, limit: limit, on: connection)]
         }
         guard rows.rowCount < limit else { return [rows] }
