@@ -28,7 +28,7 @@ struct ProjectorPresenceTests {
                 #expect(held.headers["x-projection-lag-events"] == "1")
                 presence.release()
                 let (stopped, none) = try await timedReport()
-                // Well below the 10 s wait even on a loaded machine, where this once took over 5 s.
+                // Bounds far from both 1 s and 10 s: a loaded machine slows every request.
                 #expect(stopped >= .seconds(1) && stopped < .seconds(8), "no projector: the stall limit ends the wait: \(stopped)")
                 #expect(none.headers["x-projection-lag-events"] == "1")
             }

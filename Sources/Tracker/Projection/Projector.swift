@@ -72,7 +72,7 @@ public final class Projector: Service, Sendable {
         self.pollInterval = pollInterval
         self.status = status
         self.logger = logger
-        readAhead = ReadAhead(pool: pool)
+        readAhead = ReadAhead(pool: pool, logger: logger)
         presence = PresenceLock(conninfo: pool.conninfo, name: ProjectorSQL.running, applicationName: "tracker projector")
         let labels: [IVTLabel?] = [nil] + IVTLabel.stored.map { $0 }
         impressions = Dictionary(uniqueKeysWithValues: labels.map { label in
@@ -144,10 +144,15 @@ public final class Projector: Service, Sendable {
         }
     }
 
-    /// How many windows of a single-node log read ahead of a step (while the step before it
-    /// folded) the steps took, and how many they dropped because the checkpoint had moved
-    /// elsewhere (also `tracker_projector_read_ahead_total`).
-    public var readAheadCounts: ReadAheadTally { readAhead.counts }
+    /// What became of the windows of a single-node log this projector read ahead of its steps,
+    /// while the step before folded (also `tracker_projector_read_ahead_total`).
+    public var readAheadTally: ReadAheadTally { readAhead.counts }
+
+    /// Waits until the window being read ahead, if any, is read; the next step takes it.
+    /// Tests call it to know which steps find their window read.
+    func readAheadSettled() async {
+        await readAhead.settled()
+    }
 
     /// Projects the next events of the log; returns how many log events it consumed.
     @discardableResult
@@ -175,6 +180,9 @@ public final class Projector: Service, Sendable {
             if outcome.stateDue { try Self.settleState(on: connection, window: window) }
             return outcome
         }
+        // A window the step did not look at (the log is no longer on one node, or the state
+        // had to be settled first) goes now.
+        if let ahead { _ = readAhead.rows(of: ahead, at: nil) }
         if outcome.consumed > 0 {
             stepDuration.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             projectedEvents.increment(by: outcome.consumed)

@@ -1,3 +1,4 @@
+import Logging
 import Metrics
 import Synchronization
 import TrackerPostgres
@@ -17,9 +18,10 @@ import TrackerPostgres
 /// when the projections' checkpoint, read under the projector's lock, is the window's start.
 /// When it is not (another projector stepped, a step rolled back), the window is dropped.
 ///
-/// A window is started only after a step that read a full share from where this projector's
-/// previous read ended: projectors of one database that take turns on its lock would
-/// otherwise each read every share twice, once for a window the other one's step makes stale.
+/// A window is started after a step that read a full share from where this projector's
+/// previous read ended (or after its first step): projectors of one database that take turns
+/// on its lock would otherwise each read every share twice, once for a window the other one's
+/// step makes stale.
 final class ReadAhead: Sendable {
     /// A place in a single-node log: a row's transaction and its sequence number in it.
     struct Position: Sendable, Equatable {
@@ -60,11 +62,17 @@ final class ReadAhead: Sendable {
     /// Whether a read waits for a connection, reads, or was abandoned before it began (then
     /// it never begins): a step that will not wait for it, or a projector that stopped.
     private final class Phase: Sendable {
-        let value = Atomic<Int>(0)
-        static let waiting = 0, reading = 1, abandoned = 2
+        enum Value: Int, AtomicRepresentable {
+            case waiting, reading, abandoned
+        }
+
+        private let value = Atomic<Value>(.waiting)
+
+        var isWaiting: Bool { value.load(ordering: .acquiring) == .waiting }
+
         /// Moves from waiting to `next`; false once it moved already.
-        func leaveWaiting(for next: Int) -> Bool {
-            value.compareExchange(expected: Self.waiting, desired: next, ordering: .acquiringAndReleasing).exchanged
+        func leaveWaiting(for next: Value) -> Bool {
+            value.compareExchange(expected: .waiting, desired: next, ordering: .acquiringAndReleasing).exchanged
         }
     }
 
@@ -76,16 +84,24 @@ final class ReadAhead: Sendable {
 
     private let pool: ConnectionPool
     private let state = Mutex(State())
-    private let taken = Counter(label: "tracker_projector_read_ahead_total", dimensions: [("outcome", "taken")])
-    private let dropped = Counter(label: "tracker_projector_read_ahead_total", dimensions: [("outcome", "dropped")])
+    private let counters = Dictionary(uniqueKeysWithValues: ReadAheadTally.Outcome.allCases.map { outcome in
+        (outcome, Counter(label: "tracker_projector_read_ahead_total", dimensions: [("outcome", outcome.rawValue)]))
+    })
     private let tally = Mutex(ReadAheadTally())
+    private let logger: Logger
 
-    init(pool: ConnectionPool) {
+    init(pool: ConnectionPool, logger: Logger) {
         self.pool = pool
+        self.logger = logger
     }
 
-    /// The windows the steps took and dropped so far.
+    /// What became of the windows so far.
     var counts: ReadAheadTally { tally.withLock { $0 } }
+
+    private func count(_ outcome: ReadAheadTally.Outcome) {
+        tally.withLock { $0.add(outcome) }
+        counters[outcome]?.increment()
+    }
 
     /// Records that a step read from `start` to `end`, and starts reading the next window when
     /// it read a `full` share from where the last read ended.
@@ -95,16 +111,25 @@ final class ReadAhead: Sendable {
             return state.lastEnd == nil || state.lastEnd == start
         }
         guard full, followsOn else { return }
-        let pool = self.pool
         let phase = Phase()
-        let task = Task<Window?, Never> {
-            try? await pool.withConnection { connection -> Window? in
-                guard phase.leaveWaiting(for: Phase.reading) else { return nil }
-                let rows = try connection.transaction(begin: "BEGIN READ ONLY") {
-                    try connection.execute(ProjectorSQL.plannerSettings)
-                    return try LogLayout.singleNode.nextEvents(after: String(end.tx), end.seq, limit: limit, on: connection)
+        let task = Task<Window?, Never> { [pool, logger] in
+            // Abandoned before it began: no connection is taken for it.
+            guard phase.isWaiting, !Task.isCancelled else { return nil }
+            do {
+                return try await pool.withConnection { connection -> Window? in
+                    guard phase.leaveWaiting(for: .reading) else { return nil }
+                    let rows = try connection.transaction(begin: "BEGIN READ ONLY") {
+                        try connection.execute(ProjectorSQL.plannerSettings)
+                        return try LogLayout.singleNode.nextEvents(after: String(end.tx), end.seq, limit: limit, on: connection)
+                    }
+                    return Window(after: end, rows: rows)
                 }
-                return Window(after: end, rows: rows)
+            } catch {
+                // The step reads the log itself; its own read reports what is wrong.
+                if !(error is CancellationError) {
+                    logger.debug("projector: reading ahead failed", metadata: ["tracker.error": "\(String(reflecting: error))"])
+                }
+                return nil
             }
         }
         let replaced = state.withLock { state in
@@ -121,21 +146,35 @@ final class ReadAhead: Sendable {
             defer { state.pending = nil }
             return state.pending
         }) else { return nil }
-        guard !pending.phase.leaveWaiting(for: Phase.abandoned) else {
+        guard !pending.phase.leaveWaiting(for: .abandoned) else {
             pending.task.cancel()
+            count(.abandoned)
             return nil
         }
-        return await pending.task.value
+        guard let window = await pending.task.value else {
+            count(.failed)
+            return nil
+        }
+        return window
     }
 
-    /// The rows of `window` when it starts at `position` (what the step's checkpoint is), counted
-    /// as taken; otherwise they are released and counted as dropped.
+    /// Waits until the window being read, if any, is read (or its read failed), and leaves it
+    /// for the next step.
+    func settled() async {
+        let task = state.withLock { $0.pending?.task }
+        _ = await task?.value
+    }
+
+    /// The rows of `window` when it starts at `position` (the step's checkpoint) and holds
+    /// some, counted as taken; otherwise they are released and counted as dropped.
     func rows(of window: Window, at position: Position?) -> QueryResult? {
         let rows = window.take()
-        let matches = rows != nil && window.after == position
-        tally.withLock { matches ? ($0.taken += 1) : ($0.dropped += 1) }
-        (matches ? taken : dropped).increment()
-        return matches ? rows : nil
+        guard let rows, rows.rowCount > 0, window.after == position else {
+            if rows != nil { count(.dropped) }
+            return nil
+        }
+        count(.taken)
+        return rows
     }
 
     /// Forgets the window being read (the projector stopped): a read that has not begun never
@@ -150,20 +189,48 @@ final class ReadAhead: Sendable {
     }
 
     private static func abandon(_ pending: Pending) {
-        _ = pending.phase.leaveWaiting(for: Phase.abandoned)
+        _ = pending.phase.leaveWaiting(for: .abandoned)
         pending.task.cancel()
     }
 }
 
-/// How many windows read ahead a projector's steps took and dropped (`Projector.readAhead`).
+/// What became of the windows a projector read ahead of its steps (`Projector.readAheadTally`,
+/// and the metric `tracker_projector_read_ahead_total` by `outcome`).
 public struct ReadAheadTally: Sendable, Equatable {
-    /// Windows a step read from: they started at its checkpoint.
-    public var taken = 0
-    /// Windows a step found elsewhere than its checkpoint and did not use.
-    public var dropped = 0
+    /// What became of one window.
+    public enum Outcome: String, CaseIterable, Sendable {
+        /// A step read from it: it started at the step's checkpoint and held rows.
+        case taken
+        /// A step did not use it: it started elsewhere than the step's checkpoint (another
+        /// projector stepped, or the step before rolled back), or it held no rows.
+        case dropped
+        /// Its read still waited for a connection when the step began: the step read the log
+        /// itself rather than wait twice.
+        case abandoned
+        /// Its read failed; the step read the log itself.
+        case failed
+    }
 
-    public init(taken: Int = 0, dropped: Int = 0) {
-        self.taken = taken
-        self.dropped = dropped
+    /// Windows a step read from.
+    public var taken = 0
+    /// Windows a step did not use.
+    public var dropped = 0
+    /// Windows whose read had not begun when the step began.
+    public var abandoned = 0
+    /// Windows whose read failed.
+    public var failed = 0
+
+    /// A tally with the given counts.
+    public init(taken: Int = 0, dropped: Int = 0, abandoned: Int = 0, failed: Int = 0) {
+        (self.taken, self.dropped, self.abandoned, self.failed) = (taken, dropped, abandoned, failed)
+    }
+
+    mutating func add(_ outcome: Outcome) {
+        switch outcome {
+        case .taken: taken += 1
+        case .dropped: dropped += 1
+        case .abandoned: abandoned += 1
+        case .failed: failed += 1
+        }
     }
 }
