@@ -66,12 +66,6 @@ enum LogLayout: Sendable {
 
     private static let known = Mutex<[String: Known]>([:])
 
-    /// One table without Citus.
-    var isSingleNode: Bool {
-        if case .singleNode = self { return true }
-        return false
-    }
-
     /// The distributed log, when the log is distributed.
     var citus: CitusLog? {
         if case .citus(let log) = self { return log }

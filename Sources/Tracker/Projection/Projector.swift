@@ -301,22 +301,10 @@ public final class Projector: Service, Sendable {
             var routing = ShardRouting(own: nil, distributed: false)
             var strings = StringTable()
             // The rows read go once they are in the batch: the step holds one copy of its events
-            // (and a window read ahead of it is being read meanwhile).
+            // (and the window read ahead of the next step is being read meanwhile).
             let (batch, read): (LogBatch, Int) = try {
-                var window: QueryResult?
-                if let ahead, let readingAhead {
-                    let start = UInt64(tx).map { ReadAhead.Position(tx: $0, seq: seq) }
-                    window = readingAhead.rows(of: ahead, at: layout.isSingleNode ? start : nil)
-                }
-                let rows = try nextRows(of: layout, after: tx, seq, limit: limit.events, window: window, on: connection)
-                window = nil
-                let read = rows.reduce(0) { $0 + $1.rowCount }
-                if let readingAhead, case .singleNode = layout, let start = UInt64(tx), let last = rows.last(where: { $0.rowCount > 0 }) {
-                    let end = try LogBatch.position(last, last.rowCount - 1)
-                    readingAhead.stepRead(from: ReadAhead.Position(tx: start, seq: seq), to: ReadAhead.Position(tx: end.tx, seq: end.seq),
-                                          full: read == limit.events, limit: limit.events)
-                }
-                return (try LogBatch(rows, shardColumn: false, strings: &strings), read)
+                let rows = try nextRows(of: layout, after: tx, seq, limit: limit.events, ahead: ahead, readingAhead: readingAhead, on: connection)
+                return (try LogBatch(rows, shardColumn: false, strings: &strings), rows.reduce(0) { $0 + $1.rowCount })
             }()
             guard read > 0 else { return StepOutcome(consumed: 0, more: false) }
             let impressions = try project(batch, routing: &routing, ivtRules: ivtRules, window: window, labellers: labellers, rowKey: .rowID,
@@ -369,15 +357,25 @@ public final class Projector: Service, Sendable {
     }
 
     /// The rows after (`tx`, `seq`) a step on one table takes, at most `limit`: those of the
-    /// `window` read ahead from there, then the rest of the share, read now.
-    private static func nextRows(of layout: LogLayout, after tx: String, _ seq: Int64, limit: Int, window: QueryResult?,
-                                 on connection: Connection) throws -> [QueryResult] {
-        guard let rows = window, rows.rowCount > 0, rows.rowCount <= limit else {
-            return [try layout.nextEvents(after: tx, seq, limit: limit, on: connection)]
+    /// window read ahead from there (`ahead`, when it starts there on a single-node log), then
+    /// the rest of the share, read now. On a single-node log it then tells `readingAhead` where
+    /// the step's read ended, which starts the next window.
+    private static func nextRows(of layout: LogLayout, after tx: String, _ seq: Int64, limit: Int, ahead: ReadAhead.Window?,
+                                 readingAhead: ReadAhead?, on connection: Connection) throws -> [QueryResult] {
+        var start: ReadAhead.Position?
+        if case .singleNode = layout, let tx = UInt64(tx) { start = ReadAhead.Position(tx: tx, seq: seq) }
+        var rows: [QueryResult] = []
+        if let ahead, let readingAhead, let window = readingAhead.rows(of: ahead, at: start) { rows.append(window) }
+        let taken = rows.first?.rowCount ?? 0
+        if taken < limit {
+            let from = try rows.first.map(ReadAhead.Position.init(lastOf:))
+            rows.append(try layout.nextEvents(after: from.map { String($0.tx) } ?? tx, from?.seq ?? seq, limit: limit - taken, on: connection))
         }
-        guard rows.rowCount < limit else { return [rows] }
-        let end = try LogBatch.position(rows, rows.rowCount - 1)
-        return [rows, try layout.nextEvents(after: String(end.tx), end.seq, limit: limit - rows.rowCount, on: connection)]
+        if let readingAhead, let start, let last = rows.last(where: { $0.rowCount > 0 }) {
+            let read = rows.reduce(0) { $0 + $1.rowCount }
+            readingAhead.stepRead(from: start, to: try ReadAhead.Position(lastOf: last), full: read == limit, limit: limit)
+        }
+        return rows
     }
 
     /// Folds a step's events into the projections (in the caller's transaction).

@@ -27,6 +27,15 @@ final class ReadAhead: Sendable {
     struct Position: Sendable, Equatable {
         var tx: UInt64
         var seq: Int64
+
+        init(tx: UInt64, seq: Int64) {
+            (self.tx, self.seq) = (tx, seq)
+        }
+
+        /// The place of the last of `rows` (read by `ProjectorSQL.nextEvents`; not empty).
+        init(lastOf rows: QueryResult) throws {
+            (tx, seq) = try LogBatch.position(rows, rows.rowCount - 1)
+        }
     }
 
     /// Rows read after `after`, in log order, handed once to the step that takes them.
@@ -132,20 +141,21 @@ final class ReadAhead: Sendable {
                 return nil
             }
         }
-        let replaced = state.withLock { state in
-            defer { state.pending = Pending(task: task, phase: phase) }
+        if let replaced = swapPending(Pending(task: task, phase: phase)) { Self.abandon(replaced) }
+    }
+
+    /// Puts `new` in place of the read pending, and returns that one.
+    private func swapPending(_ new: Pending?) -> Pending? {
+        state.withLock { state in
+            defer { state.pending = new }
             return state.pending
         }
-        if let replaced { Self.abandon(replaced) }
     }
 
     /// The window started last, once read; `nil` when none was started, its read failed, or it
     /// still waits for a connection (the step then reads the log itself rather than wait twice).
     func take() async -> Window? {
-        guard let pending = state.withLock({ state in
-            defer { state.pending = nil }
-            return state.pending
-        }) else { return nil }
+        guard let pending = swapPending(nil) else { return nil }
         guard !pending.phase.leaveWaiting(for: .abandoned) else {
             pending.task.cancel()
             count(.abandoned)
@@ -180,12 +190,7 @@ final class ReadAhead: Sendable {
     /// Forgets the window being read (the projector stopped): a read that has not begun never
     /// begins, one that has is left to end.
     func discard() {
-        if let pending = state.withLock({ state in
-            defer { state.pending = nil }
-            return state.pending
-        }) {
-            Self.abandon(pending)
-        }
+        if let pending = swapPending(nil) { Self.abandon(pending) }
     }
 
     private static func abandon(_ pending: Pending) {
